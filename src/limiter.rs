@@ -1,1 +1,290 @@
-//! (to be written)
+//! Slots per host+model, with a bounded FIFO queue in front of each.
+//!
+//! A request takes a [`Permit`] for its host+model before it is forwarded; the permit frees its slot
+//! and wakes the next waiter when dropped, so a `?`, a panic or a client hanging up mid-stream cannot
+//! leak a slot. Waiters are admitted strictly in arrival (ticket) order, each waits at most
+//! `queue_timeout` (a deadline computed once), and [`Limiter::close`] wakes every waiter for
+//! shutdown. This module does no I/O and knows nothing about health, leases or HTTP.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+/// Why [`Limiter::acquire`] gave no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitError {
+    /// `queue_max` requests were already waiting for this host+model.
+    QueueFull,
+    /// No slot came free within `queue_timeout`.
+    Timeout,
+    /// The limiter was closed for shutdown.
+    Closed,
+}
+
+impl fmt::Display for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitError::QueueFull => "queue full",
+            LimitError::Timeout => "queue timeout",
+            LimitError::Closed => "shutting down",
+        })
+    }
+}
+
+impl std::error::Error for LimitError {}
+
+/// The slot table. Share it behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct Limiter {
+    shared: Arc<Shared>,
+}
+
+/// One taken slot. Dropping it frees the slot and wakes the next waiter.
+#[derive(Debug)]
+pub struct Permit {
+    shared: Arc<Shared>,
+    host: String,
+    model: String,
+}
+
+/// What one host+model looks like right now, for the admin API and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotStats {
+    pub host: String,
+    pub model: String,
+    pub parallel: usize,
+    pub in_flight: usize,
+    pub queued: usize,
+}
+
+impl Limiter {
+    pub fn new(queue_max: usize, queue_timeout: Duration) -> Limiter {
+        let inner = Inner {
+            closed: false,
+            queue_max,
+            queue_timeout,
+            slots: BTreeMap::new(),
+        };
+        Limiter {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+            }),
+        }
+    }
+
+    /// Sets the slots of a host+model (from the config, also on reload). Raising it admits waiters
+    /// at once; lowering it lets the requests in flight finish and admits no one until below.
+    pub fn set_capacity(&self, host: &str, model: &str, parallel: usize) {
+        let mut inner = self.shared.inner.lock();
+        let slot = inner.slot(host, model);
+        slot.parallel = parallel;
+        slot.wake_if_admissible();
+    }
+
+    /// Changes the queue bound and timeout for requests that arrive from now on; requests already
+    /// waiting keep their deadline.
+    pub fn set_queue(&self, queue_max: usize, queue_timeout: Duration) {
+        let mut inner = self.shared.inner.lock();
+        inner.queue_max = queue_max;
+        inner.queue_timeout = queue_timeout;
+    }
+
+    /// Takes a slot for `host`+`model`, waiting in line when all are busy. Returns the permit and
+    /// how long the caller waited for it.
+    pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
+        let started = Instant::now();
+        let mut inner = self.shared.inner.lock();
+        if inner.closed {
+            return Err(LimitError::Closed);
+        }
+        let (queue_max, wait_until) = (inner.queue_max, started + inner.queue_timeout);
+        let slot = inner.slot(host, model);
+        // A free slot with people in line belongs to the one in front, not to a newcomer.
+        if slot.waiting.is_empty() && slot.in_flight < slot.parallel {
+            slot.in_flight += 1;
+            drop(inner);
+            return Ok((self.permit(host, model), started.elapsed()));
+        }
+        if slot.waiting.len() >= queue_max {
+            return Err(LimitError::QueueFull);
+        }
+        let ticket = slot.next_ticket;
+        slot.next_ticket += 1;
+        slot.waiting.push_back(ticket);
+        let cond = Arc::clone(&slot.cond);
+        loop {
+            let closed = inner.closed;
+            let slot = inner.slot(host, model);
+            if closed {
+                slot.leave(ticket);
+                return Err(LimitError::Closed);
+            }
+            if slot.waiting.front() == Some(&ticket) && slot.in_flight < slot.parallel {
+                slot.waiting.pop_front();
+                slot.in_flight += 1;
+                // Capacity may have grown by more than one: let the next in line look too.
+                slot.wake_if_admissible();
+                drop(inner);
+                return Ok((self.permit(host, model), started.elapsed()));
+            }
+            if Instant::now() >= wait_until {
+                slot.leave(ticket);
+                return Err(LimitError::Timeout);
+            }
+            cond.wait_until(&mut inner, wait_until);
+        }
+    }
+
+    /// Requests holding a slot of `host`+`model`.
+    pub fn in_flight(&self, host: &str, model: &str) -> usize {
+        self.read(host, model, |s| s.in_flight)
+    }
+
+    /// Requests waiting for a slot of `host`+`model`.
+    pub fn queued(&self, host: &str, model: &str) -> usize {
+        self.read(host, model, |s| s.waiting.len())
+    }
+
+    /// Every host+model configured or used so far, sorted by host then model.
+    pub fn snapshot(&self) -> Vec<SlotStats> {
+        let inner = self.shared.inner.lock();
+        let mut out = Vec::new();
+        for (host, models) in &inner.slots {
+            for (model, slot) in models {
+                out.push(SlotStats {
+                    host: host.clone(),
+                    model: model.clone(),
+                    parallel: slot.parallel,
+                    in_flight: slot.in_flight,
+                    queued: slot.waiting.len(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Shutdown: every waiter returns [`LimitError::Closed`], and so does every later acquire.
+    /// Permits already given out stay valid and free their slots as usual.
+    pub fn close(&self) {
+        let mut inner = self.shared.inner.lock();
+        inner.closed = true;
+        for slot in inner.slots.values().flat_map(|m| m.values()) {
+            slot.cond.notify_all();
+        }
+    }
+
+    fn permit(&self, host: &str, model: &str) -> Permit {
+        Permit {
+            shared: Arc::clone(&self.shared),
+            host: host.to_string(),
+            model: model.to_string(),
+        }
+    }
+
+    fn read(&self, host: &str, model: &str, f: impl Fn(&Slot) -> usize) -> usize {
+        let inner = self.shared.inner.lock();
+        inner
+            .slots
+            .get(host)
+            .and_then(|m| m.get(model))
+            .map_or(0, f)
+    }
+}
+
+impl Permit {
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut inner = self.shared.inner.lock();
+        let slot = inner.slot(&self.host, &self.model);
+        slot.in_flight = slot.in_flight.saturating_sub(1);
+        slot.wake_if_admissible();
+    }
+}
+
+/// Slots given to a host+model that the config never named.
+const DEFAULT_PARALLEL: usize = 1;
+
+#[derive(Debug)]
+struct Shared {
+    inner: Mutex<Inner>,
+}
+
+/// Invariants, all under the one mutex:
+/// - a `Slot` is never removed once created, so a `Permit` always finds its own;
+/// - `in_flight` counts exactly the live `Permit`s for that host+model (it may exceed `parallel`
+///   after a lowering, until they drain);
+/// - `waiting` holds the tickets of the threads blocked in `acquire`, oldest first; only the front
+///   ticket may take a slot, and a waiter that gives up removes its own ticket before returning;
+/// - whenever the front waiter could take a slot, its `cond` has been notified;
+/// - every `Slot::cond` is only ever waited on with this mutex (no other lock is involved).
+#[derive(Debug)]
+struct Inner {
+    closed: bool,
+    queue_max: usize,
+    queue_timeout: Duration,
+    slots: BTreeMap<String, BTreeMap<String, Slot>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    parallel: usize,
+    in_flight: usize,
+    next_ticket: u64,
+    waiting: VecDeque<u64>,
+    cond: Arc<Condvar>,
+}
+
+impl Inner {
+    fn slot(&mut self, host: &str, model: &str) -> &mut Slot {
+        // Looked up before inserting so the common case allocates nothing.
+        if !self.slots.contains_key(host) {
+            self.slots.insert(host.to_string(), BTreeMap::new());
+        }
+        let models = self.slots.get_mut(host).expect("inserted above");
+        if !models.contains_key(model) {
+            models.insert(model.to_string(), Slot::new());
+        }
+        models.get_mut(model).expect("inserted above")
+    }
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            parallel: DEFAULT_PARALLEL,
+            in_flight: 0,
+            next_ticket: 0,
+            waiting: VecDeque::new(),
+            cond: Arc::new(Condvar::new()),
+        }
+    }
+
+    /// Wakes the waiters when the one in front could take a slot now. All wake, but only the
+    /// front ticket proceeds, so the order stays FIFO.
+    fn wake_if_admissible(&self) {
+        if !self.waiting.is_empty() && self.in_flight < self.parallel {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Removes a waiter that gives up; the next one may now be in front.
+    fn leave(&mut self, ticket: u64) {
+        self.waiting.retain(|&t| t != ticket);
+        self.wake_if_admissible();
+    }
+}
+
+#[cfg(test)]
+mod tests;

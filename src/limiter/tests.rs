@@ -1,0 +1,332 @@
+//! Limiter stories: threads block in `acquire`, the test observes the queue through `queued()`
+//! and learns of admissions over channels. No sleeps: every wait is on an event, with a bound.
+
+use super::*;
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::thread;
+
+const LONG: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(10);
+
+/// Spins (yielding) until `cond` holds; fails the test after `BOUND`.
+#[track_caller]
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::yield_now();
+    }
+}
+
+#[track_caller]
+fn check_counts(lim: &Limiter, in_flight: usize, queued: usize) {
+    assert_eq!(
+        (lim.in_flight("mini", "qwen"), lim.queued("mini", "qwen")),
+        (in_flight, queued),
+        "(in_flight, queued)"
+    );
+}
+
+type Outcome = (usize, Result<(), LimitError>);
+
+/// Starts a thread that waits for a slot of mini/qwen, reports `id` with the outcome, then holds
+/// the permit until told to let go (a message on `release`, or the channel closing).
+fn waiter(
+    lim: &Arc<Limiter>,
+    id: usize,
+    release: Receiver<()>,
+) -> (thread::JoinHandle<()>, Receiver<Outcome>) {
+    let (tx, rx) = unbounded();
+    (waiter_to(lim, id, tx, release), rx)
+}
+
+/// Like [`waiter`], reporting on a channel the caller may share between waiters. The report is
+/// sent while the permit is held, so reports arrive in admission order.
+fn waiter_to(
+    lim: &Arc<Limiter>,
+    id: usize,
+    tx: Sender<Outcome>,
+    release: Receiver<()>,
+) -> thread::JoinHandle<()> {
+    let lim = Arc::clone(lim);
+    thread::spawn(move || match lim.acquire("mini", "qwen") {
+        Ok((permit, _waited)) => {
+            let _ = tx.send((id, Ok(())));
+            let _ = release.recv();
+            drop(permit);
+        }
+        Err(err) => {
+            let _ = tx.send((id, Err(err)));
+        }
+    })
+}
+
+#[test]
+fn slot_is_freed_when_the_permit_drops() {
+    // queue_max 0: a busy slot would answer QueueFull, so a second success proves the slot is free.
+    let lim = Limiter::new(0, LONG);
+    lim.set_capacity("mini", "qwen", 1);
+    let (first, waited) = lim.acquire("mini", "qwen").unwrap();
+    assert!(waited < LONG);
+    check_counts(&lim, 1, 0);
+    assert_eq!(
+        lim.acquire("mini", "qwen").unwrap_err(),
+        LimitError::QueueFull
+    );
+    drop(first);
+    check_counts(&lim, 0, 0);
+    let (_second, _) = lim.acquire("mini", "qwen").unwrap();
+    check_counts(&lim, 1, 0);
+}
+
+#[test]
+fn a_panic_while_holding_a_permit_frees_the_slot() {
+    let lim = Arc::new(Limiter::new(0, LONG));
+    let inner = Arc::clone(&lim);
+    let joined = thread::spawn(move || {
+        let (_permit, _) = inner.acquire("mini", "qwen").unwrap();
+        panic!("request handler blew up");
+    })
+    .join();
+    assert!(joined.is_err());
+    check_counts(&lim, 0, 0);
+    assert!(lim.acquire("mini", "qwen").is_ok());
+}
+
+#[test]
+fn waiters_are_admitted_in_arrival_order() {
+    let lim = Arc::new(Limiter::new(8, LONG));
+    lim.set_capacity("mini", "qwen", 1);
+    let (holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let (done_tx, done_rx) = unbounded();
+    let mut handles = Vec::new();
+    for id in 0..5 {
+        // Each waiter lets go as soon as it is admitted, so the slot passes down the line.
+        let (release_tx, release_rx) = unbounded();
+        drop(release_tx);
+        handles.push(waiter_to(&lim, id, done_tx.clone(), release_rx));
+        wait_for("the waiter to queue", || {
+            lim.queued("mini", "qwen") == id + 1
+        });
+    }
+    check_counts(&lim, 1, 5);
+    drop(holder);
+    let order: Vec<usize> = (0..5)
+        .map(|_| {
+            let (id, outcome) = done_rx.recv_timeout(BOUND).unwrap();
+            assert_eq!(outcome, Ok(()));
+            id
+        })
+        .collect();
+    assert_eq!(order, vec![0, 1, 2, 3, 4]);
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    check_counts(&lim, 0, 0);
+}
+
+#[test]
+fn a_full_queue_refuses_at_once() {
+    let lim = Arc::new(Limiter::new(1, LONG));
+    let (holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let (release_tx, release_rx) = unbounded();
+    let (handle, admitted) = waiter(&lim, 1, release_rx);
+    wait_for("the waiter to queue", || lim.queued("mini", "qwen") == 1);
+
+    let started = Instant::now();
+    assert_eq!(
+        lim.acquire("mini", "qwen").unwrap_err(),
+        LimitError::QueueFull
+    );
+    assert!(started.elapsed() < LONG / 2, "QueueFull must not wait");
+    check_counts(&lim, 1, 1);
+
+    // Another model on the same host has its own queue.
+    assert!(lim.acquire("mini", "other").is_ok());
+
+    drop(holder);
+    assert_eq!(admitted.recv_timeout(BOUND).unwrap(), (1, Ok(())));
+    check_counts(&lim, 1, 0);
+    drop(release_tx);
+    handle.join().unwrap();
+    check_counts(&lim, 0, 0);
+}
+
+#[test]
+fn a_waiter_times_out_and_leaves_the_queue() {
+    let timeout = Duration::from_millis(50);
+    let lim = Limiter::new(4, timeout);
+    let (_holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        lim.acquire("mini", "qwen").unwrap_err(),
+        LimitError::Timeout
+    );
+    assert!(started.elapsed() >= timeout);
+    check_counts(&lim, 1, 0);
+}
+
+#[test]
+fn a_timed_out_front_waiter_lets_the_next_one_in() {
+    // The front waiter has a short deadline, the one behind it a long one; a slot frees after the
+    // front one gave up, and must go to the one behind.
+    let lim = Arc::new(Limiter::new(4, Duration::from_millis(50)));
+    let (holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let (_keep_tx, release_rx) = unbounded::<()>();
+    let (front, front_rx) = waiter(&lim, 1, release_rx.clone());
+    wait_for("the front waiter to queue", || {
+        lim.queued("mini", "qwen") == 1
+    });
+    lim.set_queue(4, LONG);
+    let (back, back_rx) = waiter(&lim, 2, release_rx);
+    assert_eq!(
+        front_rx.recv_timeout(BOUND).unwrap(),
+        (1, Err(LimitError::Timeout))
+    );
+    front.join().unwrap();
+    check_counts(&lim, 1, 1);
+    drop(holder);
+    assert_eq!(back_rx.recv_timeout(BOUND).unwrap(), (2, Ok(())));
+    drop(_keep_tx);
+    back.join().unwrap();
+}
+
+#[test]
+fn close_wakes_every_waiter_and_refuses_later_acquires() {
+    let lim = Arc::new(Limiter::new(8, LONG));
+    let (holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let (_keep_tx, release_rx) = unbounded::<()>();
+    let (a, a_rx) = waiter(&lim, 1, release_rx.clone());
+    let (b, b_rx) = waiter(&lim, 2, release_rx);
+    wait_for("both waiters to queue", || lim.queued("mini", "qwen") == 2);
+
+    lim.close();
+    assert_eq!(
+        a_rx.recv_timeout(BOUND).unwrap(),
+        (1, Err(LimitError::Closed))
+    );
+    assert_eq!(
+        b_rx.recv_timeout(BOUND).unwrap(),
+        (2, Err(LimitError::Closed))
+    );
+    a.join().unwrap();
+    b.join().unwrap();
+    check_counts(&lim, 1, 0);
+    assert_eq!(lim.acquire("mini", "qwen").unwrap_err(), LimitError::Closed);
+    assert_eq!(
+        lim.acquire("titan", "qwen").unwrap_err(),
+        LimitError::Closed
+    );
+    drop(holder);
+    check_counts(&lim, 0, 0);
+}
+
+#[test]
+fn raising_capacity_admits_waiters_at_once() {
+    let lim = Arc::new(Limiter::new(8, LONG));
+    lim.set_capacity("mini", "qwen", 1);
+    let (_holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let (keep_tx, release_rx) = unbounded::<()>();
+    let (a, a_rx) = waiter(&lim, 1, release_rx.clone());
+    wait_for("the first waiter to queue", || {
+        lim.queued("mini", "qwen") == 1
+    });
+    let (b, b_rx) = waiter(&lim, 2, release_rx.clone());
+    wait_for("the second waiter to queue", || {
+        lim.queued("mini", "qwen") == 2
+    });
+    let (c, c_rx) = waiter(&lim, 3, release_rx);
+    wait_for("the third waiter to queue", || {
+        lim.queued("mini", "qwen") == 3
+    });
+
+    // Two more slots: the first two in line get in, the third keeps waiting.
+    lim.set_capacity("mini", "qwen", 3);
+    assert_eq!(a_rx.recv_timeout(BOUND).unwrap(), (1, Ok(())));
+    assert_eq!(b_rx.recv_timeout(BOUND).unwrap(), (2, Ok(())));
+    check_counts(&lim, 3, 1);
+    assert!(c_rx.try_recv().is_err());
+
+    lim.close();
+    assert_eq!(
+        c_rx.recv_timeout(BOUND).unwrap(),
+        (3, Err(LimitError::Closed))
+    );
+    drop(keep_tx);
+    for handle in [a, b, c] {
+        handle.join().unwrap();
+    }
+}
+
+#[test]
+fn lowering_capacity_lets_running_requests_finish() {
+    let lim = Limiter::new(0, LONG);
+    lim.set_capacity("mini", "qwen", 2);
+    let (p1, _) = lim.acquire("mini", "qwen").unwrap();
+    let (p2, _) = lim.acquire("mini", "qwen").unwrap();
+    lim.set_capacity("mini", "qwen", 1);
+    check_counts(&lim, 2, 0);
+    drop(p1);
+    assert_eq!(
+        lim.acquire("mini", "qwen").unwrap_err(),
+        LimitError::QueueFull
+    );
+    drop(p2);
+    assert!(lim.acquire("mini", "qwen").is_ok());
+}
+
+#[test]
+fn an_unconfigured_host_model_gets_one_slot() {
+    let lim = Limiter::new(0, LONG);
+    assert_eq!(
+        (lim.in_flight("ghost", "m"), lim.queued("ghost", "m")),
+        (0, 0)
+    );
+    let (_p, _) = lim.acquire("ghost", "m").unwrap();
+    assert_eq!(
+        lim.acquire("ghost", "m").unwrap_err(),
+        LimitError::QueueFull
+    );
+}
+
+#[test]
+fn snapshot_is_sorted_and_counts_waiters() {
+    let lim = Arc::new(Limiter::new(4, LONG));
+    lim.set_capacity("titan", "qwen", 2);
+    lim.set_capacity("mini", "qwen", 1);
+    lim.set_capacity("mini", "llama", 1);
+    let (holder, _) = lim.acquire("mini", "qwen").unwrap();
+    let (keep_tx, release_rx) = unbounded::<()>();
+    let (handle, admitted) = waiter(&lim, 1, release_rx);
+    wait_for("the waiter to queue", || lim.queued("mini", "qwen") == 1);
+
+    let stats = |host: &str, model: &str, parallel, in_flight, queued| SlotStats {
+        host: host.into(),
+        model: model.into(),
+        parallel,
+        in_flight,
+        queued,
+    };
+    assert_eq!(
+        lim.snapshot(),
+        vec![
+            stats("mini", "llama", 1, 0, 0),
+            stats("mini", "qwen", 1, 1, 1),
+            stats("titan", "qwen", 2, 0, 0),
+        ]
+    );
+    drop(holder);
+    assert_eq!(admitted.recv_timeout(BOUND).unwrap(), (1, Ok(())));
+    drop(keep_tx);
+    handle.join().unwrap();
+}
+
+#[test]
+fn permits_cross_threads_and_errors_read_well() {
+    fn is_send<T: Send>() {}
+    is_send::<Permit>();
+    is_send::<Limiter>();
+    assert_eq!(LimitError::QueueFull.to_string(), "queue full");
+    assert_eq!(LimitError::Timeout.to_string(), "queue timeout");
+    assert_eq!(LimitError::Closed.to_string(), "shutting down");
+}
