@@ -1,1 +1,209 @@
-//! (to be written)
+//! The chooser rule (spec §5): which candidate host gets a new conversation.
+//!
+//! A pure function over a snapshot the caller builds from config, health, drain set and limiter.
+//! It does no I/O, takes no locks and keeps no state; ties are broken by the route's order.
+
+use std::cmp::Reverse;
+
+/// One candidate host as seen at the moment of choosing, for one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub name: String,
+    pub healthy: bool,
+    pub draining: bool,
+    /// The host reports the model loaded (no load wait).
+    pub loaded: bool,
+    /// The host's config lists the model.
+    pub serves: bool,
+    /// Free slots on this host for THIS model.
+    pub free: usize,
+    /// Requests waiting for a slot of this host+model.
+    pub queued: usize,
+    pub weight: u32,
+}
+
+/// `infos` in the route's order. Among healthy, non-draining hosts that serve the model: loaded
+/// first, then most free slots (for this model), fewest queued, highest weight, earliest in list.
+pub fn best(infos: &[Info]) -> Option<&Info> {
+    infos
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.healthy && !i.draining && i.serves)
+        .max_by_key(|(pos, i)| (i.loaded, i.free, Reverse(i.queued), i.weight, Reverse(*pos)))
+        .map(|(_, i)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A usable host: healthy, serving, not loaded, no free slots, nothing queued, weight 1.
+    fn host(name: &str) -> Info {
+        Info {
+            name: name.into(),
+            healthy: true,
+            draining: false,
+            loaded: false,
+            serves: true,
+            free: 0,
+            queued: 0,
+            weight: 1,
+        }
+    }
+
+    #[track_caller]
+    fn check(infos: &[Info], want: Option<&str>) {
+        assert_eq!(best(infos).map(|i| i.name.as_str()), want, "{infos:#?}");
+    }
+
+    #[test]
+    fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
+        // (story, candidates in route order, expected winner)
+        let cases: Vec<(&str, Vec<Info>, &str)> = vec![
+            (
+                "loaded beats more free slots, fewer queued and more weight",
+                vec![
+                    Info {
+                        free: 4,
+                        weight: 9,
+                        ..host("cold")
+                    },
+                    Info {
+                        loaded: true,
+                        queued: 3,
+                        ..host("warm")
+                    },
+                ],
+                "warm",
+            ),
+            (
+                "then the most free slots for this model",
+                vec![
+                    Info {
+                        free: 1,
+                        weight: 9,
+                        ..host("one")
+                    },
+                    Info {
+                        free: 2,
+                        queued: 5,
+                        ..host("two")
+                    },
+                ],
+                "two",
+            ),
+            (
+                "then the fewest queued",
+                vec![
+                    Info {
+                        queued: 2,
+                        weight: 9,
+                        ..host("busy")
+                    },
+                    Info {
+                        queued: 1,
+                        ..host("calm")
+                    },
+                ],
+                "calm",
+            ),
+            (
+                "then the highest weight",
+                vec![
+                    host("light"),
+                    Info {
+                        weight: 2,
+                        ..host("heavy")
+                    },
+                ],
+                "heavy",
+            ),
+            (
+                "then the earliest in the route's list",
+                vec![host("first"), host("second"), host("third")],
+                "first",
+            ),
+            (
+                "earliest among the tied best, not the earliest overall",
+                vec![
+                    host("worse"),
+                    Info {
+                        free: 1,
+                        ..host("a")
+                    },
+                    Info {
+                        free: 1,
+                        ..host("b")
+                    },
+                ],
+                "a",
+            ),
+        ];
+        for (story, infos, want) in cases {
+            assert_eq!(best(&infos).map(|i| i.name.as_str()), Some(want), "{story}");
+        }
+    }
+
+    #[test]
+    fn unusable_hosts_never_win_however_good_they_look() {
+        let shiny = |name: &str| Info {
+            loaded: true,
+            free: 8,
+            weight: 9,
+            ..host(name)
+        };
+        let cases: Vec<(&str, Info)> = vec![
+            (
+                "down",
+                Info {
+                    healthy: false,
+                    ..shiny("down")
+                },
+            ),
+            (
+                "draining",
+                Info {
+                    draining: true,
+                    ..shiny("draining")
+                },
+            ),
+            (
+                "not serving the model",
+                Info {
+                    serves: false,
+                    ..shiny("other")
+                },
+            ),
+        ];
+        for (story, bad) in cases {
+            let plain = host("plain");
+            assert_eq!(
+                best(&[bad.clone(), plain]).map(|i| i.name.as_str()),
+                Some("plain"),
+                "{story}"
+            );
+            assert_eq!(best(&[bad]), None, "{story} alone");
+        }
+    }
+
+    #[test]
+    fn no_candidates_means_no_choice() {
+        check(&[], None);
+    }
+
+    #[test]
+    fn a_loaded_host_with_no_free_slot_still_beats_a_cold_idle_one() {
+        // A model load costs seconds to minutes; a queue on a warm host is cheaper.
+        check(
+            &[
+                host("idle-cold"),
+                Info {
+                    loaded: true,
+                    queued: 4,
+                    ..host("busy-warm")
+                },
+            ],
+            Some("busy-warm"),
+        );
+    }
+}
