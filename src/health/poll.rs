@@ -1,0 +1,243 @@
+//! Polling llama-server hosts: the HTTP side of health (spec §4).
+//!
+//! [`poll_host`] asks one host `/health`, `/props`, `/v1/models` (and `/models` for router mode)
+//! and turns the answers into a [`Poll`]; [`Poller`] runs it on one owned thread per host, so a
+//! hung host never delays the others, and applies each result to the [`Health`] table. Parsing
+//! is tolerant of older llama-server builds: a missing field means "unknown", never an error.
+//! This module never holds the table's lock across a request; it does not decide routing.
+
+use std::fmt;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use serde_json::Value;
+
+use super::{DownReason, Health, Poll};
+use crate::config;
+
+/// A `/props` or `/v1/models` body crossbar cannot use.
+#[derive(Debug)]
+pub enum ParseError {
+    Json(serde_json::Error),
+    /// Valid JSON of the wrong shape; says what was expected.
+    Shape(&'static str),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Json(_) => f.write_str("invalid JSON"),
+            ParseError::Shape(expected) => write!(f, "unexpected JSON: expected {expected}"),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParseError::Json(err) => Some(err),
+            ParseError::Shape(_) => None,
+        }
+    }
+}
+
+/// The agent polls use: `timeout` bounds the connect, each read and each whole request; no
+/// redirects; no pooled connections (a poll every few seconds gains nothing from reuse, and a
+/// connection the host closed meanwhile must not read as "unreachable").
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(timeout)
+        .timeout_read(timeout)
+        .timeout_write(timeout)
+        .timeout(timeout)
+        .redirects(0)
+        .max_idle_connections(0)
+        .build()
+}
+
+/// Polls one host. `/health` 200 → go on, 503 → down loading, no answer → down unreachable; any
+/// other status, or an unusable `/props` or `/v1/models` body → down bad answer.
+pub fn poll_host(agent: &ureq::Agent, host: &config::Host) -> Poll {
+    match poll_up(agent, host) {
+        Ok(up) => up,
+        Err(reason) => Poll::Down(reason),
+    }
+}
+
+/// `(per-slot n_ctx, total_slots)` from a `/props` body; missing fields are `None`.
+pub fn parse_props(body: &str) -> Result<(Option<u64>, Option<u64>), ParseError> {
+    let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
+    let props = value.as_object().ok_or(ParseError::Shape("an object"))?;
+    let n_ctx = props
+        .get("default_generation_settings")
+        .and_then(|s| s.get("n_ctx"))
+        .and_then(Value::as_u64);
+    let total_slots = props.get("total_slots").and_then(Value::as_u64);
+    Ok((n_ctx, total_slots))
+}
+
+/// Loaded model ids and aliases from a `/v1/models` or router `/models` body. Entries with a
+/// `status` (router mode) count only when it says `loaded`; entries without one are loaded.
+pub fn parse_models(body: &str) -> Result<Vec<String>, ParseError> {
+    parse_model_list(body).map(|list| list.loaded)
+}
+
+/// Polls every host on its own thread until stopped.
+#[derive(Debug)]
+pub struct Poller {
+    /// Dropping it disconnects the channel every thread waits on: that is the stop signal.
+    stop: Option<Sender<()>>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Poller {
+    /// Starts one thread per host; each polls at once, then every `interval`.
+    pub fn start(
+        health: Arc<Health>,
+        hosts: Vec<config::Host>,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Poller {
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let agent = agent(timeout);
+        let threads = hosts
+            .into_iter()
+            .map(|host| {
+                let (health, agent, stop_rx) =
+                    (Arc::clone(&health), agent.clone(), stop_rx.clone());
+                thread::Builder::new()
+                    .name(format!("health-{}", host.name))
+                    .spawn(move || poll_loop(&health, &agent, &host, interval, &stop_rx))
+                    .expect("spawning a health thread")
+            })
+            .collect();
+        Poller {
+            stop: Some(stop_tx),
+            threads,
+        }
+    }
+
+    /// Stops every thread and joins it. A thread in the middle of a poll finishes it first, which
+    /// the agent's timeouts bound.
+    pub fn stop(mut self) {
+        self.stop.take();
+        for handle in self.threads.drain(..) {
+            if handle.join().is_err() {
+                log::error!("health thread panicked");
+            }
+        }
+    }
+}
+
+fn poll_loop(
+    health: &Health,
+    agent: &ureq::Agent,
+    host: &config::Host,
+    interval: Duration,
+    stop: &Receiver<()>,
+) {
+    loop {
+        let started = Instant::now();
+        let poll = poll_host(agent, host);
+        health.apply(&host.name, poll, unix_ms());
+        // The next poll is due one interval after this one started, however long it took.
+        match stop.recv_deadline(started + interval) {
+            Err(RecvTimeoutError::Timeout) => continue,
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason> {
+    fetch(agent, host, "/health")?;
+    let (per_slot_ctx, total_slots) =
+        parse_props(&fetch(agent, host, "/props")?).map_err(|_| DownReason::BadAnswer)?;
+    let models =
+        parse_model_list(&fetch(agent, host, "/v1/models")?).map_err(|_| DownReason::BadAnswer)?;
+    let loaded = if models.router {
+        models.loaded
+    } else {
+        // A router may only say which models are loaded on `/models`. Anything but a router
+        // answer there (404 on older builds, the same plain list) leaves `/v1/models` in charge.
+        match fetch(agent, host, "/models").map(|body| parse_model_list(&body)) {
+            Ok(Ok(router)) if router.router => router.loaded,
+            _ => models.loaded,
+        }
+    };
+    Ok(Poll::Up {
+        per_slot_ctx,
+        total_slots,
+        loaded,
+    })
+}
+
+/// GETs `path` and returns the body of a 200 answer; anything else as the reason it is down.
+fn fetch(agent: &ureq::Agent, host: &config::Host, path: &str) -> Result<String, DownReason> {
+    let mut request = agent.get(&format!("{}{}", host.url, path));
+    if let Some(key) = &host.api_key {
+        request = request.set("Authorization", &format!("Bearer {key}"));
+    }
+    match request.call() {
+        Ok(response) if response.status() == 200 => {
+            response.into_string().map_err(|_| DownReason::Unreachable)
+        }
+        Ok(_) => Err(DownReason::BadAnswer),
+        Err(ureq::Error::Status(503, _)) => Err(DownReason::Loading),
+        Err(ureq::Error::Status(_, _)) => Err(DownReason::BadAnswer),
+        Err(ureq::Error::Transport(_)) => Err(DownReason::Unreachable),
+    }
+}
+
+/// A models list: what is loaded, and whether any entry carried a router `status`.
+struct ModelList {
+    loaded: Vec<String>,
+    router: bool,
+}
+
+fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
+    let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
+    let entries = match &value {
+        Value::Object(map) => map.get("data").and_then(Value::as_array),
+        Value::Array(entries) => Some(entries),
+        _ => None,
+    }
+    .ok_or(ParseError::Shape("an object with a `data` array"))?;
+    let mut list = ModelList {
+        loaded: Vec::new(),
+        router: false,
+    };
+    for entry in entries {
+        if let Some(status) = entry.get("status") {
+            list.router = true;
+            // `{"value": "loaded", ...}`; a bare string is accepted too. Anything else: not loaded.
+            let value = status.get("value").unwrap_or(status);
+            if value.as_str() != Some("loaded") {
+                continue;
+            }
+        }
+        let id = entry.get("id").and_then(Value::as_str);
+        let aliases = entry
+            .get("aliases")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str);
+        for name in id.into_iter().chain(aliases) {
+            if !list.loaded.iter().any(|known| known == name) {
+                list.loaded.push(name.to_string());
+            }
+        }
+    }
+    Ok(list)
+}
+
+#[cfg(test)]
+mod tests;

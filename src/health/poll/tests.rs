@@ -1,0 +1,345 @@
+//! Polling stories: body shapes from llama-server.md, then real HTTP against fake hosts on
+//! 127.0.0.1:0 that answer well, refuse, hang, load or talk garbage.
+
+mod fakes;
+
+use super::*;
+use fakes::{fake, hung, refusing_url, Answer, Hit};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+// ---- body shapes -------------------------------------------------------------------------
+
+/// `/props` as observed on b11434 with `-c 4096 -np 2`.
+const PROPS: &str = r#"{"default_generation_settings":{"id":0,"n_ctx":2048,"speculative":false,
+  "params":{"temperature":0.8}},"total_slots":2,"model_alias":"/m/tiny.gguf",
+  "model_path":"/m/tiny.gguf","build_info":"b11434-0123abc","is_sleeping":false}"#;
+
+/// `/v1/models` of a single-model server, b9076+ (with `meta`).
+const MODELS: &str = r#"{"object":"list","data":[{"id":"qwen-coder","object":"model",
+  "created":1760000000,"owned_by":"llamacpp","meta":{"n_ctx":2048,"n_ctx_train":32768}}],
+  "models":[{"name":"qwen-coder","model":"qwen-coder","type":"model"}]}"#;
+
+/// A router's `/models`: one entry per known model, each with a status.
+const ROUTER_MODELS: &str = r#"{"object":"list","data":[
+  {"id":"qwen-coder","aliases":["qc"],"object":"model","status":{"value":"loaded","args":["-c","8192"]}},
+  {"id":"llama","object":"model","status":{"value":"unloaded"}},
+  {"id":"mistral","object":"model","status":{"value":"loading"}},
+  {"id":"phi","object":"model","status":{"value":"sleeping"}},
+  {"id":"gemma","object":"model","status":{"failed":true}}]}"#;
+
+#[track_caller]
+fn check_props(body: &str, want: (Option<u64>, Option<u64>)) {
+    assert_eq!(parse_props(body).unwrap(), want, "{body}");
+}
+
+#[track_caller]
+fn check_models(body: &str, want: &[&str]) {
+    assert_eq!(parse_models(body).unwrap(), want, "{body}");
+}
+
+#[test]
+fn props_give_the_per_slot_context_and_slot_count() {
+    check_props(PROPS, (Some(2048), Some(2)));
+    // Older builds and a router's own /props lack the fields: unknown, not an error.
+    check_props(
+        r#"{"default_generation_settings":{"temperature":0.8}}"#,
+        (None, None),
+    );
+    check_props(r#"{"role":"router","max_instances":4}"#, (None, None));
+    check_props(
+        r#"{"default_generation_settings":{"n_ctx":"big"},"total_slots":-1}"#,
+        (None, None),
+    );
+    assert!(matches!(
+        parse_props("<html>oops</html>"),
+        Err(ParseError::Json(_))
+    ));
+    assert!(matches!(parse_props("[1,2]"), Err(ParseError::Shape(_))));
+}
+
+#[test]
+fn models_list_ids_and_aliases_and_routers_only_loaded_ones() {
+    check_models(MODELS, &["qwen-coder"]);
+    // An old build: no meta, no aliases, no status.
+    check_models(
+        r#"{"object":"list","data":[{"id":"/m/tiny.gguf","object":"model"}]}"#,
+        &["/m/tiny.gguf"],
+    );
+    check_models(
+        r#"{"data":[{"id":"a","aliases":["b","a"]},{"object":"model"}]}"#,
+        &["a", "b"],
+    );
+    check_models(ROUTER_MODELS, &["qwen-coder", "qc"]);
+    check_models(r#"{"data":[]}"#, &[]);
+    assert!(matches!(parse_models("not json"), Err(ParseError::Json(_))));
+    assert!(matches!(
+        parse_models(r#"{"object":"list"}"#),
+        Err(ParseError::Shape(_))
+    ));
+    assert!(parse_model_list(ROUTER_MODELS).unwrap().router);
+    assert!(!parse_model_list(MODELS).unwrap().router);
+}
+
+// ---- fake hosts ----------------------------------------------------------------------------
+
+fn good(path: &str) -> (u16, &'static str) {
+    match path {
+        "/health" => (200, r#"{"status":"ok"}"#),
+        "/props" => (200, PROPS),
+        "/v1/models" => (200, MODELS),
+        _ => (
+            404,
+            r#"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#,
+        ),
+    }
+}
+
+fn loading(_: &str) -> (u16, &'static str) {
+    (
+        503,
+        r#"{"error":{"message":"Loading model","type":"unavailable_error","code":503}}"#,
+    )
+}
+
+fn host(name: &str, url: &str) -> config::Host {
+    config::Host {
+        name: name.into(),
+        url: url.into(),
+        weight: 1,
+        api_key: None,
+        ctx: None,
+        models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
+    }
+}
+
+#[track_caller]
+fn check_poll(url: &str, want: Poll) {
+    assert_eq!(
+        poll_host(&agent(Duration::from_secs(5)), &host("h", url)),
+        want,
+        "{url}"
+    );
+}
+
+/// Waits, boundedly, until `cond` holds; the pause between looks only spares the CPU.
+#[track_caller]
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::park_timeout(Duration::from_millis(2));
+    }
+}
+
+// ---- polling one host ----------------------------------------------------------------------
+
+#[test]
+fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
+    let server = fake(good);
+    let mut with_key = host("titan", &server.url);
+    with_key.api_key = Some("sekrit".into());
+    let poll = poll_host(&agent(Duration::from_secs(5)), &with_key);
+    let want = Poll::Up {
+        per_slot_ctx: Some(2048),
+        total_slots: Some(2),
+        loaded: vec!["qwen-coder".into()],
+    };
+    assert_eq!(poll, want);
+    let hits: Vec<Hit> = server.hits.try_iter().collect();
+    let paths: Vec<&str> = hits.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["/health", "/props", "/v1/models", "/models"]);
+    for (path, auth) in &hits {
+        assert_eq!(auth.as_deref(), Some("Bearer sekrit"), "{path}");
+    }
+}
+
+#[test]
+fn a_router_tells_on_models_which_are_loaded() {
+    let server = fake(|path| match path {
+        "/models" => (200, ROUTER_MODELS),
+        other => good(other),
+    });
+    check_poll(
+        &server.url,
+        Poll::Up {
+            per_slot_ctx: Some(2048),
+            total_slots: Some(2),
+            loaded: vec!["qwen-coder".into(), "qc".into()],
+        },
+    );
+    // When /v1/models already carries statuses, /models is not asked.
+    let server = fake(|path| match path {
+        "/v1/models" => (200, ROUTER_MODELS),
+        "/props" => (200, r#"{"role":"router"}"#),
+        other => good(other),
+    });
+    check_poll(
+        &server.url,
+        Poll::Up {
+            per_slot_ctx: None,
+            total_slots: None,
+            loaded: vec!["qwen-coder".into(), "qc".into()],
+        },
+    );
+    let paths: Vec<String> = server.hits.try_iter().map(|(p, _)| p).collect();
+    assert_eq!(paths, ["/health", "/props", "/v1/models"]);
+}
+
+#[test]
+fn each_kind_of_failure_has_its_reason() {
+    check_poll(&refusing_url(), Poll::Down(DownReason::Unreachable));
+    check_poll(&fake(loading).url, Poll::Down(DownReason::Loading));
+    let cases: [(&str, Answer); 5] = [
+        ("health 404", |p| {
+            if p == "/health" {
+                (404, "")
+            } else {
+                good(p)
+            }
+        }),
+        ("health 500", |p| {
+            if p == "/health" {
+                (500, "{}")
+            } else {
+                good(p)
+            }
+        }),
+        ("garbage props", |p| {
+            if p == "/props" {
+                (200, "<html>oops")
+            } else {
+                good(p)
+            }
+        }),
+        ("props 401", |p| {
+            if p == "/props" {
+                (401, "{}")
+            } else {
+                good(p)
+            }
+        }),
+        ("models 500", |p| {
+            if p == "/v1/models" {
+                (500, "{}")
+            } else {
+                good(p)
+            }
+        }),
+    ];
+    for (story, answer) in cases {
+        let server = fake(answer);
+        let poll = poll_host(&agent(Duration::from_secs(5)), &host("h", &server.url));
+        assert_eq!(poll, Poll::Down(DownReason::BadAnswer), "{story}");
+    }
+}
+
+#[test]
+fn a_host_that_never_answers_is_unreachable_after_the_timeout() {
+    let server = hung();
+    let timeout = Duration::from_millis(200);
+    let started = Instant::now();
+    let poll = poll_host(&agent(timeout), &host("h", &server.url));
+    assert_eq!(poll, Poll::Down(DownReason::Unreachable));
+    assert!(started.elapsed() >= timeout);
+    assert!(
+        server.accepted.try_recv().is_ok(),
+        "the request reached the hung host"
+    );
+}
+
+// ---- the poller ----------------------------------------------------------------------------
+
+#[test]
+fn the_poller_marks_each_bad_host_down_while_the_good_one_keeps_its_pace() {
+    let (ok, slow, garbage, booting) = (
+        fake(good),
+        hung(),
+        fake(|p| {
+            if p == "/props" {
+                (200, "{not json")
+            } else {
+                good(p)
+            }
+        }),
+        fake(loading),
+    );
+    let hosts = vec![
+        host("ok", &ok.url),
+        host("slow", &slow.url),
+        host("refused", &refusing_url()),
+        host("garbage", &garbage.url),
+        host("booting", &booting.url),
+    ];
+    let config: BTreeMap<_, _> = hosts.iter().map(|h| (h.name.clone(), h.clone())).collect();
+    let health = Arc::new(Health::new(&config));
+    let timeout = Duration::from_secs(1);
+    let poller = Poller::start(
+        Arc::clone(&health),
+        hosts,
+        Duration::from_millis(25),
+        timeout,
+    );
+
+    // While the slow host's first poll hangs, the good host is polled again and again.
+    slow.accepted
+        .recv_timeout(BOUND)
+        .expect("the slow host was asked");
+    let _ = ok.hits.try_iter().count();
+    let reason = |name: &str| health.get(name).and_then(|s| s.reason);
+    wait_for("the slow host to be marked down", || {
+        reason("slow").is_some()
+    });
+    let polls_meanwhile = ok.hits.try_iter().filter(|(p, _)| p == "/health").count();
+    assert!(
+        polls_meanwhile >= 3,
+        "good host polled {polls_meanwhile} times during a {timeout:?} hang"
+    );
+
+    wait_for("every bad host to be marked down", || {
+        ["refused", "garbage", "booting"]
+            .iter()
+            .all(|h| reason(h).is_some())
+    });
+    assert_eq!(reason("slow"), Some(DownReason::Unreachable));
+    assert_eq!(reason("refused"), Some(DownReason::Unreachable));
+    assert_eq!(reason("garbage"), Some(DownReason::BadAnswer));
+    assert_eq!(reason("booting"), Some(DownReason::Loading));
+    let good_status = health.get("ok").unwrap();
+    assert!(good_status.healthy);
+    assert_eq!(good_status.per_slot_ctx, Some(2048));
+    assert!(health.is_loaded("ok", "qwen-coder"));
+    assert!(good_status.last_poll > 0);
+
+    poller.stop();
+    // Joined: no poll thread is left to ask the good host anything.
+    let _ = ok.hits.try_iter().count();
+    assert!(ok.hits.try_recv().is_err());
+}
+
+#[test]
+fn a_host_coming_back_from_loading_is_marked_up_by_the_next_poll() {
+    // Answers 503 until the test flips it, like llama-server while it loads its model.
+    static READY: AtomicBool = AtomicBool::new(false);
+    let server = fake(|p| {
+        if READY.load(Ordering::SeqCst) {
+            good(p)
+        } else {
+            loading(p)
+        }
+    });
+    let hosts = vec![host("mini", &server.url)];
+    let config: BTreeMap<_, _> = hosts.iter().map(|h| (h.name.clone(), h.clone())).collect();
+    let health = Arc::new(Health::new(&config));
+    let poller = Poller::start(Arc::clone(&health), hosts, Duration::from_millis(10), BOUND);
+    wait_for("mini to be loading", || {
+        health.get("mini").unwrap().reason == Some(DownReason::Loading)
+    });
+    READY.store(true, Ordering::SeqCst);
+    wait_for("mini to be up", || health.healthy("mini"));
+    let status = health.get("mini").unwrap();
+    assert!(status.since > 0 && status.since <= status.last_poll);
+    poller.stop();
+}

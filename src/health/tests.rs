@@ -1,0 +1,213 @@
+//! Health table stories: start-up, polls, forward failures, reloads, the loaded-model rule.
+
+use super::*;
+
+fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
+    config::Host {
+        name: name.into(),
+        url: format!("http://{name}.invalid:8080"),
+        weight: 1,
+        api_key: None,
+        ctx,
+        models: models.iter().map(|m| (m.to_string(), 1)).collect(),
+    }
+}
+
+fn hosts(list: &[config::Host]) -> BTreeMap<String, config::Host> {
+    list.iter().map(|h| (h.name.clone(), h.clone())).collect()
+}
+
+fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
+    Poll::Up {
+        per_slot_ctx: ctx,
+        total_slots: slots,
+        loaded: loaded.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[track_caller]
+fn check_state(health: &Health, name: &str, healthy: bool, reason: Option<DownReason>, since: i64) {
+    let status = health.get(name).expect("host is in the table");
+    assert_eq!(
+        (status.healthy, status.reason, status.since),
+        (healthy, reason, since),
+        "(healthy, reason, since) of {name}"
+    );
+    assert_eq!(health.healthy(name), healthy);
+}
+
+#[test]
+fn hosts_start_healthy_with_their_ctx_override_known() {
+    let health = Health::new(&hosts(&[
+        host("titan", None, &["q"]),
+        host("mini", Some(4096), &["q"]),
+    ]));
+    check_state(&health, "titan", true, None, 0);
+    check_state(&health, "mini", true, None, 0);
+    assert_eq!(health.per_slot_ctx("titan"), None);
+    assert_eq!(health.per_slot_ctx("mini"), Some(4096));
+    assert_eq!(health.get("ghost"), None);
+    assert!(!health.healthy("ghost"));
+    let names: Vec<String> = health.all().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["mini", "titan"]);
+}
+
+#[test]
+fn polls_flip_a_host_and_only_flips_are_transitions() {
+    let health = Health::new(&hosts(&[host("mini", None, &["q"])]));
+    assert!(
+        !health.apply("mini", up(Some(2048), Some(2), &["q"]), 100),
+        "already up"
+    );
+    assert!(!health.apply("mini", up(Some(2048), Some(2), &["q"]), 200));
+    check_state(&health, "mini", true, None, 0);
+    assert_eq!(health.get("mini").unwrap().last_poll, 200);
+
+    assert!(health.apply("mini", Poll::Down(DownReason::Unreachable), 300));
+    check_state(&health, "mini", false, Some(DownReason::Unreachable), 300);
+    assert!(
+        !health.apply("mini", Poll::Down(DownReason::Unreachable), 400),
+        "still down"
+    );
+    check_state(&health, "mini", false, Some(DownReason::Unreachable), 300);
+
+    // A new reason is worth a line, but the host has been down since 300 all along.
+    assert!(health.apply("mini", Poll::Down(DownReason::Loading), 500));
+    check_state(&health, "mini", false, Some(DownReason::Loading), 300);
+
+    assert!(health.apply("mini", up(Some(2048), Some(2), &["q"]), 600));
+    check_state(&health, "mini", true, None, 600);
+    assert_eq!(health.get("mini").unwrap().last_poll, 600);
+}
+
+#[test]
+fn a_forward_failure_marks_down_at_once_and_the_next_good_poll_brings_it_back() {
+    let health = Health::new(&hosts(&[host("mini", None, &["q"])]));
+    health.apply("mini", up(Some(2048), Some(2), &["q"]), 100);
+    assert!(health.is_loaded("mini", "q"));
+
+    assert!(health.mark_down("mini", DownReason::ForwardFailed, 150));
+    assert!(
+        !health.mark_down("mini", DownReason::ForwardFailed, 160),
+        "not a transition"
+    );
+    check_state(&health, "mini", false, Some(DownReason::ForwardFailed), 150);
+    assert!(
+        !health.is_loaded("mini", "q"),
+        "a down host's loaded list is stale"
+    );
+    assert_eq!(
+        health.get("mini").unwrap().last_poll,
+        100,
+        "a forward is not a poll"
+    );
+
+    assert!(health.apply("mini", up(Some(2048), Some(2), &["q"]), 200));
+    check_state(&health, "mini", true, None, 200);
+    assert!(!health.mark_down("ghost", DownReason::ForwardFailed, 200));
+}
+
+#[test]
+fn the_config_ctx_override_wins_over_props() {
+    let health = Health::new(&hosts(&[
+        host("big", Some(8192), &["q"]),
+        host("small", None, &["q"]),
+    ]));
+    health.apply("big", up(Some(2048), Some(4), &[]), 100);
+    health.apply("small", up(Some(2048), Some(4), &[]), 100);
+    assert_eq!(health.per_slot_ctx("big"), Some(8192));
+    assert_eq!(health.per_slot_ctx("small"), Some(2048));
+    assert_eq!(health.get("small").unwrap().total_slots, Some(4));
+
+    // An older build without the field: unknown again, unless overridden.
+    health.apply("big", up(None, None, &[]), 200);
+    health.apply("small", up(None, None, &[]), 200);
+    assert_eq!(health.per_slot_ctx("big"), Some(8192));
+    assert_eq!(health.per_slot_ctx("small"), None);
+}
+
+#[test]
+fn reload_keeps_kept_hosts_adds_new_ones_and_forgets_removed_ones() {
+    let health = Health::new(&hosts(&[
+        host("titan", None, &["q"]),
+        host("mini", None, &["q"]),
+    ]));
+    health.apply("titan", Poll::Down(DownReason::Loading), 100);
+    health.apply("mini", up(Some(2048), None, &["q"]), 100);
+
+    // mini gains an override, titan stays down, old is gone, new arrives healthy.
+    health.set_hosts(&hosts(&[
+        host("titan", None, &["q"]),
+        host("mini", Some(1024), &["q"]),
+        host("new", None, &["q"]),
+    ]));
+    check_state(&health, "titan", false, Some(DownReason::Loading), 100);
+    check_state(&health, "new", true, None, 0);
+    assert_eq!(health.per_slot_ctx("mini"), Some(1024));
+
+    // Dropping the override falls back to what the host reported.
+    health.set_hosts(&hosts(&[host("mini", None, &["q"])]));
+    assert_eq!(health.per_slot_ctx("mini"), Some(2048));
+    assert_eq!(health.get("titan"), None);
+    assert!(
+        !health.apply("titan", up(None, None, &[]), 200),
+        "a removed host stays removed"
+    );
+    assert_eq!(health.get("titan"), None);
+}
+
+#[test]
+fn loaded_means_a_matching_id_or_alias_or_the_single_configured_model() {
+    let health = Health::new(&hosts(&[
+        host("single", None, &["qwen-coder"]),
+        host("multi", None, &["qwen-coder", "llama"]),
+    ]));
+    // (host, reported loaded, asked model, expected)
+    let cases: &[(&str, &[&str], &str, bool)] = &[
+        (
+            "single",
+            &["/models/qwen2.5-coder-7b-q4.gguf"],
+            "qwen-coder",
+            true,
+        ),
+        (
+            "single",
+            &["/models/qwen2.5-coder-7b-q4.gguf"],
+            "llama",
+            false,
+        ),
+        ("single", &["a.gguf", "b.gguf"], "qwen-coder", false),
+        ("single", &[], "qwen-coder", false),
+        ("single", &["x.gguf", "qwen-coder"], "qwen-coder", true),
+        ("multi", &["/models/qwen.gguf"], "qwen-coder", false),
+        ("multi", &["llama", "qwen-coder"], "qwen-coder", true),
+        ("multi", &["llama"], "llama", true),
+        ("multi", &["llama"], "qwen-coder", false),
+    ];
+    for (i, &(name, loaded, model, want)) in cases.iter().enumerate() {
+        health.apply(name, up(None, None, loaded), i as i64);
+        assert_eq!(
+            health.is_loaded(name, model),
+            want,
+            "{name} reports {loaded:?}, asked {model}"
+        );
+    }
+    assert!(!health.is_loaded("ghost", "qwen-coder"));
+}
+
+#[test]
+fn reasons_read_as_the_spec_names_them() {
+    let names: Vec<String> = [
+        DownReason::Unreachable,
+        DownReason::Loading,
+        DownReason::BadAnswer,
+        DownReason::ForwardFailed,
+    ]
+    .iter()
+    .map(|r| r.to_string())
+    .collect();
+    assert_eq!(
+        names,
+        ["unreachable", "loading", "bad answer", "forward failed"]
+    );
+}
