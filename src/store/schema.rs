@@ -1,13 +1,15 @@
 //! The schema as an append-only list of migrations, keyed by `PRAGMA user_version`.
 //!
 //! Never edit or reorder an entry once released: add a new one at the end. Entry `i` takes a
-//! database from version `i` to `i + 1`.
+//! database from version `i` to `i + 1`. Also how the enum columns are spelled when read and
+//! written (their `as_str`).
 
 use std::path::Path;
 
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::{open_err, user_version, StoreError};
+use super::{open_err, user_version, LeaseState, Reason, StoreError};
 
 /// Every schema change, oldest first.
 pub(super) const MIGRATIONS: &[&str] = &[
@@ -90,4 +92,38 @@ pub(super) fn migrate_with(
     tx.pragma_update(None, "user_version", known).map_err(err)?;
     tx.commit().map_err(err)?;
     Ok(())
+}
+
+impl ToSql for LeaseState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for LeaseState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        match value.as_str()? {
+            "active" => Ok(LeaseState::Active),
+            "pinned" => Ok(LeaseState::Pinned),
+            other => Err(FromSqlError::Other(
+                format!("unknown lease state {other:?}").into(),
+            )),
+        }
+    }
+}
+
+impl ToSql for Reason {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for Reason {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let s = value.as_str()?;
+        Reason::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown lease event reason {s:?}").into()))
+    }
 }
