@@ -3,9 +3,8 @@
 //! This is the only module that touches rusqlite. It owns the schema (append-only migrations keyed
 //! by `PRAGMA user_version`, in the manner of cargo's `util/sqlite.rs`) and the row types the rest of
 //! the crate reads and writes. It makes no decisions: which lease lives where is `lease`'s business,
-//! what a request row contains is the proxy's. It must never be called while a network socket is
-//! being served from under a lock; callers keep its (short, local-file) calls off the hot path where
-//! they can.
+//! what a request row contains is the proxy's. It does no network I/O and holds its connection
+//! lock only for its own SQL; every call is a short local-file read or write.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
