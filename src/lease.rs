@@ -1,1 +1,336 @@
-//! (to be written)
+//! The sticky lease table: which host each conversation (route + fingerprint + model) is on.
+//!
+//! A lease moves only when its host is unhealthy, when it has been idle longer than `lease_idle`,
+//! when an operator pins or releases its route, when the context guard moves it, or when a config
+//! reload removes its host. A better host appearing is never a reason to move: a llama-server
+//! prompt cache lives in one process. A pin outranks everything, health included: a pinned host
+//! that is down is an error, never a silent move.
+//!
+//! The table does no I/O of its own and never looks at a clock (`now` is a parameter, unix ms).
+//! Every change is written through a [`Persister`] first and applied to memory only after the
+//! write succeeded, so memory never holds what the database does not. It must not do network I/O:
+//! health and choice come in through [`HostView`] and [`Chooser`], which must answer from memory
+//! and must never call back into the table (the table's lock is held while they run).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::store::{LeaseEvent, LeaseRow, LeaseState, Reason, Store, StoreError};
+
+mod acquire;
+mod operator;
+#[cfg(test)]
+mod tests;
+
+/// What a lease is for. `model` is never empty for a real lease: the row `(route, "", "")` is the
+/// route's pin in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub route: String,
+    pub fp: String,
+    pub model: String,
+}
+
+/// One conversation's lease. Times are unix ms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub key: Key,
+    pub host: String,
+    pub created: i64,
+    pub last_used: i64,
+}
+
+/// The answer to [`Table::acquire`]: the host, and whether its cache should already be warm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    pub host: String,
+    pub reused: bool,
+}
+
+/// Why a lease could not be given or changed.
+#[derive(Debug)]
+pub enum LeaseError {
+    /// No candidate is healthy, not draining and chosen; nothing was created.
+    NoHost,
+    /// The route is pinned to a host that is not healthy; nothing was created.
+    PinnedDown { host: String },
+    /// A pin names a host that never served nor was offered for the route.
+    UnknownHost { host: String },
+    /// The persister refused a write; memory holds what the database holds.
+    Store(StoreError),
+}
+
+/// Where leases are written through to. [`Store`] is the real one.
+pub trait Persister: Send + Sync {
+    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError>;
+    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError>;
+    fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError>;
+    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError>;
+}
+
+/// What the table needs to know about hosts, answered from memory.
+pub trait HostView: Send + Sync {
+    fn healthy(&self, host: &str) -> bool;
+    fn draining(&self, host: &str) -> bool;
+}
+
+/// Picks one of `candidates` (already healthy and not draining) for a new lease of `model`.
+pub trait Chooser: Send + Sync {
+    fn choose(&self, candidates: &[String], model: &str) -> Option<String>;
+}
+
+/// The lease table. Cheap to share behind an `Arc`; every method takes the one lock.
+pub struct Table {
+    persister: Arc<dyn Persister>,
+    hosts: Arc<dyn HostView>,
+    chooser: Arc<dyn Chooser>,
+    inner: Mutex<Inner>,
+}
+
+/// Invariants:
+/// - `leases` and `pins` equal what the persister holds (as of this table's own writes): each is
+///   changed only after the matching write succeeded.
+/// - `leases` never holds a pin; a key's lease is on exactly one host.
+/// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
+///   minus hosts dropped by [`Table::drop_host`]. It is knowledge, not persisted state.
+struct Inner {
+    leases: BTreeMap<Key, Lease>,
+    pins: BTreeMap<String, String>,
+    seen: BTreeMap<String, BTreeSet<String>>,
+    idle: Duration,
+}
+
+impl Table {
+    /// Loads the persisted leases and pins. Rows with `fp == model == ""` and state pinned are pins;
+    /// the hosts of stored leases and pins count as seen for their routes.
+    pub fn new(
+        persister: Arc<dyn Persister>,
+        hosts: Arc<dyn HostView>,
+        chooser: Arc<dyn Chooser>,
+        idle: Duration,
+    ) -> Result<Table, StoreError> {
+        let mut inner = Inner {
+            leases: BTreeMap::new(),
+            pins: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            idle,
+        };
+        for row in persister.list_leases()? {
+            inner.see(&row.route, &row.host);
+            if row.state == LeaseState::Pinned && row.fp.is_empty() && row.model.is_empty() {
+                inner.pins.insert(row.route, row.host);
+                continue;
+            }
+            if row.state == LeaseState::Pinned {
+                log::warn!(
+                    "lease row pinned but keyed like a lease, kept as a lease route={} fp={} model={}",
+                    row.route,
+                    short(&row.fp),
+                    row.model
+                );
+            }
+            let key = Key {
+                route: row.route,
+                fp: row.fp,
+                model: row.model,
+            };
+            let lease = Lease {
+                key: key.clone(),
+                host: row.host,
+                created: row.created,
+                last_used: row.last_used,
+            };
+            inner.leases.insert(key, lease);
+        }
+        Ok(Table {
+            persister,
+            hosts,
+            chooser,
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// The host for `key` (seed 000, rules in order): the route's pin; the key's own lease on a
+    /// healthy host (draining still serves); the route-level lease of the same model; a new lease
+    /// on a healthy, non-draining candidate picked by the chooser. `candidates` are remembered as
+    /// seen for the route unless a write failed.
+    pub fn acquire(
+        &self,
+        key: &Key,
+        candidates: &[String],
+        now: i64,
+    ) -> Result<Acquired, LeaseError> {
+        let mut inner = self.inner.lock();
+        let result = self.acquire_locked(&mut inner, key, candidates, now);
+        if !matches!(result, Err(LeaseError::Store(_))) {
+            for host in candidates {
+                inner.see(&key.route, host);
+            }
+        }
+        result
+    }
+
+    /// The host `route` is pinned to, if any.
+    pub fn pinned(&self, route: &str) -> Option<String> {
+        self.inner.lock().pins.get(route).cloned()
+    }
+
+    /// Every pin as `(route, host)`, sorted.
+    pub fn pins(&self) -> Vec<(String, String)> {
+        let inner = self.inner.lock();
+        inner
+            .pins
+            .iter()
+            .map(|(r, h)| (r.clone(), h.clone()))
+            .collect()
+    }
+
+    /// Re-leases `key` onto `host` (the context guard: the prompt no longer fits where it was).
+    /// Records a `ctx` event from the previous host ("" if none). Fails only on a write.
+    pub fn move_to(&self, key: &Key, host: &str, now: i64) -> Result<(), LeaseError> {
+        let mut inner = self.inner.lock();
+        let from = inner
+            .leases
+            .get(key)
+            .map(|l| l.host.clone())
+            .unwrap_or_default();
+        self.put(&mut inner, Lease::fresh(key, host, now))?;
+        inner.see(&key.route, host);
+        self.note(now, key, Reason::Ctx, &from, host);
+        Ok(())
+    }
+
+    /// Remembers `hosts` as candidates of `route` (a config's route list, at start or reload), so
+    /// an operator can pin to them before any traffic arrived.
+    pub fn add_candidates(&self, route: &str, hosts: &[String]) {
+        let mut inner = self.inner.lock();
+        for host in hosts {
+            inner.see(route, host);
+        }
+    }
+
+    /// Changes the idle time used by [`Table::expire_idle`] (config reload).
+    pub fn set_idle(&self, idle: Duration) {
+        self.inner.lock().idle = idle;
+    }
+
+    /// Copies of every lease, sorted by key; pins are not leases and are not included.
+    pub fn snapshot(&self) -> Vec<Lease> {
+        self.inner.lock().leases.values().cloned().collect()
+    }
+}
+
+impl Lease {
+    fn fresh(key: &Key, host: &str, now: i64) -> Lease {
+        Lease {
+            key: key.clone(),
+            host: host.to_string(),
+            created: now,
+            last_used: now,
+        }
+    }
+
+    fn row(&self) -> LeaseRow {
+        LeaseRow {
+            route: self.key.route.clone(),
+            fp: self.key.fp.clone(),
+            model: self.key.model.clone(),
+            host: self.host.clone(),
+            state: LeaseState::Active,
+            created: self.created,
+            last_used: self.last_used,
+        }
+    }
+}
+
+impl Inner {
+    fn see(&mut self, route: &str, host: &str) {
+        if !self.seen.get(route).is_some_and(|s| s.contains(host)) {
+            self.seen
+                .entry(route.to_string())
+                .or_default()
+                .insert(host.to_string());
+        }
+    }
+
+    fn route_leases<'a>(&'a self, route: &'a str) -> impl Iterator<Item = &'a Lease> + 'a {
+        self.leases.values().filter(move |l| l.key.route == route)
+    }
+}
+
+/// The first 8 characters of a fingerprint, as log lines show it; `-` for the route-level one.
+fn short(fp: &str) -> &str {
+    match fp.char_indices().nth(8) {
+        Some((i, _)) => &fp[..i],
+        None if fp.is_empty() => "-",
+        None => fp,
+    }
+}
+
+/// An error and its sources, joined with ": ", for one log line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
+impl Persister for Store {
+    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
+        Store::save_lease(self, row)
+    }
+    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
+        Store::delete_lease(self, route, fp, model)
+    }
+    fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        Store::list_leases(self)
+    }
+    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
+        Store::record_event(self, ev)
+    }
+}
+
+impl fmt::Debug for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("Table")
+            .field("leases", &inner.leases.len())
+            .field("pins", &inner.pins)
+            .field("idle", &inner.idle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseError::NoHost => f.write_str("no usable host"),
+            LeaseError::PinnedDown { host } => write!(f, "pinned host {host} is not healthy"),
+            LeaseError::UnknownHost { host } => write!(f, "unknown host {host}"),
+            LeaseError::Store(_) => f.write_str("cannot write the lease table"),
+        }
+    }
+}
+
+impl std::error::Error for LeaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LeaseError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for LeaseError {
+    fn from(e: StoreError) -> LeaseError {
+        LeaseError::Store(e)
+    }
+}
