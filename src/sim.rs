@@ -1,1 +1,538 @@
-//! (to be written)
+//! An in-process fake llama-server for crossbar's integration tests, `make demo` and the
+//! cache-affinity benchmark: faithful wire shapes (see `/work/shared/llama-server.md`), a simulated
+//! per-slot prompt cache with a bounded RAM cache, simulated prefill/decode cost, injectable faults,
+//! lock-step streaming and observable events so tests synchronise without sleeping.
+//!
+//! Owns: the listener and its threads (all joined on `stop`/`Drop`), the request record and stats.
+//! Must not: pick ports other than the one it is given, panic on anything a client sends, or hold a
+//! lock while writing to a socket (waits for slots, permits and faults use condvars).
+//! Submodules: `http` (wire), `cache` (slot choice, pure), `respond` (routing, metadata endpoints),
+//! `generate` (completions and streams).
+
+mod cache;
+mod generate;
+mod http;
+mod respond;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+use std::io::BufReader;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+/// What the simulated server looks like and costs.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Reported as `/props` `model_alias` and `/v1/models` `data[0].id`, and as every answer's `model`.
+    pub alias: String,
+    /// Total context; each slot gets `n_ctx / slots` (the per-slot context the server reports).
+    pub n_ctx: u64,
+    /// `total_slots` (llama-server `-np`).
+    pub slots: usize,
+    /// Simulated cost per prompt token that is not in the cache (0 = instant).
+    pub prefill_us_per_token: u64,
+    /// Simulated cost per generated token.
+    pub decode_us_per_token: u64,
+    /// Bounded RAM prompt cache (`--cache-ram`) in tokens; 0 = none.
+    pub ram_cache_tokens: u64,
+    /// When set, everything but `/health`, `/models`, `/v1/models` needs this key.
+    pub api_key: Option<String>,
+    /// Router mode: `(model id, status.value)` listed at `GET /models` and `GET /v1/models`.
+    pub router_models: Option<Vec<(String, String)>>,
+    /// Tokens generated when the request sets no `max_tokens`/`n_predict` (then it ends as "stop").
+    pub default_max_tokens: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            alias: "sim-model".to_string(),
+            n_ctx: 8192,
+            slots: 2,
+            prefill_us_per_token: 0,
+            decode_us_per_token: 0,
+            ram_cache_tokens: 0,
+            api_key: None,
+            router_models: None,
+            default_max_tokens: 8,
+        }
+    }
+}
+
+/// A misbehaviour to inject; `Fault::None` restores normal service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// 503 `Loading model` on every path, `/health` included.
+    Loading,
+    /// Requests are read but never answered (until the fault changes, then the connection closes).
+    Hang,
+    /// 200 with a body that is not JSON on `/props` and `/v1/models`.
+    Garbage,
+    /// The process is "dead": listener closed (connections refused) and open connections reset.
+    /// The next other fault re-binds the same port.
+    Refuse,
+    /// Streams are cut (connection closed) after this many events; non-streamed inference is
+    /// closed without an answer.
+    DieMidStream { after_events: usize },
+    /// Inference paths answer this status with llama-server's error envelope.
+    Status(u16),
+}
+
+/// Something observable happened; receive with [`Sim::events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimEvent {
+    /// A request was read (before faults apply).
+    Request { path: String },
+    /// The `index`-th (0-based) SSE event of a stream was written.
+    EventSent { index: usize },
+    /// The client went away mid-answer; generation stopped and the slot was freed.
+    ClientGone { path: String },
+    /// An inference answer was completely written.
+    Finished {
+        path: String,
+        prompt_n: u64,
+        cache_n: u64,
+    },
+}
+
+/// A request as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Seen {
+    /// First header with this name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Running totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimStats {
+    pub requests: u64,
+    /// Prompt tokens evaluated (not from cache).
+    pub prompt_n: u64,
+    /// Prompt tokens reused from the cache.
+    pub cache_n: u64,
+    pub predicted_n: u64,
+    /// Answers abandoned because the client went away.
+    pub cancelled: u64,
+}
+
+/// Requests kept for [`Sim::requests`]; older ones are dropped (long benchmark runs).
+const SEEN_KEPT: usize = 4096;
+
+/// A running fake llama-server. Stops (joining every thread) on [`Sim::stop`] or drop.
+#[derive(Debug)]
+pub struct Sim {
+    shared: Arc<Shared>,
+    listener: Mutex<Option<Listener>>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    thread: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Sim {
+    /// Starts on `127.0.0.1:0`. Panics only if the loopback interface cannot be bound.
+    pub fn start(cfg: SimConfig) -> Sim {
+        Sim::start_on("127.0.0.1:0", cfg).expect("sim: cannot bind 127.0.0.1:0")
+    }
+
+    pub fn start_on(addr: &str, cfg: SimConfig) -> std::io::Result<Sim> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            pool: Mutex::new(PoolState {
+                pool: cache::Pool::new(cfg.slots, cfg.ram_cache_tokens),
+                closed: false,
+            }),
+            cfg,
+            addr,
+            control: Mutex::new(Control {
+                fault: Fault::None,
+                lockstep: false,
+                permits: 0,
+            }),
+            control_cv: Condvar::new(),
+            pool_cv: Condvar::new(),
+            record: Mutex::new(Record::default()),
+            conns: Mutex::new(Conns::default()),
+            events_tx,
+            events_rx,
+            observed: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        });
+        let sim = Sim {
+            listener: Mutex::new(Some(listen(&shared, listener)?)),
+            shared,
+        };
+        Ok(sim)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// Switches the fault. `Refuse` returns once the port is closed; leaving it re-binds the port.
+    pub fn set_fault(&self, f: Fault) {
+        let was = std::mem::replace(&mut self.shared.control.lock().fault, f);
+        self.shared.control_cv.notify_all();
+        if f == Fault::Refuse && was != Fault::Refuse {
+            self.stop_listening();
+            self.shared.close_connections();
+        } else if f != Fault::Refuse && self.listener.lock().is_none() {
+            match TcpListener::bind(self.shared.addr).and_then(|l| listen(&self.shared, l)) {
+                Ok(l) => *self.listener.lock() = Some(l),
+                Err(e) => log::warn!("sim: cannot re-bind addr={} err={e}", self.shared.addr),
+            }
+        }
+    }
+
+    /// In lock-step mode every SSE event waits for a permit from [`Sim::release`].
+    pub fn set_lockstep(&self, on: bool) {
+        let mut c = self.shared.control.lock();
+        c.lockstep = on;
+        if !on {
+            c.permits = 0;
+        }
+        self.shared.control_cv.notify_all();
+    }
+
+    /// Allows `n` more SSE events (lock-step mode).
+    pub fn release(&self, n: usize) {
+        self.shared.control.lock().permits += n;
+        self.shared.control_cv.notify_all();
+    }
+
+    /// Events from now on (events are only recorded once this has been called).
+    pub fn events(&self) -> Receiver<SimEvent> {
+        self.shared.observed.store(true, Ordering::SeqCst);
+        self.shared.events_rx.clone()
+    }
+
+    /// The most recent requests received (up to 4096), oldest first.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.shared.record.lock().seen.iter().cloned().collect()
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.shared.record.lock().stats
+    }
+
+    /// Stops serving and joins every thread.
+    pub fn stop(self) {}
+
+    fn stop_listening(&self) {
+        let Some(l) = self.listener.lock().take() else {
+            return;
+        };
+        l.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept; it sees the flag and drops the listener.
+        let mut wake = self.shared.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(2));
+        if l.thread.join().is_err() {
+            log::error!("sim: accept thread panicked");
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        {
+            let _c = self.shared.control.lock();
+            self.shared.control_cv.notify_all();
+        }
+        self.shared.pool.lock().closed = true;
+        self.shared.pool_cv.notify_all();
+        self.stop_listening();
+        self.shared.close_connections();
+        loop {
+            let threads = std::mem::take(&mut self.shared.conns.lock().threads);
+            if threads.is_empty() {
+                break;
+            }
+            for t in threads {
+                if t.join().is_err() {
+                    log::error!("sim: connection thread panicked");
+                }
+            }
+        }
+    }
+}
+
+/// State shared by the handle and the server threads. Locks are never nested.
+#[derive(Debug)]
+struct Shared {
+    cfg: SimConfig,
+    addr: SocketAddr,
+    control: Mutex<Control>,
+    /// Notified when the fault, lock-step permits or `stopping` change.
+    control_cv: Condvar,
+    pool: Mutex<PoolState>,
+    /// Notified when a slot is freed or the pool closes.
+    pool_cv: Condvar,
+    record: Mutex<Record>,
+    conns: Mutex<Conns>,
+    events_tx: Sender<SimEvent>,
+    events_rx: Receiver<SimEvent>,
+    /// Events are only queued once someone asked for the receiver.
+    observed: AtomicBool,
+    stopping: AtomicBool,
+}
+
+/// Invariant: `permits` only matters while `lockstep`; it is reset when lock-step is switched off.
+#[derive(Debug)]
+struct Control {
+    fault: Fault,
+    lockstep: bool,
+    permits: usize,
+}
+
+/// Invariant: once `closed`, no slot is handed out (waiters give up).
+#[derive(Debug)]
+struct PoolState {
+    pool: cache::Pool,
+    closed: bool,
+}
+
+/// Invariant: `seen` holds at most `SEEN_KEPT` entries.
+#[derive(Debug, Default)]
+struct Record {
+    stats: SimStats,
+    seen: VecDeque<Seen>,
+}
+
+/// Invariant: every connection thread is in `threads` until joined; `open` holds a handle to each
+/// live socket so shutdown and `Refuse` can reset them.
+#[derive(Debug, Default)]
+struct Conns {
+    next_id: u64,
+    open: HashMap<u64, TcpStream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A slot held by one request; freed (holding `text`) on `finish` or drop, so a client hanging up
+/// or an early return cannot leak it.
+#[derive(Debug)]
+struct SlotLease<'a> {
+    shared: &'a Shared,
+    slot: usize,
+    cache_n: u64,
+    /// Prompt plus generated text so far: what the slot's cache holds afterwards.
+    text: Vec<u8>,
+    done: bool,
+}
+
+impl SlotLease<'_> {
+    fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            let text = std::mem::take(&mut self.text);
+            self.shared.pool.lock().pool.put_back(self.slot, text);
+            self.shared.pool_cv.notify_all();
+        }
+    }
+}
+
+impl Drop for SlotLease<'_> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Shared {
+    fn per_slot_ctx(&self) -> u64 {
+        self.cfg.n_ctx / self.cfg.slots.max(1) as u64
+    }
+
+    fn fault(&self) -> Fault {
+        self.control.lock().fault
+    }
+
+    fn emit(&self, ev: SimEvent) {
+        if self.observed.load(Ordering::SeqCst) {
+            let _ = self.events_tx.send(ev);
+        }
+    }
+
+    fn record_request(&self, seen: Seen) {
+        let mut r = self.record.lock();
+        r.stats.requests += 1;
+        if r.seen.len() == SEEN_KEPT {
+            r.seen.pop_front();
+        }
+        r.seen.push_back(seen);
+    }
+
+    fn record_work(&self, prompt_n: u64, cache_n: u64, predicted_n: u64) {
+        let mut r = self.record.lock();
+        r.stats.prompt_n += prompt_n;
+        r.stats.cache_n += cache_n;
+        r.stats.predicted_n += predicted_n;
+    }
+
+    fn record_gone(&self, path: &str) {
+        self.record.lock().stats.cancelled += 1;
+        self.emit(SimEvent::ClientGone {
+            path: path.to_string(),
+        });
+    }
+
+    /// Waits for an idle slot (llama-server defers, it never answers "busy"); `None` on shutdown.
+    fn take_slot(&self, prompt: &[u8], use_cache: bool) -> Option<SlotLease<'_>> {
+        let mut p = self.pool.lock();
+        loop {
+            if p.closed {
+                return None;
+            }
+            if let Some(t) = p.pool.try_take(prompt, use_cache) {
+                return Some(SlotLease {
+                    shared: self,
+                    slot: t.slot,
+                    cache_n: t.cache_n,
+                    text: prompt.to_vec(),
+                    done: false,
+                });
+            }
+            self.pool_cv.wait(&mut p);
+        }
+    }
+
+    fn slots_busy(&self) -> Vec<bool> {
+        self.pool.lock().pool.busy()
+    }
+
+    /// Simulated work: waits `d`, cut short by shutdown. Returns false when stopping.
+    fn pause(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut c = self.control.lock();
+        while !self.stopping.load(Ordering::SeqCst) {
+            if d.is_zero() || self.control_cv.wait_until(&mut c, deadline).timed_out() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// In lock-step mode, takes one permit (waiting for it). Returns false when stopping.
+    fn permit(&self) -> bool {
+        let mut c = self.control.lock();
+        while !self.stopping.load(Ordering::SeqCst) {
+            if !c.lockstep {
+                return true;
+            }
+            if c.permits > 0 {
+                c.permits -= 1;
+                return true;
+            }
+            self.control_cv.wait(&mut c);
+        }
+        false
+    }
+
+    /// Holds a request unanswered while the fault is `Hang`.
+    fn hang(&self) {
+        let mut c = self.control.lock();
+        while c.fault == Fault::Hang && !self.stopping.load(Ordering::SeqCst) {
+            self.control_cv.wait(&mut c);
+        }
+    }
+
+    fn close_connections(&self) {
+        for sock in self.conns.lock().open.values() {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn listen(shared: &Arc<Shared>, listener: TcpListener) -> std::io::Result<Listener> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sh, st) = (Arc::clone(shared), Arc::clone(&stop));
+    let thread = std::thread::Builder::new()
+        .name("sim-accept".into())
+        .spawn(move || accept_loop(&sh, &listener, &st))?;
+    Ok(Listener { thread, stop })
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, stop: &AtomicBool) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(sock) = conn else { continue };
+        let Ok(handle) = sock.try_clone() else {
+            continue;
+        };
+        let mut conns = shared.conns.lock();
+        conns.threads.retain(|t| !t.is_finished());
+        let id = conns.next_id;
+        conns.next_id += 1;
+        let sh = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("sim-conn".into())
+            .spawn(move || serve_connection(&sh, sock, id));
+        match spawned {
+            Ok(t) => {
+                conns.open.insert(id, handle);
+                conns.threads.push(t);
+            }
+            Err(e) => log::warn!("sim: cannot spawn connection thread err={e}"),
+        }
+    }
+}
+
+fn serve_connection(shared: &Shared, sock: TcpStream, id: u64) {
+    if let Ok(read_half) = sock.try_clone() {
+        let mut reader = BufReader::new(read_half);
+        loop {
+            match http::read_request(&mut reader) {
+                Ok(req) => {
+                    let keep = respond::handle(shared, &sock, &req);
+                    if !(keep && req.keep_alive) {
+                        break;
+                    }
+                }
+                Err(http::ReadError::Bad(status, msg)) => {
+                    respond::reply_error(&sock, status, msg, false);
+                    break;
+                }
+                Err(http::ReadError::Io(e)) => {
+                    log::debug!("sim: connection read failed err={e}");
+                    break;
+                }
+                Err(http::ReadError::Closed) => break,
+            }
+        }
+    }
+    let _ = sock.shutdown(Shutdown::Both);
+    shared.conns.lock().open.remove(&id);
+}

@@ -1,1 +1,331 @@
-//! (to be written)
+//! The response tee: a push parser that watches upstream bytes for token counts, the end of a
+//! stream and mid-stream errors. The proxy writes every byte to the client itself; the tee only
+//! looks, never holds back or alters anything, and does no I/O, no clock, no locks.
+//!
+//! Modes, by the response `Content-Type` (its media type, case-insensitively):
+//! - `text/event-stream`: SSE. Lines end with `\n` or `\r\n` (a lone `\r` is not a terminator);
+//!   `:` comments and fields other than `data`/`error` are ignored; `data:` takes one optional
+//!   space. A single-line event is handled at its line end (llama-server sends one data line per
+//!   event), an event of several data lines at its blank line, its data joined by `\n`. Only
+//!   payloads that mention a quoted `"usage"`, `"timings"`, `"stop"` or `"error"` are parsed as
+//!   JSON. `data: [DONE]` or a native `/completion` chunk with `"stop": true` finishes the stream;
+//!   `data: {"error":...}` (or an `error:` field, as older builds send) is an upstream error.
+//!   A line longer than [`MAX_LINE`] is dropped (and its event with it) rather than buffered;
+//!   [`Tee::overflowed`] tells.
+//! - `application/json`: the body is kept, up to [`MAX_BODY`]; past that no tokens are reported.
+//!   It is parsed when asked ([`Tee::usage`], [`Tee::upstream_error`]), once. Always finished.
+//! - anything else: ignored; no tokens, always finished.
+//!
+//! Token rules. `usage`, `timings` and the native `tokens_*` counters are each remembered from the
+//! LAST payload that carried them (they may come on different events; a later one replaces an
+//! earlier one whole), then:
+//! - prompt     = `usage.prompt_tokens`, else `timings.prompt_n + timings.cache_n` (a missing
+//!   `cache_n` counts 0), else native `tokens_evaluated`;
+//! - cached     = `timings.cache_n`, else `usage.prompt_tokens_details.cached_tokens`;
+//! - completion = `usage.completion_tokens`, else `timings.predicted_n`, else `tokens_predicted`.
+//!
+//! Anything missing, negative or not an integer is `None` (older llama-server builds lack some
+//! fields). Feeding the same bytes split at any points gives the same result.
+
+mod event;
+
+use std::cell::OnceCell;
+use std::fmt;
+
+use event::Seen;
+
+/// Longest SSE line kept, in bytes (terminator excluded); longer lines are dropped.
+pub const MAX_LINE: usize = 1 << 20;
+/// Largest non-streamed JSON body parsed for tokens, in bytes.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// Token counts of one response; `None` when the upstream did not say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+}
+
+/// Watches one upstream response body. See the module header for the rules.
+pub struct Tee {
+    mode: Mode,
+}
+
+enum Mode {
+    Sse(Sse),
+    Json(Json),
+    Ignore,
+}
+
+impl Tee {
+    /// A tee for a response with this `Content-Type` header value (`""` if none).
+    pub fn new(content_type: &str) -> Tee {
+        let essence = content_type.split(';').next().unwrap_or("").trim();
+        let mode = if essence.eq_ignore_ascii_case("text/event-stream") {
+            Mode::Sse(Sse::new(MAX_LINE))
+        } else if essence.eq_ignore_ascii_case("application/json") {
+            Mode::Json(Json::new(MAX_BODY))
+        } else {
+            Mode::Ignore
+        };
+        Tee { mode }
+    }
+
+    /// Looks at the next bytes of the body, exactly as they came from the upstream.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        match &mut self.mode {
+            Mode::Sse(s) => s.feed(chunk),
+            Mode::Json(j) => j.feed(chunk),
+            Mode::Ignore => {}
+        }
+    }
+
+    /// Token counts from what was fed so far.
+    pub fn usage(&self) -> Usage {
+        match &self.mode {
+            Mode::Sse(s) => s.seen.usage(),
+            Mode::Json(j) => j.seen().map(Seen::usage).unwrap_or_default(),
+            Mode::Ignore => Usage::default(),
+        }
+    }
+
+    /// SSE: `data: [DONE]` or a native `"stop": true` chunk was seen. Other modes: always true.
+    pub fn finished(&self) -> bool {
+        match &self.mode {
+            Mode::Sse(s) => s.done || s.seen.stopped,
+            Mode::Json(_) | Mode::Ignore => true,
+        }
+    }
+
+    /// The message of the first upstream error payload seen (SSE error event, or a JSON error
+    /// body such as llama-server's `{"error":{"message":...}}`).
+    pub fn upstream_error(&self) -> Option<String> {
+        match &self.mode {
+            Mode::Sse(s) => s.seen.error.clone(),
+            Mode::Json(j) => j.seen().and_then(|s| s.error.clone()),
+            Mode::Ignore => None,
+        }
+    }
+
+    /// Some input was too large to look at: an SSE line over [`MAX_LINE`] or a JSON body over
+    /// [`MAX_BODY`]. Worth a log line; the counts may then be missing.
+    pub fn overflowed(&self) -> bool {
+        match &self.mode {
+            Mode::Sse(s) => s.dropped > 0,
+            Mode::Json(j) => j.overflowed,
+            Mode::Ignore => false,
+        }
+    }
+}
+
+impl fmt::Debug for Tee {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let mode = match &self.mode {
+            Mode::Sse(_) => "sse",
+            Mode::Json(_) => "json",
+            Mode::Ignore => "ignore",
+        };
+        f.debug_struct("Tee")
+            .field("mode", &mode)
+            .field("usage", &self.usage())
+            .field("finished", &self.finished())
+            .field("overflowed", &self.overflowed())
+            .finish()
+    }
+}
+
+/// SSE scanner state. Invariants: `line.len() <= max_line`; `line` is empty while `skipping`;
+/// `event` holds the current event's data only while `event_lines > 0` and not `event_broken`.
+struct Sse {
+    /// [`MAX_LINE`]; smaller in tests.
+    max_line: usize,
+    /// The unterminated tail of the last chunk.
+    line: Vec<u8>,
+    /// The current line grew past `max_line`: discard bytes up to its `\n`.
+    skipping: bool,
+    /// Lines and events dropped for size.
+    dropped: u64,
+    /// Data lines of the current event, joined by `\n`.
+    event: Vec<u8>,
+    event_lines: u32,
+    /// A line of the current event was dropped or the event grew past `max_line`: skip it.
+    event_broken: bool,
+    done: bool,
+    seen: Seen,
+}
+
+impl Sse {
+    fn new(max_line: usize) -> Sse {
+        Sse {
+            max_line,
+            line: Vec::new(),
+            skipping: false,
+            dropped: 0,
+            event: Vec::new(),
+            event_lines: 0,
+            event_broken: false,
+            done: false,
+            seen: Seen::default(),
+        }
+    }
+
+    fn feed(&mut self, mut rest: &[u8]) {
+        while !rest.is_empty() {
+            let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+                if !self.skipping {
+                    if self.line.len() + rest.len() > self.max_line {
+                        self.drop_line();
+                        self.skipping = true;
+                    } else {
+                        self.line.extend_from_slice(rest);
+                    }
+                }
+                return;
+            };
+            let piece = &rest[..nl];
+            rest = &rest[nl + 1..];
+            if self.skipping {
+                self.skipping = false;
+            } else if self.line.len() + piece.len() > self.max_line {
+                self.drop_line();
+            } else if self.line.is_empty() {
+                self.on_line(piece);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(piece);
+                self.on_line(&line);
+                line.clear();
+                self.line = line; // keep the capacity
+            }
+        }
+    }
+
+    fn drop_line(&mut self) {
+        self.line.clear();
+        self.dropped += 1;
+        self.event_broken = true;
+    }
+
+    /// One complete line, terminator excluded.
+    fn on_line(&mut self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return self.end_event();
+        }
+        if line[0] == b':' {
+            return; // comment or keep-alive
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"data" => self.on_data(value),
+            b"error" => self.seen.absorb_error_field(value),
+            _ => {} // event:, id:, retry: carry nothing we need
+        }
+    }
+
+    fn on_data(&mut self, value: &[u8]) {
+        if self.event_broken {
+            return;
+        }
+        self.event_lines += 1;
+        if self.event_lines == 1 {
+            self.event.clear();
+            self.event.extend_from_slice(value);
+            self.handle_data(value);
+        } else if self.event.len() + 1 + value.len() > self.max_line {
+            self.event_broken = true;
+            self.event.clear();
+            self.dropped += 1;
+        } else {
+            self.event.push(b'\n');
+            self.event.extend_from_slice(value);
+        }
+    }
+
+    fn end_event(&mut self) {
+        if self.event_lines > 1 && !self.event_broken {
+            let event = std::mem::take(&mut self.event);
+            self.handle_data(&event);
+            self.event = event;
+        }
+        self.event.clear();
+        self.event_lines = 0;
+        self.event_broken = false;
+    }
+
+    fn handle_data(&mut self, data: &[u8]) {
+        if data.trim_ascii() == b"[DONE]" {
+            self.done = true;
+        } else if mentions_key(data) {
+            self.seen.absorb(data);
+        }
+    }
+}
+
+/// Cheap prefilter: does `data` contain `"usage"`, `"timings"`, `"stop"` or `"error"`?
+fn mentions_key(data: &[u8]) -> bool {
+    const KEYS: [&[u8]; 4] = [b"usage\"", b"timings\"", b"stop\"", b"error\""];
+    let mut rest = data;
+    while let Some(q) = rest.iter().position(|&b| b == b'"') {
+        rest = &rest[q + 1..];
+        if KEYS.iter().any(|k| rest.starts_with(k)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Non-streamed JSON body state. Invariant: `body.len() <= max_body`, and empty once `overflowed`.
+struct Json {
+    /// [`MAX_BODY`]; smaller in tests.
+    max_body: usize,
+    body: Vec<u8>,
+    overflowed: bool,
+    /// The parse of `body`, made on first demand; reset by every feed.
+    parsed: OnceCell<Seen>,
+}
+
+impl Json {
+    fn new(max_body: usize) -> Json {
+        Json {
+            max_body,
+            body: Vec::new(),
+            overflowed: false,
+            parsed: OnceCell::new(),
+        }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) {
+        if self.overflowed || chunk.is_empty() {
+            return;
+        }
+        self.parsed.take();
+        if self.body.len() + chunk.len() > self.max_body {
+            self.overflowed = true;
+            self.body = Vec::new();
+        } else {
+            self.body.extend_from_slice(chunk);
+        }
+    }
+
+    fn seen(&self) -> Option<&Seen> {
+        if self.overflowed {
+            return None;
+        }
+        Some(self.parsed.get_or_init(|| {
+            let mut seen = Seen::default();
+            seen.absorb(&self.body);
+            seen
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

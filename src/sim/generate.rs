@@ -1,0 +1,387 @@
+//! Completions: render the prompt, check the per-slot context, take a slot (waiting like
+//! llama-server), simulate prefill and decode, and answer in the exact shapes of
+//! `/v1/chat/completions`, `/v1/completions` and native `/completion`, streamed or not.
+//!
+//! Streams honour lock-step permits, `Fault::DieMidStream` and client disconnects (checked before
+//! every event: the slot is freed at once). The slot is given back before the last event is written,
+//! so a client that has read a whole answer always finds the slot idle again.
+
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::http::{self, EventStream, HttpRequest};
+use super::respond::{envelope, reply, reply_error, unix_now, BUILD};
+use super::{cache, Fault, Shared, SimEvent};
+
+/// Which completion API a path speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Chat,
+    Completions,
+    Native,
+}
+
+impl Kind {
+    pub fn of(path: &str) -> Option<Kind> {
+        match path {
+            "/v1/chat/completions" | "/chat/completions" => Some(Kind::Chat),
+            "/v1/completions" | "/completions" => Some(Kind::Completions),
+            "/completion" => Some(Kind::Native),
+            _ => None,
+        }
+    }
+}
+
+/// Generated tokens: 4 bytes each, so the text re-tokenizes to the same count.
+const WORDS: [&str; 16] = [
+    " the", " sun", " was", " red", " and", " sky", " old", " map", " fox", " ran", " far", " our",
+    " sea", " low", " hum", " end",
+];
+
+/// Answers one completion request. Returns whether the connection may carry another request.
+pub(super) fn run(sh: &Shared, sock: &TcpStream, req: &HttpRequest, kind: Kind, fault: Fault) -> bool {
+    let keep = req.keep_alive;
+    let body: Value = match serde_json::from_slice(&req.body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return reply_error(sock, 400, "request body must be a JSON object", keep),
+        Err(e) => return reply_error(sock, 400, &format!("invalid JSON: {e}"), keep),
+    };
+    let prompt = match render(kind, &body) {
+        Ok(p) => p,
+        Err(msg) => return reply_error(sock, 400, msg, keep),
+    };
+    let n_prompt = cache::tokens(prompt.len());
+    let n_ctx = sh.per_slot_ctx();
+    if n_prompt >= n_ctx {
+        let msg = format!(
+            "request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), \
+             try increasing it"
+        );
+        let mut err = envelope(400, &msg);
+        err["error"]["type"] = json!("exceed_context_size_error");
+        err["error"]["n_prompt_tokens"] = json!(n_prompt);
+        err["error"]["n_ctx"] = json!(n_ctx);
+        return reply(sock, 400, &err, req);
+    }
+    let asked = ["max_tokens", "max_completion_tokens", "n_predict"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_i64))
+        .filter(|n| *n >= 0)
+        .map(|n| n as u64);
+    let limit = asked.unwrap_or(sh.cfg.default_max_tokens);
+    let n_predict = limit.min(n_ctx - n_prompt);
+    // No EOS in a simulation: a default-length answer "stops", an explicit or context limit is "length".
+    let finish = if asked.is_some() || n_predict < limit {
+        "length"
+    } else {
+        "stop"
+    };
+    let use_cache = body
+        .get("cache_prompt")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let Some(mut lease) = sh.take_slot(&prompt, use_cache) else {
+        return reply_error(sock, 503, "server is shutting down", false);
+    };
+    let cache_n = lease.cache_n;
+    let prompt_n = n_prompt - cache_n;
+    let us = |per: u64, n: u64| Duration::from_micros(per.saturating_mul(n));
+    if !sh.pause(us(sh.cfg.prefill_us_per_token, prompt_n)) {
+        return false;
+    }
+    let seed = prompt.iter().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(*b)));
+    let word = |i: u64| WORDS[((seed.wrapping_add(i * 7)) % WORDS.len() as u64) as usize];
+    let slot = lease.slot;
+    let done = |predicted: u64| Done {
+        kind,
+        finish,
+        slot,
+        n_prompt,
+        cache_n,
+        prompt_n,
+        predicted,
+        prefill_us: sh.cfg.prefill_us_per_token,
+        decode_us: sh.cfg.decode_us_per_token,
+        alias: sh.cfg.alias.clone(),
+    };
+    let path = req.path();
+
+    if !body.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        if matches!(fault, Fault::DieMidStream { .. }) {
+            let _ = sock.shutdown(Shutdown::Both);
+            return false;
+        }
+        let mut text = String::new();
+        for i in 0..n_predict {
+            if !sh.pause(us(sh.cfg.decode_us_per_token, 1)) {
+                return false;
+            }
+            if http::peer_gone(sock) {
+                lease.finish();
+                sh.record_work(prompt_n, cache_n, i);
+                sh.record_gone(path);
+                return false;
+            }
+            text.push_str(word(i));
+            lease.text.extend_from_slice(word(i).as_bytes());
+        }
+        lease.finish();
+        sh.record_work(prompt_n, cache_n, n_predict);
+        let answer = done(n_predict).full(&text);
+        let ok = reply(sock, 200, &answer, req);
+        sh.emit(finished(path, prompt_n, cache_n));
+        return ok;
+    }
+
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let Ok(stream) = EventStream::start(sock) else {
+        sh.record_gone(path);
+        return false;
+    };
+    let mut out = Out {
+        sh,
+        sock,
+        stream,
+        sent: 0,
+        fault,
+    };
+    let mut predicted = 0;
+    let result = (|| {
+        let id = format!("chatcmpl-sim{seed:x}");
+        let created = unix_now();
+        let chunk = |choices: Value| {
+            json!({"choices": choices, "created": created, "id": id, "model": sh.cfg.alias,
+                   "system_fingerprint": BUILD, "object": "chat.completion.chunk"})
+        };
+        let text_chunk = |text: &str| {
+            json!({"choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": null}],
+                   "created": created, "id": format!("cmpl-sim{seed:x}"), "model": sh.cfg.alias,
+                   "system_fingerprint": BUILD, "object": "text_completion"})
+        };
+        if kind == Kind::Chat {
+            let role = json!([{"finish_reason": null, "index": 0,
+                               "delta": {"role": "assistant", "content": null}}]);
+            out.send(&chunk(role).to_string())?;
+        }
+        for i in 0..n_predict {
+            if !sh.pause(us(sh.cfg.decode_us_per_token, 1)) {
+                return Err(End::Stopped);
+            }
+            let w = word(i);
+            lease.text.extend_from_slice(w.as_bytes());
+            predicted = i + 1;
+            let ev = match kind {
+                Kind::Chat => chunk(json!([{"finish_reason": null, "index": 0,
+                                            "delta": {"content": w}}])),
+                Kind::Completions => text_chunk(w),
+                Kind::Native => json!({"index": 0, "content": w, "tokens": [], "stop": false,
+                                       "id_slot": slot, "tokens_predicted": i + 1,
+                                       "tokens_evaluated": n_prompt}),
+            };
+            out.send(&ev.to_string())?;
+        }
+        lease.finish();
+        sh.record_work(prompt_n, cache_n, n_predict);
+        let d = done(n_predict);
+        match kind {
+            Kind::Chat => {
+                let mut fin = chunk(json!([{"finish_reason": finish, "index": 0, "delta": {}}]));
+                if include_usage {
+                    out.send(&fin.to_string())?;
+                    let mut u = chunk(json!([]));
+                    u["usage"] = d.usage();
+                    u["timings"] = d.timings();
+                    out.send(&u.to_string())?;
+                } else {
+                    fin["timings"] = d.timings();
+                    out.send(&fin.to_string())?;
+                }
+            }
+            Kind::Completions => {
+                let mut fin = text_chunk("");
+                fin["choices"][0]["finish_reason"] = json!(finish);
+                fin["usage"] = d.usage();
+                fin["timings"] = d.timings();
+                out.send(&fin.to_string())?;
+            }
+            Kind::Native => out.send(&d.full("").to_string())?,
+        }
+        if kind != Kind::Native {
+            out.send("[DONE]")?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            if out.stream.finish().is_ok() {
+                sh.emit(finished(path, prompt_n, cache_n));
+            }
+        }
+        Err(End::Gone) => {
+            if !lease.done {
+                lease.finish();
+                sh.record_work(prompt_n, cache_n, predicted);
+            }
+            sh.record_gone(path);
+        }
+        Err(End::Died | End::Stopped) => {}
+    }
+    // llama-server closes the connection after every stream (without saying so).
+    false
+}
+
+fn finished(path: &str, prompt_n: u64, cache_n: u64) -> SimEvent {
+    SimEvent::Finished {
+        path: path.to_string(),
+        prompt_n,
+        cache_n,
+    }
+}
+
+/// Why a stream ended early.
+#[derive(Debug)]
+enum End {
+    Gone,
+    Died,
+    Stopped,
+}
+
+/// The event writer of one stream, applying lock-step, `DieMidStream` and disconnect checks.
+#[derive(Debug)]
+struct Out<'a> {
+    sh: &'a Shared,
+    sock: &'a TcpStream,
+    stream: EventStream<'a>,
+    sent: usize,
+    fault: Fault,
+}
+
+impl Out<'_> {
+    fn send(&mut self, payload: &str) -> Result<(), End> {
+        if !self.sh.permit() {
+            return Err(End::Stopped);
+        }
+        if let Fault::DieMidStream { after_events } = self.fault {
+            if self.sent >= after_events {
+                let _ = self.sock.shutdown(Shutdown::Both);
+                return Err(End::Died);
+            }
+        }
+        if http::peer_gone(self.sock) || self.stream.event(payload).is_err() {
+            return Err(End::Gone);
+        }
+        self.sh.emit(SimEvent::EventSent { index: self.sent });
+        self.sent += 1;
+        Ok(())
+    }
+}
+
+/// Numbers of a finished generation, rendered into each API's final shape.
+#[derive(Debug)]
+struct Done {
+    kind: Kind,
+    finish: &'static str,
+    slot: usize,
+    n_prompt: u64,
+    cache_n: u64,
+    prompt_n: u64,
+    predicted: u64,
+    prefill_us: u64,
+    decode_us: u64,
+    alias: String,
+}
+
+impl Done {
+    fn timings(&self) -> Value {
+        let rate = |n: u64, per_us: u64| {
+            let ms = (n * per_us) as f64 / 1000.0;
+            let per_token = if n > 0 { ms / n as f64 } else { 0.0 };
+            let per_second = if ms > 0.0 { n as f64 * 1000.0 / ms } else { 0.0 };
+            (ms, per_token, per_second)
+        };
+        let (p_ms, p_tok, p_sec) = rate(self.prompt_n, self.prefill_us);
+        let (g_ms, g_tok, g_sec) = rate(self.predicted, self.decode_us);
+        json!({"cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": p_ms,
+               "prompt_per_token_ms": p_tok, "prompt_per_second": p_sec,
+               "predicted_n": self.predicted, "predicted_ms": g_ms,
+               "predicted_per_token_ms": g_tok, "predicted_per_second": g_sec})
+    }
+
+    fn usage(&self) -> Value {
+        json!({"completion_tokens": self.predicted, "prompt_tokens": self.n_prompt,
+               "total_tokens": self.n_prompt + self.predicted,
+               "prompt_tokens_details": {"cached_tokens": self.cache_n}})
+    }
+
+    /// The non-streamed answer (and, with `text` empty, the native final chunk).
+    fn full(&self, text: &str) -> Value {
+        let created = unix_now();
+        match self.kind {
+            Kind::Chat => json!({
+                "choices": [{"finish_reason": self.finish, "index": 0,
+                             "message": {"role": "assistant", "content": text}}],
+                "created": created, "model": self.alias, "system_fingerprint": BUILD,
+                "object": "chat.completion", "usage": self.usage(),
+                "id": format!("chatcmpl-sim{created:x}"), "timings": self.timings()}),
+            Kind::Completions => json!({
+                "choices": [{"text": text, "index": 0, "logprobs": null,
+                             "finish_reason": self.finish}],
+                "created": created, "model": self.alias, "system_fingerprint": BUILD,
+                "object": "text_completion", "usage": self.usage(),
+                "id": format!("cmpl-sim{created:x}"), "timings": self.timings()}),
+            Kind::Native => json!({
+                "index": 0, "content": text, "tokens": [], "id_slot": self.slot, "stop": true,
+                "model": self.alias, "tokens_predicted": self.predicted,
+                "tokens_evaluated": self.n_prompt,
+                "generation_settings": {"n_predict": self.predicted},
+                "has_new_line": false, "truncated": false,
+                "stop_type": if self.finish == "stop" { "eos" } else { "limit" },
+                "stopping_word": "", "tokens_cached": self.n_prompt + self.predicted,
+                "timings": self.timings()}),
+        }
+    }
+}
+
+/// The text the simulated model sees: chat as `role: content\n` per message plus the generation
+/// prompt `assistant: `, so a later turn that repeats the answer extends the cached text.
+fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
+    if kind != Kind::Chat {
+        return match body.get("prompt") {
+            Some(Value::String(s)) => Ok(s.clone().into_bytes()),
+            Some(Value::Array(a)) => Ok(a
+                .iter()
+                .map(|p| match p {
+                    Value::String(s) => s.clone(),
+                    other => format!("{other} "),
+                })
+                .collect::<String>()
+                .into_bytes()),
+            _ => Err("\"prompt\" must be a string or an array"),
+        };
+    }
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        return Err("'messages' is required and must be an array");
+    };
+    let mut out = String::new();
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).ok_or("message without a role")?;
+        let content = match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect(),
+            Some(Value::Null) | None => String::new(),
+            Some(_) => return Err("message content must be a string or an array of parts"),
+        };
+        // Trimmed like most chat templates do; the generated text starts with a space.
+        out.push_str(&format!("{role}: {}\n", content.trim_start()));
+    }
+    out.push_str("assistant:");
+    Ok(out.into_bytes())
+}

@@ -1,0 +1,198 @@
+//! Routing of one request: faults that apply before anything else, API-key check, the metadata
+//! endpoints (`/health`, `/props`, `/v1/models`, `/models`, `/slots`, `/metrics`, `/tokenize`) and
+//! the error envelope. Completions are handed to `generate`.
+//!
+//! Must not: wait on slots or write streams (that is `generate`), or hold a lock while writing.
+
+use std::net::TcpStream;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use super::http::{self, HttpRequest};
+use super::{cache, generate, Fault, Seen, Shared, SimEvent};
+
+/// `build_info` reported by `/props` and as `system_fingerprint`.
+pub(super) const BUILD: &str = "b11434-sim";
+
+/// Answers one request. Returns whether the connection may carry another request.
+pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
+    let path = req.path().to_string();
+    sh.record_request(Seen {
+        method: req.method.clone(),
+        path: req.target.clone(),
+        headers: req.headers.clone(),
+        body: req.body.clone(),
+    });
+    sh.emit(SimEvent::Request { path: path.clone() });
+    let fault = sh.fault();
+    match fault {
+        Fault::Hang => {
+            sh.hang();
+            return false;
+        }
+        // Accepted just before the listener closed: a dead process answers nothing.
+        Fault::Refuse => return false,
+        Fault::Loading => return reply_error(sock, 503, "Loading model", req.keep_alive),
+        _ => {}
+    }
+    let public = matches!(
+        path.as_str(),
+        "/health" | "/v1/health" | "/models" | "/v1/models"
+    );
+    if !public && !authorized(sh, req) {
+        return reply_error(sock, 401, "Invalid API Key", req.keep_alive);
+    }
+    let inference = generate::Kind::of(&path);
+    if let (Some(_), Fault::Status(code)) = (inference, fault) {
+        let msg = format!("simulated failure (status {code})");
+        return reply_error(sock, code, &msg, req.keep_alive);
+    }
+    let garbage = fault == Fault::Garbage;
+    let get = req.method == "GET" || req.method == "HEAD";
+    match (get, path.as_str(), inference) {
+        (_, _, Some(kind)) if req.method == "POST" => generate::run(sh, sock, req, kind, fault),
+        (true, "/health" | "/v1/health", _) => reply(sock, 200, &json!({"status": "ok"}), req),
+        (true, "/props" | "/v1/models" | "/models", _) if garbage => {
+            let body = b"<html>502 whatever this is, it is not JSON";
+            http::write_full(sock, 200, "text/html", body, req.keep_alive).is_ok()
+        }
+        (true, "/props", _) => reply(sock, 200, &props(sh), req),
+        (true, "/v1/models" | "/models", _) => reply(sock, 200, &models(sh), req),
+        (true, "/slots", _) => slots(sh, sock, req),
+        (true, "/metrics", _) => {
+            let msg = "This server does not support metrics endpoint. Start it with `--metrics`";
+            reply_error(sock, 501, msg, req.keep_alive)
+        }
+        (false, "/tokenize", _) if req.method == "POST" => tokenize(sock, req),
+        _ => reply_error(sock, 404, "File Not Found", req.keep_alive),
+    }
+}
+
+/// Writes a JSON answer; true when the connection may be reused.
+pub(super) fn reply(sock: &TcpStream, status: u16, body: &Value, req: &HttpRequest) -> bool {
+    let bytes = body.to_string().into_bytes();
+    let ct = "application/json; charset=utf-8";
+    http::write_full(sock, status, ct, &bytes, req.keep_alive).is_ok() && req.keep_alive
+}
+
+/// llama-server's error envelope for `status`.
+pub(super) fn envelope(status: u16, message: &str) -> Value {
+    let kind = match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        404 => "not_found_error",
+        501 => "not_supported_error",
+        503 => "unavailable_error",
+        _ => "server_error",
+    };
+    json!({"error": {"code": status, "message": message, "type": kind}})
+}
+
+/// Writes an error envelope; true when the connection may be reused.
+pub(super) fn reply_error(sock: &TcpStream, status: u16, message: &str, keep: bool) -> bool {
+    let bytes = envelope(status, message).to_string().into_bytes();
+    let ct = "application/json; charset=utf-8";
+    http::write_full(sock, status, ct, &bytes, keep).is_ok() && keep
+}
+
+pub(super) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn authorized(sh: &Shared, req: &HttpRequest) -> bool {
+    let Some(key) = &sh.cfg.api_key else {
+        return true;
+    };
+    let bearer = req
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    bearer == Some(key.as_str()) || req.header("x-api-key") == Some(key.as_str())
+}
+
+fn props(sh: &Shared) -> Value {
+    let cfg = &sh.cfg;
+    json!({
+        "default_generation_settings": {
+            "id": 0,
+            "n_ctx": sh.per_slot_ctx(),
+            "is_processing": false,
+            "params": {"n_predict": -1, "temperature": 0.8, "cache_prompt": true},
+        },
+        "total_slots": cfg.slots,
+        "model_alias": cfg.alias,
+        "model_path": format!("/models/{}.gguf", cfg.alias),
+        "modalities": {"vision": false, "audio": false},
+        "chat_template": "{{ role }}: {{ content }}\n",
+        "build_info": BUILD,
+        "is_sleeping": false,
+    })
+}
+
+fn models(sh: &Shared) -> Value {
+    let cfg = &sh.cfg;
+    let created = unix_now();
+    if let Some(router) = &cfg.router_models {
+        let data: Vec<Value> = router
+            .iter()
+            .map(|(id, status)| {
+                json!({"id": id, "object": "model", "owned_by": "llamacpp", "created": created,
+                       "in_cache": true, "path": format!("/models/{id}.gguf"),
+                       "status": {"value": status}})
+            })
+            .collect();
+        return json!({"object": "list", "data": data});
+    }
+    json!({
+        "object": "list",
+        "data": [{
+            "id": cfg.alias, "object": "model", "owned_by": "llamacpp", "created": created,
+            "meta": {"n_ctx": sh.per_slot_ctx(), "n_ctx_train": cfg.n_ctx.max(131072),
+                     "vocab_type": 2, "n_vocab": 32000, "n_embd": 64, "n_params": 1000000,
+                     "size": 4000000},
+        }],
+        "models": [{
+            "name": cfg.alias, "model": cfg.alias, "modified_at": "", "size": "", "digest": "",
+            "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+            "parameters": "",
+            "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                        "parameter_size": "", "quantization_level": ""},
+        }],
+    })
+}
+
+fn slots(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
+    let busy = sh.slots_busy();
+    let fail = matches!(req.query("fail_on_no_slot"), Some(v) if v != "0" && v != "false");
+    if fail && busy.iter().all(|b| *b) {
+        return reply_error(sock, 503, "no slot available", req.keep_alive);
+    }
+    let n_ctx = sh.per_slot_ctx();
+    let list: Vec<Value> = busy
+        .iter()
+        .enumerate()
+        .map(|(id, b)| json!({"id": id, "n_ctx": n_ctx, "is_processing": b, "speculative": false}))
+        .collect();
+    reply(sock, 200, &Value::Array(list), req)
+}
+
+/// `POST /tokenize {"content": "..."}` → `{"tokens": [...]}`, one id per simulated token.
+fn tokenize(sock: &TcpStream, req: &HttpRequest) -> bool {
+    let body: Value = match serde_json::from_slice(&req.body) {
+        Ok(v) => v,
+        Err(e) => return reply_error(sock, 400, &format!("invalid JSON: {e}"), req.keep_alive),
+    };
+    let Some(content) = body.get("content").and_then(Value::as_str) else {
+        return reply_error(sock, 400, "\"content\" must be provided", req.keep_alive);
+    };
+    let tokens: Vec<u64> = content
+        .as_bytes()
+        .chunks(cache::TOKEN_BYTES)
+        .map(|c| c.iter().fold(0u64, |h, b| (h * 131 + u64::from(*b)) % 32000))
+        .collect();
+    reply(sock, 200, &json!({ "tokens": tokens }), req)
+}
