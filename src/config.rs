@@ -277,7 +277,7 @@ fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         raw.admin_listen.as_deref().unwrap_or("127.0.0.1:8081"),
         problems,
     );
-    if listen == admin_listen {
+    if listen == admin_listen && listen.port() != 0 {
         problems.push(Problem::new(
             "admin_listen",
             format!("is the same address as listen ({listen})"),
@@ -491,7 +491,7 @@ fn check_url(url: &str) -> Result<String, String> {
     };
     let authority = rest.split('/').next().unwrap_or("");
     let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => (host, Some(port)),
+        Some((host, port)) if !authority.ends_with(']') => (host, Some(port)),
         _ => (authority, None),
     };
     if host.is_empty() || host.contains(['@', ' ', '?', '#']) {

@@ -1,1 +1,199 @@
 use super::*;
+
+const MINIMAL: &str = r#"
+[hosts.titan]
+url = "http://10.0.0.1:8080/"
+[hosts.titan.models.qwen]
+parallel = 2
+
+[routes.projA]
+hosts = ["titan"]
+model = "qwen"
+"#;
+
+#[track_caller]
+fn problems(text: &str) -> Vec<String> {
+    match Config::from_toml(text) {
+        Ok(_) => panic!("config was accepted:\n{text}"),
+        Err(err) => err.lines(),
+    }
+}
+
+#[track_caller]
+fn check_problem(text: &str, expected: &str) {
+    let lines = problems(text);
+    assert!(
+        lines.iter().any(|l| l == expected),
+        "expected {expected:?} among {lines:#?}"
+    );
+}
+
+#[test]
+fn minimal_config_gets_every_default() {
+    let cfg = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(cfg.listen, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(cfg.admin_listen, "127.0.0.1:8081".parse().unwrap());
+    assert_eq!(cfg.admin_token, None);
+    assert_eq!(cfg.db, PathBuf::from("crossbar.db"));
+    assert_eq!(cfg.workers, 64);
+    assert_eq!(cfg.lease_idle, Duration::from_secs(7200));
+    assert_eq!(cfg.health_interval, Duration::from_secs(5));
+    assert_eq!(cfg.queue_max, 16);
+    assert_eq!(cfg.queue_timeout, Duration::from_secs(600));
+    assert_eq!(cfg.log_level, log::LevelFilter::Info);
+    let titan = &cfg.hosts["titan"];
+    assert_eq!(
+        titan.url, "http://10.0.0.1:8080",
+        "trailing slash is trimmed"
+    );
+    assert_eq!(titan.weight, 1);
+    assert_eq!(titan.models["qwen"], 2);
+    assert_eq!(cfg.routes["projA"].hosts, vec!["titan".to_string()]);
+    assert!(cfg.serves("titan", "qwen"));
+    assert!(!cfg.serves("titan", "llama"));
+    assert_eq!(cfg.parallel("titan", "qwen"), 2);
+    assert_eq!(cfg.parallel("mini", "qwen"), 0);
+}
+
+#[test]
+fn the_example_config_is_valid() {
+    let text = include_str!("../../crossbar.toml");
+    let cfg = Config::from_toml(text).unwrap_or_else(|e| panic!("{:#?}", e.lines()));
+    assert_eq!(cfg.routes["projA"].hosts, ["titan", "mini"]);
+    assert_eq!(cfg.hosts["titan"].weight, 2);
+}
+
+#[test]
+fn durations_take_every_unit() {
+    let cases = [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("5m", 300_000),
+        ("2h", 7_200_000),
+        ("1d", 86_400_000),
+    ];
+    for (text, ms) in cases {
+        assert_eq!(
+            parse_duration(text),
+            Ok(Duration::from_millis(ms)),
+            "{text}"
+        );
+    }
+    for bad in [
+        "",
+        "5",
+        "m",
+        "5 minutes",
+        "-1s",
+        "1.5h",
+        "99999999999999999999d",
+    ] {
+        assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn five_mistakes_give_five_lines_naming_their_keys() {
+    let text = r#"
+lease_idle = "forever"
+colour = "blue"
+[hosts.titan]
+url = "ftp://10.0.0.1"
+[hosts.titan.models.qwen]
+parallel = 0
+[routes.projA]
+hosts = ["titan", "ghost"]
+model = "qwen"
+"#;
+    let lines = problems(text);
+    assert_eq!(
+        lines,
+        [
+            "colour: unknown key",
+            "lease_idle: \"forever\" is not a duration like 500ms, 30s, 5m, 2h or 1d",
+            "hosts.titan.url: \"ftp://10.0.0.1\" is not an http:// URL",
+            "hosts.titan.models.qwen.parallel: is 0; a host has at least 1 slot",
+            "routes.projA.hosts: unknown host \"ghost\"",
+        ]
+    );
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_path() {
+    let text = MINIMAL.replace("parallel = 2", "parallel = 2\nslots = 4");
+    check_problem(&text, "hosts.titan.models.qwen.slots: unknown key");
+}
+
+#[test]
+fn route_default_model_must_be_served_by_a_candidate() {
+    let text = MINIMAL.replace("model = \"qwen\"", "model = \"llama\"");
+    check_problem(
+        &text,
+        "routes.projA.model: no host of the route serves \"llama\"",
+    );
+}
+
+#[test]
+fn reserved_and_malformed_route_names_are_refused() {
+    for name in ["v1", "health", "props", "admin", "metrics"] {
+        let text = MINIMAL.replace("[routes.projA]", &format!("[routes.{name}]"));
+        check_problem(
+            &text,
+            &format!("routes.{name}: \"{name}\" is reserved; pick another route name"),
+        );
+    }
+    let text = MINIMAL.replace("[routes.projA]", "[routes.\"proj A\"]");
+    check_problem(
+        &text,
+        "routes.proj A: route names use only letters, digits, '-' and '_'",
+    );
+}
+
+#[test]
+fn duplicate_listen_addresses_are_refused() {
+    let text = format!("listen = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9000\"\n{MINIMAL}");
+    check_problem(
+        &text,
+        "admin_listen: is the same address as listen (127.0.0.1:9000)",
+    );
+}
+
+#[test]
+fn urls_are_checked() {
+    assert_eq!(check_url("http://h:80/").as_deref(), Ok("http://h:80"));
+    assert_eq!(
+        check_url("http://[::1]:8080").as_deref(),
+        Ok("http://[::1]:8080")
+    );
+    assert_eq!(check_url("http://box.lan").as_deref(), Ok("http://box.lan"));
+    for bad in [
+        "https://h",
+        "h:80",
+        "http://",
+        "http://h:0",
+        "http://h:99999",
+        "http://h/?q=1",
+    ] {
+        assert!(check_url(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn wrong_types_are_a_syntax_error_naming_the_key() {
+    let text = format!("workers = \"many\"\n{MINIMAL}");
+    let lines = problems(&text);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("workers"), "{lines:?}");
+}
+
+#[test]
+fn empty_config_says_what_is_missing() {
+    let lines = problems("");
+    assert_eq!(
+        lines,
+        [
+            "hosts: no host is configured",
+            "routes: no route is configured"
+        ]
+    );
+}

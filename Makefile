@@ -1,0 +1,31 @@
+# crossbar — make targets. `make gate` is what every commit must pass.
+CARGO ?= cargo
+
+.PHONY: build test gate fmt clippy run bench clean
+
+build:
+	$(CARGO) build --release
+
+test:
+	$(CARGO) test --all-targets
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --all-targets -- -D warnings
+
+gate:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test --all-targets
+	@echo "gate: ok"
+
+run:
+	$(CARGO) run --release -- serve -c crossbar.toml
+
+bench:
+	$(CARGO) bench --bench overhead
+
+clean:
+	$(CARGO) clean
