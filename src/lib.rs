@@ -2,12 +2,21 @@
 //!
 //! See `docs/ARCHITECTURE.md` for the bird's-eye view and the codemap.
 
+pub mod admin;
 pub mod choose;
+pub mod cli;
 pub mod config;
 pub mod fingerprint;
 pub mod health;
 pub mod lease;
 pub mod limiter;
+pub mod metrics;
+pub mod page;
+pub mod proxy;
+pub mod report;
+pub mod server;
 pub mod sim;
+pub mod state;
 pub mod store;
 pub mod tee;
+pub mod wire;

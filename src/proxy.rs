@@ -1,0 +1,423 @@
+//! The client request path: route, peek, lease, context guard, slot, forward, record.
+//!
+//! [`handle`] serves one request from the client listener start to finish on the calling worker
+//! thread. It owns the order of the steps and the mapping of every failure to its documented JSON
+//! answer ([`ProxyError`]); the upstream exchange and streaming live in `forward`, the context guard
+//! in `ctxguard`, route parsing in `route`. It never holds a lock across network I/O: the lease table,
+//! limiter and health table are called between reads and writes, never around them.
+
+mod ctxguard;
+mod forward;
+mod route;
+
+use std::fmt;
+use std::io::Read;
+use std::time::Instant;
+
+use crate::fingerprint::{self, Peek};
+use crate::lease::{Key, LeaseError};
+use crate::limiter::LimitError;
+use crate::state::Gateway;
+use crate::store::{unix_ms, RequestRow};
+use crate::wire;
+
+pub use route::resolve;
+
+/// Largest request body crossbar reads (it must see the body to fingerprint it).
+pub const MAX_BODY: usize = 16 << 20;
+pub const HOST_HEADER: &str = "X-Crossbar-Host";
+pub const LEASE_HEADER: &str = "X-Crossbar-Lease";
+pub const ROUTE_HEADER: &str = "X-Crossbar-Route";
+pub const CTX_HEADER: &str = "X-Crossbar-Ctx";
+
+/// Why crossbar answers a request itself instead of forwarding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyError {
+    MissingRoute,
+    ConflictingRoute,
+    UnknownRoute(String),
+    NotFound,
+    BodyTooLarge,
+    PromptTooLarge { estimate: u64, max: u64 },
+    NoHealthyHost,
+    PinnedDown(String),
+    QueueFull,
+    QueueTimeout,
+    ShuttingDown,
+    Upstream { host: String, detail: String },
+    Internal(String),
+}
+
+impl ProxyError {
+    pub fn status(&self) -> u16 {
+        match self {
+            ProxyError::MissingRoute | ProxyError::ConflictingRoute => 400,
+            ProxyError::PromptTooLarge { .. } => 400,
+            ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
+            ProxyError::BodyTooLarge => 413,
+            ProxyError::NoHealthyHost
+            | ProxyError::PinnedDown(_)
+            | ProxyError::QueueFull
+            | ProxyError::QueueTimeout
+            | ProxyError::ShuttingDown => 503,
+            ProxyError::Upstream { .. } => 502,
+            ProxyError::Internal(_) => 500,
+        }
+    }
+
+    /// The JSON answer: `{"error": "..."}` plus the fields the spec names.
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({ "error": self.to_string() });
+        match self {
+            ProxyError::PromptTooLarge { estimate, max } => {
+                body["estimate"] = (*estimate).into();
+                body["max"] = (*max).into();
+            }
+            ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
+            ProxyError::PinnedDown(host) => body["host"] = host.clone().into(),
+            _ => {}
+        }
+        body
+    }
+
+    /// Seconds a client should wait before retrying a 503.
+    fn retry_after(&self, health_interval_s: u64) -> Option<u64> {
+        match self {
+            ProxyError::NoHealthyHost | ProxyError::PinnedDown(_) => Some(health_interval_s.max(1)),
+            ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
+            ProxyError::QueueTimeout => Some(5),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProxyError::MissingRoute => "missing route",
+            ProxyError::ConflictingRoute => "conflicting route",
+            ProxyError::UnknownRoute(_) => "unknown route",
+            ProxyError::NotFound => "not found",
+            ProxyError::BodyTooLarge => "body too large",
+            ProxyError::PromptTooLarge { .. } => "prompt too large",
+            ProxyError::NoHealthyHost => "no healthy host",
+            ProxyError::PinnedDown(_) => "pinned host down",
+            ProxyError::QueueFull => "queue full",
+            ProxyError::QueueTimeout => "queue timeout",
+            ProxyError::ShuttingDown => "shutting down",
+            ProxyError::Upstream { .. } => "upstream error",
+            ProxyError::Internal(_) => "internal error",
+        })
+    }
+}
+
+impl std::error::Error for ProxyError {}
+
+impl From<LeaseError> for ProxyError {
+    fn from(err: LeaseError) -> ProxyError {
+        match err {
+            LeaseError::NoHost => ProxyError::NoHealthyHost,
+            LeaseError::PinnedDown { host } => ProxyError::PinnedDown(host),
+            other => ProxyError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<LimitError> for ProxyError {
+    fn from(err: LimitError) -> ProxyError {
+        match err {
+            LimitError::QueueFull => ProxyError::QueueFull,
+            LimitError::Timeout => ProxyError::QueueTimeout,
+            LimitError::Closed => ProxyError::ShuttingDown,
+        }
+    }
+}
+
+/// What the client asked, copied out of the tiny_http request before its body is read.
+#[derive(Debug)]
+struct Incoming {
+    method: String,
+    path: String,
+    query: String,
+    headers: Vec<(String, String)>,
+    http10: bool,
+}
+
+impl Incoming {
+    fn of(request: &tiny_http::Request) -> Incoming {
+        let url = request.url();
+        let (path, query) = match url.split_once('?') {
+            Some((path, query)) => (path, format!("?{query}")),
+            None => (url, String::new()),
+        };
+        Incoming {
+            method: request.method().as_str().to_string(),
+            path: path.to_string(),
+            query,
+            headers: request
+                .headers()
+                .iter()
+                .map(|h| {
+                    (
+                        h.field.as_str().as_str().to_string(),
+                        h.value.as_str().to_string(),
+                    )
+                })
+                .collect(),
+            http10: request.http_version() == &tiny_http::HTTPVersion(1, 0),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn bodyless(&self) -> bool {
+        self.method == "GET" || self.method == "HEAD"
+    }
+}
+
+/// A request that passed every check and holds a lease and a slot.
+struct Plan<'a> {
+    host: &'a crate::config::Host,
+    rest: String,
+    body: Vec<u8>,
+    reused: bool,
+    ctx_moved: Option<String>,
+}
+
+/// Serves one client request completely. Never panics on client input; every outcome is answered
+/// and recorded. The request stays in `slot` until the answer starts, so a worker that catches a
+/// panic before then can still answer 500.
+pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
+    let Some(request) = slot.as_mut() else {
+        return;
+    };
+    let clock = Instant::now();
+    let incoming = Incoming::of(request);
+    let mut row = RequestRow {
+        started: unix_ms(std::time::SystemTime::now()),
+        ..RequestRow::default()
+    };
+    let config = gw.config();
+    let mut ctx_est = None;
+    let outcome = (|| {
+        let header = incoming.header(ROUTE_HEADER);
+        let (route_name, rest) = resolve(&incoming.path, header, &config)?;
+        let route = &config.routes[&route_name];
+        row.route = route_name.clone();
+        let body = read_body(request, &incoming)?;
+        let session = incoming
+            .header("X-Session-Id")
+            .or_else(|| incoming.header("X-Conversation-Id"));
+        let Peek { model, fp, .. } = if incoming.bodyless() {
+            Peek {
+                model: None,
+                fp: String::new(),
+                stream: false,
+            }
+        } else {
+            fingerprint::peek(&body, session)
+        };
+        let model = model.unwrap_or_else(|| route.model.clone());
+        row.fp = fp.clone();
+        row.model = model.clone();
+        let key = Key {
+            route: route_name,
+            fp,
+            model,
+        };
+        let now = row.started;
+        let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
+        row.host = acquired.host.clone();
+        let estimate = ctxguard::estimate(&incoming, body.len());
+        ctx_est = Some(estimate);
+        let guard = ctxguard::check(gw, &config, &key, &acquired.host, estimate, now)?;
+        if let Some(moved) = &guard {
+            row.host = moved.to.clone();
+        }
+        let host = config
+            .hosts
+            .get(&row.host)
+            .ok_or_else(|| ProxyError::Internal(format!("host {} is not configured", row.host)))?;
+        Ok((
+            Plan {
+                host,
+                rest,
+                body,
+                reused: acquired.reused,
+                ctx_moved: guard.map(|m| format!("moved:{}>{}", m.from, m.to)),
+            },
+            key,
+        ))
+    })();
+    let (plan, key) = match outcome {
+        Ok(ok) => ok,
+        Err(err) => return refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+    };
+    let permit = match gw.limiter.acquire(&plan.host.name, &key.model) {
+        Ok((permit, waited)) => {
+            row.queued_ms = waited.as_millis() as i64;
+            permit
+        }
+        Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
+    };
+    let reused = plan.reused;
+    match forward::exchange(gw, &incoming, &plan, &mut row, clock) {
+        Ok(response) => {
+            if let Some(request) = slot.take() {
+                forward::relay(gw, request, &incoming, &plan, response, &mut row, clock);
+            }
+        }
+        Err(err) => {
+            drop(permit);
+            return refuse(gw, slot, &incoming, err, row, clock, ctx_est);
+        }
+    }
+    drop(permit);
+    log_request(gw, &row, &key, Some(reused), ctx_est);
+}
+
+/// Reads the body, refusing more than [`MAX_BODY`] bytes.
+fn read_body(request: &mut tiny_http::Request, incoming: &Incoming) -> Result<Vec<u8>, ProxyError> {
+    let declared = incoming
+        .header("Content-Length")
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(ProxyError::BodyTooLarge);
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    request
+        .as_reader()
+        .take(MAX_BODY as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|err| ProxyError::Internal(format!("reading the request body: {err}")))?;
+    if body.len() > MAX_BODY {
+        return Err(ProxyError::BodyTooLarge);
+    }
+    Ok(body)
+}
+
+/// Answers with crossbar's own error, recording the row before the client can see the answer.
+fn refuse(
+    gw: &Gateway,
+    slot: &mut Option<tiny_http::Request>,
+    incoming: &Incoming,
+    err: ProxyError,
+    mut row: RequestRow,
+    clock: Instant,
+    ctx_est: Option<u64>,
+) {
+    if let ProxyError::Upstream { host, detail } = &err {
+        row.host = host.clone();
+        row.err = format!("upstream error: {detail}");
+    } else if let ProxyError::Internal(detail) = &err {
+        row.err = detail.clone();
+        log::error!("internal error route={} error=\"{detail}\"", row.route);
+    } else {
+        row.err = err.to_string();
+    }
+    row.status = err.status();
+    row.total_ms = clock.elapsed().as_millis() as i64;
+    let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+    if let Some(secs) = err.retry_after(gw.config().health_interval.as_secs()) {
+        headers.push(("Retry-After".to_string(), secs.to_string()));
+    }
+    if !row.host.is_empty() {
+        headers.push((HOST_HEADER.to_string(), row.host.clone()));
+    }
+    record(gw, &row);
+    let body = err.body().to_string();
+    let head_only = incoming.method == "HEAD";
+    if let Some(request) = slot.take() {
+        let out = request.into_writer();
+        let _ = wire::send(
+            out,
+            incoming.http10,
+            head_only,
+            row.status,
+            &headers,
+            body.as_bytes(),
+        );
+    }
+    let key = Key {
+        route: row.route.clone(),
+        fp: row.fp.clone(),
+        model: row.model.clone(),
+    };
+    log_request(gw, &row, &key, None, ctx_est);
+}
+
+/// Writes the accounting row; a failure is logged, never shown to the client.
+fn record(gw: &Gateway, row: &RequestRow) {
+    gw.metrics.observe_request(row);
+    if let Err(err) = gw.store.record_request(row) {
+        log::error!(
+            "accounting row lost route={} host={} error=\"{err}\"",
+            row.route,
+            row.host
+        );
+    }
+}
+
+/// The one plain line per request (never the body), and a warning when a reused lease found a
+/// cold cache.
+fn log_request(
+    gw: &Gateway,
+    row: &RequestRow,
+    key: &Key,
+    reused: Option<bool>,
+    ctx_est: Option<u64>,
+) {
+    let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
+    let lease = match reused {
+        Some(true) => "reused",
+        Some(false) => "new",
+        None => "-",
+    };
+    let mut line = format!(
+        "route={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
+        or_dash(&row.route),
+        or_dash(&row.host),
+        or_dash(&row.model),
+        or_dash(fingerprint::short(&row.fp)),
+        row.status,
+        row.queued_ms,
+        row.ttfb_ms,
+        row.total_ms,
+        tokens(row.prompt_tokens),
+        tokens(row.cached_tokens),
+        tokens(row.completion_tokens),
+    );
+    if let Some(est) = ctx_est {
+        line.push_str(&format!(" ctx_est={est}"));
+    }
+    if !row.err.is_empty() {
+        line.push_str(&format!(" err=\"{}\"", row.err.replace('"', "'")));
+    }
+    log::info!("{line}");
+    if let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) {
+        let previous = gw.swap_last_prompt(key, prompt);
+        if let (Some(true), Some(previous)) = (reused, previous) {
+            if cached * 2 < previous {
+                log::warn!(
+                    "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
+                    row.route,
+                    row.host,
+                    fingerprint::short(&row.fp)
+                );
+            }
+        }
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}

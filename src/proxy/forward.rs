@@ -1,0 +1,230 @@
+//! The upstream exchange: send the request to the leased host, then relay its answer to the client
+//! chunk by chunk through the tee, recording the accounting row before the client can see the end.
+
+use std::io::{ErrorKind, Read};
+use std::time::{Instant, SystemTime};
+
+use crate::health::DownReason;
+use crate::state::Gateway;
+use crate::store::{unix_ms, RequestRow};
+use crate::tee::Tee;
+use crate::wire::{self, BodyWriter, Framing};
+
+use super::{record, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
+
+/// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
+const READ_BUF: usize = 16 * 1024;
+
+/// Sends the request upstream and waits for the response head. A connection or read failure before
+/// the head marks the host down and becomes a 502; upstream error statuses are answers, not errors.
+pub(super) fn exchange(
+    gw: &Gateway,
+    incoming: &Incoming,
+    plan: &Plan<'_>,
+    row: &mut RequestRow,
+    clock: Instant,
+) -> Result<ureq::Response, ProxyError> {
+    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
+    let mut request = gw.agent().request(&incoming.method, &url);
+    let tokens = wire::connection_tokens(incoming.header("Connection"));
+    for (name, value) in &incoming.headers {
+        let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
+        let replaced = plan.host.api_key.is_some()
+            && (name.eq_ignore_ascii_case("authorization")
+                || name.eq_ignore_ascii_case("x-api-key"));
+        if wire::is_hop_by_hop(name, &tokens)
+            || name.eq_ignore_ascii_case("expect")
+            || ours
+            || replaced
+        {
+            continue;
+        }
+        request = request.set(name, value);
+    }
+    if let Some(key) = &plan.host.api_key {
+        request = request.set("Authorization", &format!("Bearer {key}"));
+    }
+    let result = if plan.body.is_empty() && incoming.bodyless() {
+        request.call()
+    } else {
+        request.send_bytes(&plan.body)
+    };
+    row.ttfb_ms = clock.elapsed().as_millis() as i64;
+    match result {
+        Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(response),
+        Err(ureq::Error::Transport(err)) => {
+            let host = plan.host.name.clone();
+            gw.health
+                .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
+            log::warn!("forward failed host={host} error=\"{err}\"");
+            Err(ProxyError::Upstream {
+                host,
+                detail: err.to_string(),
+            })
+        }
+    }
+}
+
+/// Relays the upstream answer: head first, then every read as soon as it arrives. The row is
+/// written before the last bytes go out, so it is in the db once the client has the whole answer.
+pub(super) fn relay(
+    gw: &Gateway,
+    request: tiny_http::Request,
+    incoming: &Incoming,
+    plan: &Plan<'_>,
+    response: ureq::Response,
+    row: &mut RequestRow,
+    clock: Instant,
+) {
+    row.status = response.status();
+    let content_type = response.header("Content-Type").unwrap_or("").to_string();
+    row.streamed = content_type.starts_with("text/event-stream");
+    let framing = framing(incoming, &response);
+    let headers = response_headers(&response, plan);
+    let mut tee = Tee::new(&content_type);
+    let mut upstream = response.into_reader();
+    let out = match BodyWriter::start(
+        request.into_writer(),
+        incoming.http10,
+        row.status,
+        &headers,
+        framing,
+    ) {
+        Ok(out) => out,
+        Err(err) => return client_gone(gw, row, clock, &err),
+    };
+    let mut out = out;
+    let mut remaining = match framing {
+        Framing::Length(n) => Some(n),
+        _ => None,
+    };
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        if remaining == Some(0) || framing == Framing::Empty {
+            break;
+        }
+        let n = match upstream.read(&mut buf) {
+            Ok(0) if remaining.is_none() => break,
+            Ok(0) => {
+                return upstream_broke(
+                    gw,
+                    row,
+                    clock,
+                    &tee,
+                    out,
+                    "upstream closed before the declared length",
+                )
+            }
+            Ok(n) => n,
+            Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+            Err(err) => return upstream_broke(gw, row, clock, &tee, out, &err.to_string()),
+        };
+        let piece = &buf[..n.min(remaining.unwrap_or(u64::MAX) as usize)];
+        tee.feed(piece);
+        if let Some(left) = remaining.as_mut() {
+            *left -= piece.len() as u64;
+            if *left == 0 {
+                // The last bytes: account first, so the row exists when the client has it all.
+                finish_row(row, clock, &tee);
+                record(gw, row);
+                if let Err(err) = out.write(piece) {
+                    log::debug!("client went away on the last write: {err}");
+                }
+                return;
+            }
+        }
+        if let Err(err) = out.write(piece) {
+            // Dropping `upstream` (on return) closes the upstream connection, so llama-server
+            // cancels the generation and frees its slot.
+            return client_gone(gw, row, clock, &err);
+        }
+    }
+    finish_row(row, clock, &tee);
+    record(gw, row);
+    if let Err(err) = out.finish() {
+        log::debug!("client went away before the last chunk: {err}");
+    }
+}
+
+/// The client's framing: keep upstream's length when it gave one, else chunk (HTTP/1.1) or close.
+fn framing(incoming: &Incoming, response: &ureq::Response) -> Framing {
+    let status = response.status();
+    if incoming.method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status) {
+        return Framing::Empty;
+    }
+    let chunked = response
+        .header("Transfer-Encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let length = response
+        .header("Content-Length")
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match length {
+        Some(n) if !chunked => Framing::Length(n),
+        _ if incoming.http10 => Framing::UntilClose,
+        _ => Framing::Chunked,
+    }
+}
+
+/// Upstream headers minus hop-by-hop ones, plus crossbar's own.
+fn response_headers(response: &ureq::Response, plan: &Plan<'_>) -> Vec<(String, String)> {
+    let tokens = wire::connection_tokens(response.header("Connection"));
+    let mut headers = Vec::new();
+    for name in response.headers_names() {
+        if wire::is_hop_by_hop(&name, &tokens) {
+            continue;
+        }
+        for value in response.all(&name) {
+            headers.push((canonical(&name), value.to_string()));
+        }
+    }
+    headers.push((HOST_HEADER.to_string(), plan.host.name.clone()));
+    let lease = if plan.reused { "reused" } else { "new" };
+    headers.push((LEASE_HEADER.to_string(), lease.to_string()));
+    if let Some(moved) = &plan.ctx_moved {
+        headers.push((CTX_HEADER.to_string(), moved.clone()));
+    }
+    headers
+}
+
+/// `content-type` → `Content-Type` (ureq lowercases names; clients don't care, people reading do).
+fn canonical(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = true;
+    for c in name.chars() {
+        out.push(if upper { c.to_ascii_uppercase() } else { c });
+        upper = c == '-';
+    }
+    out
+}
+
+fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
+    let usage = tee.usage();
+    row.prompt_tokens = usage.prompt_tokens;
+    row.cached_tokens = usage.cached_tokens;
+    row.completion_tokens = usage.completion_tokens;
+    row.total_ms = clock.elapsed().as_millis() as i64;
+    if let Some(err) = tee.upstream_error() {
+        row.err = format!("upstream error event: {err}");
+    }
+}
+
+fn client_gone(gw: &Gateway, row: &mut RequestRow, clock: Instant, err: &std::io::Error) {
+    row.total_ms = clock.elapsed().as_millis() as i64;
+    row.status = 499;
+    row.err = format!("client went away: {err}");
+    record(gw, row);
+}
+
+fn upstream_broke(
+    gw: &Gateway,
+    row: &mut RequestRow,
+    clock: Instant,
+    tee: &Tee,
+    out: BodyWriter,
+    detail: &str,
+) {
+    finish_row(row, clock, tee);
+    row.err = format!("upstream failed mid-body: {detail}");
+    record(gw, row);
+    out.abort();
+}

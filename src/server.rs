@@ -1,0 +1,276 @@
+//! The running gateway: listeners, the fixed worker pool, and the background threads.
+//!
+//! [`Server::start`] opens the store, binds both listeners and starts every thread; [`Server::stop`]
+//! stops taking requests, lets in-flight ones finish within the grace period and joins everything.
+//! Every thread here is owned and joinable. A panic while serving one request becomes a 500 for that
+//! request; the worker lives on.
+
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+
+use crate::admin;
+use crate::config::Config;
+use crate::health::Poller;
+use crate::proxy;
+use crate::state::Gateway;
+use crate::store::{unix_ms, Store, StoreError};
+
+/// Threads serving the admin listener: operators and scrapers, never many at once.
+const ADMIN_WORKERS: usize = 2;
+/// Longest a health poll may take, so one hung host is noticed quickly.
+const POLL_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug)]
+pub enum StartError {
+    Store(StoreError),
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        detail: String,
+    },
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Store(err) => write!(f, "{err}"),
+            StartError::Bind { what, addr, detail } => {
+                write!(f, "cannot listen for {what} on {addr}: {detail}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Store(err) => Some(err),
+            StartError::Bind { .. } => None,
+        }
+    }
+}
+
+/// A started gateway. Dropping it without [`Server::stop`] leaves its threads running.
+pub struct Server {
+    gateway: Arc<Gateway>,
+    client: Arc<tiny_http::Server>,
+    admin: Arc<tiny_http::Server>,
+    client_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    stopping: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<()>>,
+    admin_workers: Vec<JoinHandle<()>>,
+    /// Each client worker sends once here when it exits, so `stop` can wait with a deadline.
+    exited: Receiver<()>,
+    sweeper: Option<(Sender<()>, JoinHandle<()>)>,
+    poller: Mutex<Option<Poller>>,
+}
+
+impl Server {
+    /// Opens the store, loads the leases, binds the listeners and starts all threads.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        let store = Store::open(&config.db).map_err(StartError::Store)?;
+        let workers = config.workers;
+        let bind = |what, addr: SocketAddr| {
+            tiny_http::Server::http(addr)
+                .map(Arc::new)
+                .map_err(|err| StartError::Bind {
+                    what,
+                    addr,
+                    detail: err.to_string(),
+                })
+        };
+        let client = bind("clients", config.listen)?;
+        let admin = bind("the admin API", config.admin_listen)?;
+        let client_addr = listen_addr(&client, config.listen);
+        let admin_addr = listen_addr(&admin, config.admin_listen);
+        let gateway = Arc::new(Gateway::new(config, store).map_err(StartError::Store)?);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (exit_tx, exited) = bounded(workers);
+        let workers = (0..workers)
+            .map(|i| {
+                let (gw, listener, done) = (gateway.clone(), client.clone(), exit_tx.clone());
+                spawn(format!("worker-{i}"), move || {
+                    serve(&listener, |request| proxy::handle(&gw, request));
+                    let _ = done.send(());
+                })
+            })
+            .collect();
+        let admin_workers = (0..ADMIN_WORKERS)
+            .map(|i| {
+                let (gw, listener) = (gateway.clone(), admin.clone());
+                spawn(format!("admin-{i}"), move || {
+                    serve(&listener, |request| admin::handle(&gw, request))
+                })
+            })
+            .collect();
+        let sweeper = Some(start_sweeper(gateway.clone()));
+        let poller = Mutex::new(Some(start_poller(&gateway)));
+        log::info!("crossbar listening clients={client_addr} admin={admin_addr}");
+        Ok(Server {
+            gateway,
+            client,
+            admin,
+            client_addr,
+            admin_addr,
+            stopping,
+            workers,
+            admin_workers,
+            exited,
+            sweeper,
+            poller,
+        })
+    }
+
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Puts a new, already validated config in force. Listener addresses and the worker count
+    /// only change with a restart; everything else changes now, leases kept.
+    pub fn reload(&self, config: Config) {
+        let old = self.gateway.config();
+        if config.listen != old.listen
+            || config.admin_listen != old.admin_listen
+            || config.workers != old.workers
+        {
+            log::warn!(
+                "config reload: listen, admin_listen and workers take effect at the next restart"
+            );
+        }
+        self.gateway
+            .apply_config(config, unix_ms(SystemTime::now()));
+        let mut poller = self.poller.lock();
+        if let Some(old) = poller.take() {
+            old.stop();
+        }
+        *poller = Some(start_poller(&self.gateway));
+        log::info!("config reloaded");
+    }
+
+    /// Stops taking requests, gives in-flight ones up to `grace` to finish, then joins every
+    /// thread. Accounting rows are written by each request as it ends, so none is pending after.
+    pub fn stop(mut self, grace: Duration) {
+        self.stopping.store(true, Ordering::SeqCst);
+        log::info!(
+            "stopping: waiting up to {}s for in-flight requests",
+            grace.as_secs()
+        );
+        // Waiters for a slot will not get one now; they are answered 503.
+        self.gateway.limiter.close();
+        for _ in 0..self.workers.len() {
+            self.client.unblock();
+        }
+        let deadline = Instant::now() + grace;
+        let mut running = self.workers.len();
+        while running > 0 {
+            match self.exited.recv_deadline(deadline) {
+                Ok(()) => running -= 1,
+                Err(_) => break,
+            }
+        }
+        if running > 0 {
+            log::warn!(
+                "stopping: {running} requests still running after the grace period; leaving them"
+            );
+        } else {
+            for worker in self.workers.drain(..) {
+                let _ = worker.join();
+            }
+        }
+        for _ in 0..self.admin_workers.len() {
+            self.admin.unblock();
+        }
+        for worker in self.admin_workers.drain(..) {
+            let _ = worker.join();
+        }
+        if let Some((stop, handle)) = self.sweeper.take() {
+            drop(stop);
+            let _ = handle.join();
+        }
+        if let Some(poller) = self.poller.lock().take() {
+            poller.stop();
+        }
+        log::info!("stopped");
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("client_addr", &self.client_addr)
+            .field("admin_addr", &self.admin_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves requests from `listener` until it is unblocked.
+fn serve(listener: &tiny_http::Server, handle: impl Fn(&mut Option<tiny_http::Request>)) {
+    while let Ok(request) = listener.recv() {
+        let mut slot = Some(request);
+        if catch_unwind(AssertUnwindSafe(|| handle(&mut slot))).is_err() {
+            log::error!("a request handler panicked; answered 500");
+            if let Some(request) = slot.take() {
+                let body = br#"{"error":"internal error"}"#;
+                let headers = [("Content-Type".to_string(), "application/json".to_string())];
+                let _ = crate::wire::send(request.into_writer(), false, false, 500, &headers, body);
+            }
+        }
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .expect("the OS refused to start a thread")
+}
+
+fn listen_addr(server: &tiny_http::Server, configured: SocketAddr) -> SocketAddr {
+    server.server_addr().to_ip().unwrap_or(configured)
+}
+
+/// Expires idle leases often enough that none outlives `lease_idle` by more than a second.
+fn start_sweeper(gateway: Arc<Gateway>) -> (Sender<()>, JoinHandle<()>) {
+    let (stop, stopped) = bounded::<()>(0);
+    let handle = spawn("lease-sweeper".to_string(), move || loop {
+        let idle = gateway.config().lease_idle;
+        let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        match stopped.recv_timeout(every) {
+            Err(RecvTimeoutError::Timeout) => {
+                let expired = gateway.leases.expire_idle(unix_ms(SystemTime::now()));
+                if expired > 0 {
+                    gateway.prune_last_prompt();
+                }
+            }
+            _ => return,
+        }
+    });
+    (stop, handle)
+}
+
+fn start_poller(gateway: &Gateway) -> Poller {
+    let config = gateway.config();
+    let timeout = POLL_TIMEOUT.min(config.health_interval.max(Duration::from_millis(200)));
+    Poller::start(
+        gateway.health.clone(),
+        config.hosts.values().cloned().collect(),
+        config.health_interval,
+        timeout,
+    )
+}

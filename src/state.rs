@@ -1,0 +1,237 @@
+//! The gateway's shared state: what every worker, the admin API and the background threads see.
+//!
+//! [`Gateway`] owns the live config, the store, the lease table, the limiter, the health table and
+//! the drain set, and adapts them to the lease table's `HostView` and `Chooser` traits. It holds no
+//! sockets and starts no threads (that is `server`); its locks are never held across network I/O.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::choose;
+use crate::config::Config;
+use crate::health::Health;
+use crate::lease::{self, Key};
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::store::{LeaseEvent, LeaseRow, Store, StoreError};
+
+/// Everything a request needs, shared by all threads.
+pub struct Gateway {
+    config: Arc<RwLock<Arc<Config>>>,
+    pub store: Arc<Store>,
+    pub leases: lease::Table,
+    pub limiter: Arc<Limiter>,
+    pub health: Arc<Health>,
+    pub drains: Arc<Drains>,
+    pub metrics: Arc<Metrics>,
+    /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
+    last_prompt: Mutex<HashMap<Key, i64>>,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
+}
+
+/// Hosts an operator is draining: they keep their leases but get no new ones.
+#[derive(Debug, Default)]
+pub struct Drains(Mutex<BTreeSet<String>>);
+
+impl Drains {
+    pub fn contains(&self, host: &str) -> bool {
+        self.0.lock().contains(host)
+    }
+
+    /// Returns whether anything changed.
+    pub fn set(&self, host: &str, on: bool) -> bool {
+        let mut set = self.0.lock();
+        if on {
+            set.insert(host.to_string())
+        } else {
+            set.remove(host)
+        }
+    }
+
+    pub fn list(&self) -> Vec<String> {
+        self.0.lock().iter().cloned().collect()
+    }
+}
+
+impl Gateway {
+    /// Builds the state from a validated config and an opened store, loading the leases.
+    pub fn new(config: Config, store: Store) -> Result<Gateway, StoreError> {
+        let store = Arc::new(store);
+        let health = Arc::new(Health::new(&config.hosts));
+        let limiter = Arc::new(Limiter::new(config.queue_max, config.queue_timeout));
+        for host in config.hosts.values() {
+            for (model, parallel) in &host.models {
+                limiter.set_capacity(&host.name, model, *parallel);
+            }
+        }
+        let drains = Arc::new(Drains::default());
+        let agent = upstream_agent(&config);
+        let idle = config.lease_idle;
+        let config = Arc::new(RwLock::new(Arc::new(config)));
+        let view = Arc::new(View {
+            config: config.clone(),
+            health: health.clone(),
+            limiter: limiter.clone(),
+            drains: drains.clone(),
+        });
+        let metrics = Arc::new(Metrics::default());
+        let persister = Arc::new(Counted {
+            store: store.clone(),
+            metrics: metrics.clone(),
+        });
+        let leases = lease::Table::new(persister, view.clone(), view, idle)?;
+        for route in config.read().routes.values() {
+            // Operators may pin a route to any of its hosts before it sees traffic.
+            leases.add_candidates(&route.name, &route.hosts);
+        }
+        Ok(Gateway {
+            config,
+            store,
+            leases,
+            limiter,
+            health,
+            drains,
+            metrics,
+            last_prompt: Mutex::new(HashMap::new()),
+            agent,
+        })
+    }
+
+    /// The config in force now. Cheap: an `Arc` clone under a read lock.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().clone()
+    }
+
+    /// Puts a new config in force: hosts, routes, slots and timeouts change; leases on hosts that
+    /// are gone are dropped with an event.
+    pub fn apply_config(&self, new: Config, now: i64) {
+        let old = self.config();
+        for gone in old.hosts.keys().filter(|h| !new.hosts.contains_key(*h)) {
+            match self.leases.drop_host(gone, now) {
+                Ok(n) => log::info!("host removed host={gone} leases_dropped={n}"),
+                Err(err) => log::error!("host removed host={gone} error=\"{err}\""),
+            }
+            self.drains.set(gone, false);
+        }
+        self.health.set_hosts(&new.hosts);
+        for host in new.hosts.values() {
+            for (model, parallel) in &host.models {
+                self.limiter.set_capacity(&host.name, model, *parallel);
+            }
+        }
+        self.limiter.set_queue(new.queue_max, new.queue_timeout);
+        self.leases.set_idle(new.lease_idle);
+        for route in new.routes.values() {
+            self.leases.add_candidates(&route.name, &route.hosts);
+        }
+        *self.config.write() = Arc::new(new);
+    }
+
+    /// The agent every upstream call goes through.
+    pub fn agent(&self) -> &ureq::Agent {
+        &self.agent
+    }
+
+    /// Remembers this turn's prompt size and returns the previous turn's, if any.
+    pub fn swap_last_prompt(&self, key: &Key, prompt: i64) -> Option<i64> {
+        self.last_prompt.lock().insert(key.clone(), prompt)
+    }
+
+    /// Forgets prompt sizes of conversations that no longer hold a lease.
+    pub fn prune_last_prompt(&self) {
+        let live: BTreeSet<Key> = self.leases.snapshot().into_iter().map(|l| l.key).collect();
+        self.last_prompt.lock().retain(|k, _| live.contains(k));
+    }
+}
+
+/// One agent for all upstream calls: no redirects, a connect timeout, a generous per-read timeout
+/// (the first byte waits for prefill), no overall timeout. It keeps no idle connections:
+/// llama-server closes a connection after a streamed answer while advertising keep-alive, so a
+/// pooled connection may be dead; a fresh one costs one LAN round trip.
+fn upstream_agent(config: &Config) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(config.connect_timeout)
+        .timeout_read(config.first_byte_timeout)
+        .timeout_write(config.first_byte_timeout)
+        .redirects(0)
+        .max_idle_connections(0)
+        .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// The lease table's window on live host state.
+struct View {
+    config: Arc<RwLock<Arc<Config>>>,
+    health: Arc<Health>,
+    limiter: Arc<Limiter>,
+    drains: Arc<Drains>,
+}
+
+impl lease::HostView for View {
+    fn healthy(&self, host: &str) -> bool {
+        self.health.healthy(host)
+    }
+
+    fn draining(&self, host: &str) -> bool {
+        self.drains.contains(host)
+    }
+}
+
+impl lease::Chooser for View {
+    fn choose(&self, candidates: &[String], model: &str) -> Option<String> {
+        let config = self.config.read().clone();
+        let infos: Vec<choose::Info> = candidates
+            .iter()
+            .filter_map(|name| config.hosts.get(name))
+            .map(|host| {
+                let parallel = config.parallel(&host.name, model);
+                let in_flight = self.limiter.in_flight(&host.name, model);
+                choose::Info {
+                    name: host.name.clone(),
+                    healthy: self.health.healthy(&host.name),
+                    draining: self.drains.contains(&host.name),
+                    loaded: self.health.is_loaded(&host.name, model),
+                    serves: parallel > 0,
+                    free: parallel.saturating_sub(in_flight),
+                    queued: self.limiter.queued(&host.name, model),
+                    weight: host.weight,
+                }
+            })
+            .collect();
+        choose::best(&infos).map(|info| info.name.clone())
+    }
+}
+
+/// The store as the lease table's persister, counting lease events for `/metrics` on the way.
+struct Counted {
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+}
+
+impl lease::Persister for Counted {
+    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
+        self.store.save_lease(row)
+    }
+
+    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
+        self.store.delete_lease(route, fp, model)
+    }
+
+    fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        self.store.list_leases()
+    }
+
+    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
+        let id = self.store.record_event(ev)?;
+        self.metrics.observe_lease_event(ev.reason.as_str());
+        Ok(id)
+    }
+}

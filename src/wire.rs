@@ -1,0 +1,295 @@
+//! Writing HTTP responses to a client socket handed over by tiny_http.
+//!
+//! tiny_http's `Response` pushes bodies of unknown length through an 8 KiB buffer that is not flushed
+//! per write, which would hold SSE events back. So every answer crossbar sends goes out through
+//! `Request::into_writer()`: this module writes the status line and headers itself and frames the body
+//! (chunked for HTTP/1.1 when the length is unknown), flushing after every piece. It owns framing and
+//! hop-by-hop headers; it knows nothing about routes, leases or upstreams.
+
+use std::io::{self, Write};
+
+/// Headers a proxy must not forward (RFC 9110 §7.6.1), plus framing headers crossbar rewrites.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "host",
+];
+
+/// Whether a header is hop-by-hop (or framing) and so never copied across the proxy.
+/// `connection_tokens` are the header names the message's own `Connection` header lists.
+pub fn is_hop_by_hop(name: &str, connection_tokens: &[String]) -> bool {
+    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+        || connection_tokens
+            .iter()
+            .any(|t| name.eq_ignore_ascii_case(t))
+}
+
+/// The header names listed in a `Connection` header value (`close` and `keep-alive` included).
+pub fn connection_tokens(value: Option<&str>) -> Vec<String> {
+    value
+        .map(|v| {
+            v.split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .filter(|t| !t.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How the body that follows a head is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// `Content-Length: n`; the body is written as is.
+    Length(u64),
+    /// `Transfer-Encoding: chunked` (HTTP/1.1 clients).
+    Chunked,
+    /// HTTP/1.0 client: no length known, the end of the body is the end of the connection.
+    UntilClose,
+    /// HEAD, 204, 304: no body at all.
+    Empty,
+}
+
+/// A response being written to one client. Every write is flushed at once.
+pub struct BodyWriter {
+    out: Box<dyn Write + Send>,
+    framing: Framing,
+    written: u64,
+}
+
+impl std::fmt::Debug for BodyWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyWriter")
+            .field("framing", &self.framing)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl BodyWriter {
+    /// Writes the status line and headers. `headers` must not hold framing headers: they are
+    /// derived from `framing`.
+    pub fn start(
+        mut out: Box<dyn Write + Send>,
+        http10: bool,
+        status: u16,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> io::Result<BodyWriter> {
+        let mut head = Vec::with_capacity(256);
+        let version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
+        write!(head, "{version} {status} {}\r\n", reason(status))?;
+        for (name, value) in headers {
+            write!(head, "{name}: {value}\r\n")?;
+        }
+        match framing {
+            Framing::Length(n) => write!(head, "Content-Length: {n}\r\n")?,
+            Framing::Chunked => head.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            Framing::UntilClose => head.extend_from_slice(b"Connection: close\r\n"),
+            Framing::Empty => {}
+        }
+        head.extend_from_slice(b"\r\n");
+        out.write_all(&head)?;
+        out.flush()?;
+        Ok(BodyWriter {
+            out,
+            framing,
+            written: 0,
+        })
+    }
+
+    /// Sends one piece of body and flushes it.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() || self.framing == Framing::Empty {
+            return Ok(());
+        }
+        match self.framing {
+            Framing::Chunked => {
+                let mut piece = Vec::with_capacity(data.len() + 12);
+                write!(piece, "{:x}\r\n", data.len())?;
+                piece.extend_from_slice(data);
+                piece.extend_from_slice(b"\r\n");
+                self.out.write_all(&piece)?;
+            }
+            _ => self.out.write_all(data)?,
+        }
+        self.written += data.len() as u64;
+        self.out.flush()
+    }
+
+    /// Ends the body cleanly (the last chunk for chunked framing).
+    pub fn finish(mut self) -> io::Result<()> {
+        if self.framing == Framing::Chunked {
+            self.out.write_all(b"0\r\n\r\n")?;
+        }
+        self.out.flush()
+    }
+
+    /// Ends the body so that the client cannot mistake it for a complete answer: a chunked body gets
+    /// a malformed chunk line instead of the last chunk, which every HTTP client reports as an error.
+    pub fn abort(mut self) {
+        if self.framing == Framing::Chunked {
+            // Not hex: the client's chunk parser fails and it drops the connection.
+            let _ = self
+                .out
+                .write_all(b"!crossbar: upstream failed mid-body\r\n\r\n");
+            let _ = self.out.flush();
+        }
+    }
+
+    /// Body bytes written so far (without framing).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// Sends a whole response with a fixed body.
+pub fn send(
+    out: Box<dyn Write + Send>,
+    http10: bool,
+    head_only: bool,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> io::Result<()> {
+    let framing = if head_only {
+        Framing::Empty
+    } else {
+        Framing::Length(body.len() as u64)
+    };
+    let mut writer = BodyWriter::start(out, http10, status, headers, framing)?;
+    writer.write(body)?;
+    writer.finish()
+}
+
+/// The standard reason phrase, or a neutral one for codes without a common phrase.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        499 => "Client Closed Request",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A writer whose bytes the test can read back after it was moved into a `BodyWriter`.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Sink {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn headers(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn chunked_body_frames_each_write_and_ends_with_the_last_chunk() {
+        let sink = Sink::default();
+        let hs = headers(&[("Content-Type", "text/event-stream")]);
+        let mut w =
+            BodyWriter::start(Box::new(sink.clone()), false, 200, &hs, Framing::Chunked).unwrap();
+        w.write(b"data: 1\n\n").unwrap();
+        assert!(
+            sink.text().ends_with("9\r\ndata: 1\n\n\r\n"),
+            "{}",
+            sink.text()
+        );
+        w.write(b"").unwrap();
+        w.write(b"data: [DONE]\n\n").unwrap();
+        w.finish().unwrap();
+        assert_eq!(
+            sink.text(),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+             9\r\ndata: 1\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn aborted_chunked_body_never_ends_with_the_last_chunk() {
+        let sink = Sink::default();
+        let mut w =
+            BodyWriter::start(Box::new(sink.clone()), false, 200, &[], Framing::Chunked).unwrap();
+        w.write(b"data: 1\n\n").unwrap();
+        w.abort();
+        assert!(!sink.text().contains("0\r\n\r\n"), "{}", sink.text());
+        assert!(sink
+            .text()
+            .ends_with("!crossbar: upstream failed mid-body\r\n\r\n"));
+    }
+
+    #[test]
+    fn fixed_body_carries_its_length_and_head_only_sends_none() {
+        let sink = Sink::default();
+        send(Box::new(sink.clone()), false, false, 404, &[], b"{}").unwrap();
+        assert_eq!(
+            sink.text(),
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}"
+        );
+        let sink = Sink::default();
+        send(Box::new(sink.clone()), true, true, 200, &[], b"{}").unwrap();
+        assert_eq!(sink.text(), "HTTP/1.0 200 OK\r\n\r\n");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_include_those_named_by_connection() {
+        let tokens = connection_tokens(Some("close, X-Private"));
+        assert_eq!(tokens, ["close", "x-private"]);
+        for name in [
+            "Connection",
+            "Keep-Alive",
+            "Transfer-Encoding",
+            "TE",
+            "Upgrade",
+            "X-Private",
+        ] {
+            assert!(is_hop_by_hop(name, &tokens), "{name}");
+        }
+        for name in ["Content-Type", "X-Accel-Buffering", "Authorization"] {
+            assert!(!is_hop_by_hop(name, &tokens), "{name}");
+        }
+    }
+}
