@@ -1,0 +1,380 @@
+//! The admin listener: the operator's JSON API, `/metrics` and the status page.
+//!
+//! [`handle`] answers one admin request. It checks the bearer token (constant time), parses bodies
+//! into typed requests whose errors name the bad field, and calls the lease table, drain set and
+//! store. It never serves client (proxy) paths, and the client listener never serves these.
+
+use std::io::Read;
+use std::time::SystemTime;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+
+use crate::lease::LeaseError;
+use crate::metrics::Gauges;
+use crate::page;
+use crate::state::Gateway;
+use crate::store::unix_ms;
+use crate::wire;
+
+/// Admin bodies are a few fields; anything larger is a mistake.
+const MAX_ADMIN_BODY: u64 = 64 * 1024;
+
+/// An admin answer: status and JSON (or another content type for `/metrics` and `/`).
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Answer {
+    fn json(status: u16, value: Value) -> Answer {
+        Answer {
+            status,
+            content_type: "application/json",
+            body: value.to_string(),
+        }
+    }
+
+    fn error(status: u16, message: impl Into<String>) -> Answer {
+        Answer::json(status, json!({ "error": message.into() }))
+    }
+}
+
+/// Serves one admin request.
+pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
+    let Some(request) = slot.as_mut() else {
+        return;
+    };
+    let method = request.method().as_str().to_string();
+    let url = request.url().to_string();
+    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+    let answer = if !authorized(gw, request) {
+        Answer::error(401, "missing or wrong admin token")
+    } else {
+        let mut body = Vec::new();
+        match request
+            .as_reader()
+            .take(MAX_ADMIN_BODY)
+            .read_to_end(&mut body)
+        {
+            Ok(_) => route(gw, &method, path, query, &body),
+            Err(err) => Answer::error(400, format!("cannot read the body: {err}")),
+        }
+    };
+    if answer.status >= 400 {
+        log::info!("admin {method} {path} status={}", answer.status);
+    }
+    if let Some(request) = slot.take() {
+        let http10 = request.http_version() == &tiny_http::HTTPVersion(1, 0);
+        let headers = [
+            ("Content-Type".to_string(), answer.content_type.to_string()),
+            ("Cache-Control".to_string(), "no-store".to_string()),
+        ];
+        let out = request.into_writer();
+        let _ = wire::send(
+            out,
+            http10,
+            method == "HEAD",
+            answer.status,
+            &headers,
+            answer.body.as_bytes(),
+        );
+    }
+}
+
+fn authorized(gw: &Gateway, request: &tiny_http::Request) -> bool {
+    let config = gw.config();
+    let Some(token) = config.admin_token.as_deref() else {
+        return true;
+    };
+    let expected = format!("Bearer {token}");
+    request
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("Authorization"))
+        .any(|h| bool::from(h.value.as_str().as_bytes().ct_eq(expected.as_bytes())))
+}
+
+fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> Answer {
+    let now = unix_ms(SystemTime::now());
+    match (method, path) {
+        ("GET" | "HEAD", "/") => Answer {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            body: page::render(gw, now),
+        },
+        ("GET" | "HEAD", "/metrics") => Answer {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: gw.metrics.render(&gauges(gw)),
+        },
+        ("GET", "/admin/status") => Answer::json(200, status(gw)),
+        ("GET", "/admin/leases") => Answer::json(200, leases(gw)),
+        ("GET", "/admin/events") => events(gw, query),
+        ("POST", "/admin/pin") => parse(body).map_or_else(|e| e, |r| pin(gw, r, now)),
+        ("POST", "/admin/unpin") => parse(body).map_or_else(|e| e, |r| unpin(gw, r, now)),
+        ("POST", "/admin/release") => parse(body).map_or_else(|e| e, |r| release(gw, r, now)),
+        ("POST", "/admin/drain") => parse(body).map_or_else(|e| e, |r| drain(gw, r)),
+        (_, "/" | "/metrics" | "/admin/status" | "/admin/leases" | "/admin/events") => {
+            Answer::error(405, "method not allowed")
+        }
+        (_, "/admin/pin" | "/admin/unpin" | "/admin/release" | "/admin/drain") => {
+            Answer::error(405, "method not allowed")
+        }
+        _ => Answer::error(404, "not found"),
+    }
+}
+
+/// Parses a JSON body; serde's message names the missing or mistyped field.
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Answer> {
+    serde_json::from_slice(body).map_err(|err| {
+        let message = err.to_string();
+        let message = message.split(" at line").next().unwrap_or(&message);
+        Answer::error(400, format!("bad body: {message}"))
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PinRequest {
+    route: String,
+    host: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteRequest {
+    route: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainRequest {
+    host: String,
+    on: bool,
+}
+
+fn known_route(gw: &Gateway, route: &str) -> Result<(), Answer> {
+    if gw.config().routes.contains_key(route) {
+        Ok(())
+    } else {
+        Err(Answer::error(404, format!("unknown route {route:?}")))
+    }
+}
+
+fn known_host(gw: &Gateway, host: &str) -> Result<(), Answer> {
+    if gw.config().hosts.contains_key(host) {
+        Ok(())
+    } else {
+        Err(Answer::error(404, format!("unknown host {host:?}")))
+    }
+}
+
+fn lease_failure(err: LeaseError) -> Answer {
+    match err {
+        LeaseError::UnknownHost { host } => {
+            Answer::error(404, format!("unknown host {host:?} for this route"))
+        }
+        other => Answer::error(500, other.to_string()),
+    }
+}
+
+fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
+    if let Err(answer) = known_route(gw, &req.route).and_then(|_| known_host(gw, &req.host)) {
+        return answer;
+    }
+    if !gw.config().routes[&req.route].hosts.contains(&req.host) {
+        return Answer::error(
+            404,
+            format!(
+                "host {:?} is not a candidate of route {:?}",
+                req.host, req.route
+            ),
+        );
+    }
+    match gw.leases.pin(&req.route, &req.host, now) {
+        Ok(dropped) => {
+            log::info!(
+                "pin route={} host={} leases_dropped={dropped}",
+                req.route,
+                req.host
+            );
+            Answer::json(
+                200,
+                json!({ "route": req.route, "host": req.host, "dropped": dropped }),
+            )
+        }
+        Err(err) => lease_failure(err),
+    }
+}
+
+fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
+    if let Err(answer) = known_route(gw, &req.route) {
+        return answer;
+    }
+    match gw.leases.unpin(&req.route, now) {
+        Ok(was) => {
+            log::info!("unpin route={} was_pinned={was}", req.route);
+            Answer::json(200, json!({ "route": req.route, "was_pinned": was }))
+        }
+        Err(err) => lease_failure(err),
+    }
+}
+
+fn release(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
+    if let Err(answer) = known_route(gw, &req.route) {
+        return answer;
+    }
+    match gw.leases.release(&req.route, now) {
+        Ok(dropped) => {
+            log::info!("release route={} leases_dropped={dropped}", req.route);
+            Answer::json(200, json!({ "route": req.route, "dropped": dropped }))
+        }
+        Err(err) => lease_failure(err),
+    }
+}
+
+fn drain(gw: &Gateway, req: DrainRequest) -> Answer {
+    if let Err(answer) = known_host(gw, &req.host) {
+        return answer;
+    }
+    let changed = gw.drains.set(&req.host, req.on);
+    let remaining = gw
+        .leases
+        .snapshot()
+        .iter()
+        .filter(|l| l.host == req.host)
+        .count();
+    log::info!(
+        "drain host={} on={} changed={changed} leases_remaining={remaining}",
+        req.host,
+        req.on
+    );
+    Answer::json(
+        200,
+        json!({ "host": req.host, "draining": req.on, "changed": changed, "leases": remaining }),
+    )
+}
+
+fn events(gw: &Gateway, query: &str) -> Answer {
+    let mut limit = 50;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("limit", value)) => match value.parse::<usize>() {
+                Ok(n) if (1..=10_000).contains(&n) => limit = n,
+                _ => return Answer::error(400, "limit: must be a whole number from 1 to 10000"),
+            },
+            _ => return Answer::error(400, format!("unknown query parameter {pair:?}")),
+        }
+    }
+    match gw.store.recent_events(limit) {
+        Ok(list) => {
+            let list: Vec<Value> = list
+                .iter()
+                .map(|e| {
+                    json!({ "id": e.id, "at": e.at, "route": e.route, "fp": e.fp, "model": e.model,
+                            "reason": e.reason.as_str(), "from": e.from_host, "to": e.to_host })
+                })
+                .collect();
+            Answer::json(200, json!({ "events": list }))
+        }
+        Err(err) => Answer::error(500, err.to_string()),
+    }
+}
+
+/// `GET /admin/leases`: every conversation lease, plus the pins.
+pub fn leases(gw: &Gateway) -> Value {
+    let list: Vec<Value> = gw
+        .leases
+        .snapshot()
+        .iter()
+        .map(|l| {
+            json!({ "route": l.key.route, "fp": l.key.fp, "model": l.key.model, "host": l.host,
+                    "created": l.created, "last_used": l.last_used })
+        })
+        .collect();
+    let pins: Vec<Value> = gw
+        .leases
+        .pins()
+        .into_iter()
+        .map(|(route, host)| json!({ "route": route, "host": host }))
+        .collect();
+    json!({ "leases": list, "pins": pins })
+}
+
+/// `GET /admin/status`: hosts, routes with their pins, and the lease count.
+pub fn status(gw: &Gateway) -> Value {
+    let config = gw.config();
+    let snapshot = gw.leases.snapshot();
+    let slots = gw.limiter.snapshot();
+    let hosts: Vec<Value> = config
+        .hosts
+        .values()
+        .map(|host| {
+            let health = gw.health.get(&host.name);
+            let models: Vec<Value> = host
+                .models
+                .keys()
+                .map(|model| {
+                    let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
+                    json!({ "model": model, "parallel": config.parallel(&host.name, model),
+                            "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
+                            "loaded": gw.health.is_loaded(&host.name, model) })
+                })
+                .collect();
+            let mine = slots.iter().filter(|s| s.host == host.name);
+            json!({
+                "name": host.name, "url": host.url,
+                "healthy": health.as_ref().is_some_and(|h| h.healthy),
+                "reason": health.as_ref().and_then(|h| h.reason).map(|r| r.as_str()),
+                "draining": gw.drains.contains(&host.name),
+                "loaded": health.as_ref().map(|h| h.loaded.clone()).unwrap_or_default(),
+                "per_slot_ctx": gw.health.per_slot_ctx(&host.name),
+                "in_flight": mine.clone().map(|s| s.in_flight).sum::<usize>(),
+                "queued": mine.map(|s| s.queued).sum::<usize>(),
+                "leases": snapshot.iter().filter(|l| l.host == host.name).count(),
+                "models": models,
+            })
+        })
+        .collect();
+    let pins = gw.leases.pins();
+    let routes: Vec<Value> = config
+        .routes
+        .values()
+        .map(|r| {
+            let pin = pins
+                .iter()
+                .find(|(route, _)| route == &r.name)
+                .map(|(_, h)| h.clone());
+            json!({ "name": r.name, "hosts": r.hosts, "model": r.model, "pinned": pin,
+                    "leases": snapshot.iter().filter(|l| l.key.route == r.name).count() })
+        })
+        .collect();
+    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len() })
+}
+
+fn gauges(gw: &Gateway) -> Gauges {
+    let config = gw.config();
+    let snapshot = gw.leases.snapshot();
+    Gauges {
+        hosts: config
+            .hosts
+            .keys()
+            .map(|h| (h.clone(), gw.health.healthy(h)))
+            .collect(),
+        slots: gw
+            .limiter
+            .snapshot()
+            .into_iter()
+            .map(|s| (s.host, s.model, s.in_flight, s.queued))
+            .collect(),
+        leases: config
+            .hosts
+            .keys()
+            .map(|h| (h.clone(), snapshot.iter().filter(|l| &l.host == h).count()))
+            .collect(),
+    }
+}

@@ -1,0 +1,240 @@
+//! The command line: `crossbar serve|check|status|leases|pin|unpin|release|drain|report`.
+//!
+//! This module parses arguments, sets up logging (once, here), and runs a verb. Operator verbs talk
+//! to the admin API (`ops`) or read the database (`report`). Errors come back to `main` as one
+//! [`CliError`] and are printed once, as one line (or one line per config problem).
+
+mod ops;
+
+pub(crate) use ops::table;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lexopt::prelude::*;
+
+use crate::config::{self, Config, ConfigError};
+use crate::report;
+use crate::server::Server;
+
+const USAGE: &str = "\
+crossbar — a sticky, cache-aware gateway for llama-server hosts
+
+usage: crossbar <command> [options]
+
+commands:
+  serve                 run the gateway
+  check                 validate the config; prints ok or every problem
+  status [--json]       hosts, slots, routes and pins
+  leases [--json]       conversation leases
+  pin ROUTE HOST        send every conversation of ROUTE to HOST
+  unpin ROUTE           remove the pin (leases stay where they are)
+  release ROUTE         drop the route's leases (the pin stays)
+  drain HOST [--off]    give HOST no new leases (its leases stay); --off ends it
+  report [--since DUR] [--route R] [--json]
+                        requests, tokens and cache hits per route and host (reads the db)
+
+options:
+  -c, --config FILE     config file (default: crossbar.toml)
+  --admin URL           admin API address (default: from the config)
+  --token TOKEN         admin token (default: from the config)
+  -h, --help            this text
+";
+
+/// Why a command failed.
+#[derive(Debug)]
+pub enum CliError {
+    Usage(String),
+    Config(ConfigError),
+    Failed(String),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Usage(msg) => write!(f, "{msg} (see crossbar --help)"),
+            CliError::Config(err) => write!(f, "{err}"),
+            CliError::Failed(msg) => write!(f, "{msg}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Config(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<lexopt::Error> for CliError {
+    fn from(err: lexopt::Error) -> CliError {
+        CliError::Usage(err.to_string())
+    }
+}
+
+/// Parsed command line.
+#[derive(Debug, Default)]
+pub struct Args {
+    pub command: String,
+    pub positional: Vec<String>,
+    pub config: Option<PathBuf>,
+    pub admin: Option<String>,
+    pub token: Option<String>,
+    pub json: bool,
+    pub off: bool,
+    pub since: Option<Duration>,
+    pub route: Option<String>,
+    pub help: bool,
+}
+
+impl Args {
+    pub fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("crossbar.toml"))
+    }
+
+    fn load_config(&self) -> Result<Config, CliError> {
+        Config::load(&self.config_path()).map_err(CliError::Config)
+    }
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, CliError> {
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut out = Args::default();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Short('h') | Long("help") => out.help = true,
+            Short('c') | Long("config") => out.config = Some(parser.value()?.into()),
+            Long("admin") => out.admin = Some(parser.value()?.string()?),
+            Long("token") => out.token = Some(parser.value()?.string()?),
+            Long("json") => out.json = true,
+            Long("off") => out.off = true,
+            Long("route") => out.route = Some(parser.value()?.string()?),
+            Long("since") => {
+                let text = parser.value()?.string()?;
+                out.since = Some(
+                    config::parse_duration(&text)
+                        .map_err(|e| CliError::Usage(format!("--since: {e}")))?,
+                );
+            }
+            Value(value) if out.command.is_empty() => out.command = value.string()?,
+            Value(value) => out.positional.push(value.string()?),
+            _ => return Err(arg.unexpected().into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a command; returns what `main` should exit with.
+pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
+    let args = parse(args)?;
+    if args.help || args.command.is_empty() {
+        print!("{USAGE}");
+        return if args.help {
+            Ok(())
+        } else {
+            Err(CliError::Usage("no command given".into()))
+        };
+    }
+    let expect = |n: usize, names: &str| {
+        if args.positional.len() == n {
+            Ok(())
+        } else {
+            Err(CliError::Usage(format!("{} takes {names}", args.command)))
+        }
+    };
+    match args.command.as_str() {
+        "serve" => expect(0, "no arguments").and_then(|_| serve(&args)),
+        "check" => expect(0, "no arguments").and_then(|_| check(&args)),
+        "status" => expect(0, "no arguments").and_then(|_| ops::status(&args)),
+        "leases" => expect(0, "no arguments").and_then(|_| ops::leases(&args)),
+        "pin" => expect(2, "ROUTE HOST").and_then(|_| ops::pin(&args)),
+        "unpin" => expect(1, "ROUTE").and_then(|_| ops::unpin(&args)),
+        "release" => expect(1, "ROUTE").and_then(|_| ops::release(&args)),
+        "drain" => expect(1, "HOST").and_then(|_| ops::drain(&args)),
+        "report" => expect(0, "no arguments").and_then(|_| {
+            let config = args.load_config()?;
+            let since = args.since.unwrap_or(Duration::from_secs(24 * 3600));
+            let text = report::run(&config.db, since, args.route.as_deref(), args.json)
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            print!("{text}");
+            Ok(())
+        }),
+        other => Err(CliError::Usage(format!("unknown command {other:?}"))),
+    }
+}
+
+/// `crossbar check`: prints `ok`, or every problem on its own line.
+fn check(args: &Args) -> Result<(), CliError> {
+    args.load_config()?;
+    println!("ok");
+    Ok(())
+}
+
+/// `crossbar serve`: runs until SIGTERM or SIGINT; SIGHUP re-reads the config.
+fn serve(args: &Args) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+    let path = args.config_path();
+    let config = args.load_config()?;
+    init_logging(config.log_level);
+    // Register before starting so a signal during start-up is not lost.
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| CliError::Failed(format!("cannot handle signals: {e}")))?;
+    let server = Server::start(config).map_err(|e| CliError::Failed(e.to_string()))?;
+    for signal in signals.forever() {
+        if signal != SIGHUP {
+            log::info!(
+                "signal received signal={}",
+                if signal == SIGTERM { "TERM" } else { "INT" }
+            );
+            break;
+        }
+        match Config::load(&path) {
+            Ok(new) => {
+                log::set_max_level(new.log_level);
+                server.reload(new);
+            }
+            Err(err) => {
+                for line in err.lines() {
+                    log::error!("config reload refused, keeping the old config: {line}");
+                }
+            }
+        }
+    }
+    let grace = server.gateway().config().shutdown_grace;
+    server.stop(grace);
+    Ok(())
+}
+
+/// Plain lines on stderr: time, level, message. Only crossbar's own messages.
+fn init_logging(level: log::LevelFilter) {
+    let config = simplelog::ConfigBuilder::new()
+        .set_time_format_rfc3339()
+        .set_target_level(log::LevelFilter::Off)
+        .set_thread_level(log::LevelFilter::Off)
+        .set_location_level(log::LevelFilter::Off)
+        .add_filter_allow_str("crossbar")
+        .build();
+    let logger = simplelog::WriteLogger::new(log::LevelFilter::Trace, config, std::io::stderr());
+    if log::set_boxed_logger(logger).is_ok() {
+        log::set_max_level(level);
+    }
+}
+
+/// Prints an error the way every command does: one line per problem on stderr.
+pub fn print_error(err: &CliError) {
+    match err {
+        CliError::Config(err) => {
+            for line in err.lines() {
+                eprintln!("{line}");
+            }
+        }
+        other => eprintln!("crossbar: {other}"),
+    }
+}

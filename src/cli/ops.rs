@@ -1,0 +1,264 @@
+//! Operator verbs that talk to a running crossbar's admin API and print what changed.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{Args, CliError};
+
+/// Where the admin API is and how to authenticate, from flags first, then the config.
+struct Admin {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Admin {
+    fn from(args: &Args) -> Result<Admin, CliError> {
+        let config = match (&args.admin, args.load_config()) {
+            (_, Ok(config)) => Some(config),
+            (Some(_), Err(_)) => None,
+            (None, Err(err)) => return Err(err),
+        };
+        let base = match (&args.admin, &config) {
+            (Some(url), _) => url.trim_end_matches('/').to_string(),
+            (None, Some(config)) => format!("http://{}", reachable(config.admin_listen)),
+            (None, None) => unreachable!("a missing config without --admin returned above"),
+        };
+        let token = args
+            .token
+            .clone()
+            .or_else(|| config.and_then(|c| c.admin_token));
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(10))
+            .redirects(0)
+            .build();
+        Ok(Admin { base, token, agent })
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
+        let mut request = self.agent.request(method, &format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        let result = match body {
+            Some(body) => request.send_json(body),
+            None => request.call(),
+        };
+        match result {
+            Ok(response) => response
+                .into_json()
+                .map_err(|e| CliError::Failed(format!("bad answer from {}: {e}", self.base))),
+            Err(ureq::Error::Status(code, response)) => {
+                let message = response
+                    .into_json::<Value>()
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| "no details".to_string());
+                Err(CliError::Failed(format!("{code}: {message}")))
+            }
+            Err(ureq::Error::Transport(err)) => Err(CliError::Failed(format!(
+                "cannot reach the admin API at {}: {err}",
+                self.base
+            ))),
+        }
+    }
+}
+
+/// A wildcard listen address is reached on loopback.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], addr.port()))
+    } else {
+        addr
+    }
+}
+
+pub fn status(args: &Args) -> Result<(), CliError> {
+    let status = Admin::from(args)?.call("GET", "/admin/status", None)?;
+    if args.json {
+        println!("{status:#}");
+        return Ok(());
+    }
+    let mut rows = vec![header(&[
+        "HOST", "STATE", "CTX", "BUSY", "QUEUED", "LEASES", "LOADED", "URL",
+    ])];
+    for h in status["hosts"].as_array().into_iter().flatten() {
+        let mut state = if h["healthy"].as_bool() == Some(true) {
+            "up".to_string()
+        } else {
+            format!("down ({})", text(&h["reason"]))
+        };
+        if h["draining"].as_bool() == Some(true) {
+            state.push_str(", draining");
+        }
+        let slots: u64 = h["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["parallel"].as_u64().unwrap_or(0))
+            .sum();
+        let loaded: Vec<String> = h["loaded"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        rows.push(vec![
+            text(&h["name"]),
+            state,
+            text(&h["per_slot_ctx"]),
+            format!("{}/{slots}", text(&h["in_flight"])),
+            text(&h["queued"]),
+            text(&h["leases"]),
+            loaded.join(","),
+            text(&h["url"]),
+        ]);
+    }
+    print!("{}", table(&rows));
+    println!();
+    let mut rows = vec![header(&["ROUTE", "MODEL", "PINNED", "LEASES", "HOSTS"])];
+    for r in status["routes"].as_array().into_iter().flatten() {
+        let hosts: Vec<String> = r["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        rows.push(vec![
+            text(&r["name"]),
+            text(&r["model"]),
+            text(&r["pinned"]),
+            text(&r["leases"]),
+            hosts.join(","),
+        ]);
+    }
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+pub fn leases(args: &Args) -> Result<(), CliError> {
+    let leases = Admin::from(args)?.call("GET", "/admin/leases", None)?;
+    if args.json {
+        println!("{leases:#}");
+        return Ok(());
+    }
+    let now = crate::store::unix_ms(std::time::SystemTime::now());
+    let mut rows = vec![header(&["ROUTE", "CONVERSATION", "MODEL", "HOST", "IDLE"])];
+    for l in leases["leases"].as_array().into_iter().flatten() {
+        let fp = text(&l["fp"]);
+        let fp = if fp == "-" {
+            "(route)".to_string()
+        } else {
+            fp.chars().take(8).collect()
+        };
+        let idle_s = (now - l["last_used"].as_i64().unwrap_or(now)).max(0) / 1000;
+        rows.push(vec![
+            text(&l["route"]),
+            fp,
+            text(&l["model"]),
+            text(&l["host"]),
+            format!("{idle_s}s"),
+        ]);
+    }
+    print!("{}", table(&rows));
+    for p in leases["pins"].as_array().into_iter().flatten() {
+        println!("pin: {} -> {}", text(&p["route"]), text(&p["host"]));
+    }
+    Ok(())
+}
+
+pub fn pin(args: &Args) -> Result<(), CliError> {
+    let (route, host) = (&args.positional[0], &args.positional[1]);
+    let answer = Admin::from(args)?.call(
+        "POST",
+        "/admin/pin",
+        Some(json!({ "route": route, "host": host })),
+    )?;
+    println!(
+        "pinned {route} to {host}; dropped {} leases on other hosts",
+        text(&answer["dropped"])
+    );
+    Ok(())
+}
+
+pub fn unpin(args: &Args) -> Result<(), CliError> {
+    let route = &args.positional[0];
+    let answer =
+        Admin::from(args)?.call("POST", "/admin/unpin", Some(json!({ "route": route })))?;
+    if answer["was_pinned"].as_bool() == Some(true) {
+        println!("unpinned {route}; its leases stay where they are");
+    } else {
+        println!("{route} was not pinned; nothing changed");
+    }
+    Ok(())
+}
+
+pub fn release(args: &Args) -> Result<(), CliError> {
+    let route = &args.positional[0];
+    let answer =
+        Admin::from(args)?.call("POST", "/admin/release", Some(json!({ "route": route })))?;
+    println!(
+        "released {route}: dropped {} leases",
+        text(&answer["dropped"])
+    );
+    Ok(())
+}
+
+pub fn drain(args: &Args) -> Result<(), CliError> {
+    let host = &args.positional[0];
+    let on = !args.off;
+    let answer = Admin::from(args)?.call(
+        "POST",
+        "/admin/drain",
+        Some(json!({ "host": host, "on": on })),
+    )?;
+    let leases = text(&answer["leases"]);
+    match (on, answer["changed"].as_bool() == Some(true)) {
+        (true, true) => println!("draining {host}: no new leases; {leases} leases remain on it"),
+        (true, false) => println!("{host} was already draining; {leases} leases remain on it"),
+        (false, true) => println!("{host} takes new leases again ({leases} leases on it)"),
+        (false, false) => println!("{host} was not draining; nothing changed"),
+    }
+    Ok(())
+}
+
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// A JSON scalar as a table cell; null is `-`.
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) if s.is_empty() => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

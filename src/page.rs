@@ -1,0 +1,209 @@
+//! The status page at the admin listener's `/`: one self-contained HTML document (no scripts, no
+//! external assets) rendered on the server from live state, refreshing itself every few seconds.
+
+use std::fmt::Write;
+
+use crate::fingerprint;
+use crate::state::Gateway;
+
+/// Seconds between the page's own refreshes.
+const REFRESH_S: u32 = 5;
+/// Recent requests shown.
+const RECENT: usize = 20;
+
+const STYLE: &str =
+    "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
+h1{font-size:1.3em;margin:0 0 .2em}h2{font-size:1.05em;margin:1.4em 0 .4em}\
+table{border-collapse:collapse;background:#fff;box-shadow:0 0 0 1px #ddd}\
+th,td{padding:.3em .8em;text-align:left;border-bottom:1px solid #eee;white-space:nowrap}\
+th{background:#f0f0f0;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+.up{color:#0a7a2f;font-weight:600}.down{color:#b3261e;font-weight:600}.warn{color:#9a6700}\
+.muted{color:#777}code{font-size:.95em}";
+
+/// Renders the page.
+pub fn render(gw: &Gateway, now: i64) -> String {
+    let config = gw.config();
+    let snapshot = gw.leases.snapshot();
+    let slots = gw.limiter.snapshot();
+    let mut out = String::with_capacity(16 * 1024);
+    let _ = write!(
+        out,
+        "<!doctype html><html lang=en><head><meta charset=utf-8>\
+         <meta http-equiv=refresh content={REFRESH_S}><title>crossbar</title><style>{STYLE}</style></head><body>\
+         <h1>crossbar</h1><div class=muted>{} hosts · {} routes · {} leases · refreshes every {REFRESH_S}s</div>",
+        config.hosts.len(),
+        config.routes.len(),
+        snapshot.len()
+    );
+
+    out.push_str(
+        "<h2>Hosts</h2><table><tr><th>host</th><th>state</th><th>per-slot ctx</th><th>models loaded</th>\
+         <th>slots busy / total</th><th>queued</th><th>leases</th></tr>",
+    );
+    for host in config.hosts.values() {
+        let status = gw.health.get(&host.name);
+        let state = match &status {
+            Some(s) if s.healthy => "<span class=up>up</span>".to_string(),
+            Some(s) => format!(
+                "<span class=down>down</span> {}",
+                esc(s.reason.map_or("", |r| r.as_str()))
+            ),
+            None => "<span class=muted>unknown</span>".to_string(),
+        };
+        let state = if gw.drains.contains(&host.name) {
+            format!("{state} <span class=warn>draining</span>")
+        } else {
+            state
+        };
+        let mine: Vec<_> = slots.iter().filter(|s| s.host == host.name).collect();
+        let busy: usize = mine.iter().map(|s| s.in_flight).sum();
+        let total: usize = host.models.values().sum();
+        let queued: usize = mine.iter().map(|s| s.queued).sum();
+        let ctx = gw
+            .health
+            .per_slot_ctx(&host.name)
+            .map_or("?".to_string(), |c| c.to_string());
+        let loaded = status.map(|s| s.loaded.join(", ")).unwrap_or_default();
+        let leases = snapshot.iter().filter(|l| l.host == host.name).count();
+        let _ = write!(
+            out,
+            "<tr><td><b>{}</b> <span class=muted>{}</span></td><td>{state}</td><td class=n>{ctx}</td>\
+             <td>{}</td><td class=n>{busy} / {total}</td><td class=n>{queued}</td><td class=n>{leases}</td></tr>",
+            esc(&host.name),
+            esc(&host.url),
+            esc(&loaded)
+        );
+    }
+    out.push_str("</table>");
+
+    out.push_str("<h2>Routes</h2><table><tr><th>route</th><th>candidates</th><th>model</th><th>pinned to</th><th>leases</th></tr>");
+    let pins = gw.leases.pins();
+    for route in config.routes.values() {
+        let pin = pins
+            .iter()
+            .find(|(r, _)| r == &route.name)
+            .map_or("", |(_, h)| h.as_str());
+        let leases = snapshot
+            .iter()
+            .filter(|l| l.key.route == route.name)
+            .count();
+        let _ = write!(
+            out,
+            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td class=n>{leases}</td></tr>",
+            esc(&route.name),
+            esc(&route.hosts.join(", ")),
+            esc(&route.model),
+            esc(pin)
+        );
+    }
+    out.push_str("</table>");
+
+    out.push_str("<h2>Leases</h2><table><tr><th>route</th><th>conversation</th><th>model</th><th>host</th><th>idle</th></tr>");
+    for lease in snapshot.iter().take(200) {
+        let fp = if lease.key.fp.is_empty() {
+            "(route)"
+        } else {
+            fingerprint::short(&lease.key.fp)
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=n>{}</td></tr>",
+            esc(&lease.key.route),
+            esc(fp),
+            esc(&lease.key.model),
+            esc(&lease.host),
+            ago(now - lease.last_used)
+        );
+    }
+    out.push_str("</table>");
+
+    out.push_str(
+        "<h2>Recent requests</h2><table><tr><th>when</th><th>route</th><th>host</th><th>status</th>\
+         <th>queued ms</th><th>ttfb ms</th><th>total ms</th><th>prompt</th><th>cached</th><th>cached share</th>\
+         <th>completion</th></tr>",
+    );
+    match gw.store.recent_requests(RECENT) {
+        Ok(rows) => {
+            for row in rows {
+                let share = match (row.prompt_tokens, row.cached_tokens) {
+                    (Some(p), Some(c)) if p > 0 => format!("{:.0}%", c as f64 * 100.0 / p as f64),
+                    _ => "-".to_string(),
+                };
+                let tokens = |t: Option<i64>| t.map_or("-".to_string(), |n| n.to_string());
+                let class = if row.status >= 400 { " class=down" } else { "" };
+                let _ = write!(
+                    out,
+                    "<tr><td>{} ago</td><td>{}</td><td>{}</td><td{class}>{}</td><td class=n>{}</td>\
+                     <td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{share}</td>\
+                     <td class=n>{}</td></tr>",
+                    ago(now - row.started),
+                    esc(&row.route),
+                    esc(&row.host),
+                    row.status,
+                    row.queued_ms,
+                    row.ttfb_ms,
+                    row.total_ms,
+                    tokens(row.prompt_tokens),
+                    tokens(row.cached_tokens),
+                    tokens(row.completion_tokens)
+                );
+            }
+        }
+        Err(err) => {
+            let _ = write!(
+                out,
+                "<tr><td colspan=11 class=down>cannot read requests: {}</td></tr>",
+                esc(&err.to_string())
+            );
+        }
+    }
+    out.push_str("</table></body></html>\n");
+    out
+}
+
+/// A short human duration for a millisecond span: `4s`, `12m`, `3h`.
+fn ago(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        _ => format!("{}h", s / 3600),
+    }
+}
+
+/// Escapes text for HTML element content and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+
+    #[test]
+    fn ages_read_naturally() {
+        assert_eq!(ago(4_000), "4s");
+        assert_eq!(ago(12 * 60_000), "12m");
+        assert_eq!(ago(3 * 3_600_000), "3h");
+        assert_eq!(ago(-5), "0s");
+    }
+}

@@ -1,0 +1,252 @@
+//! `crossbar report`: what the accounting rows say, per route and host — requests, errors, tokens,
+//! the share of prompt tokens the hosts' caches served, and time to first byte. Reads the db
+//! directly (it works while crossbar runs: WAL), so it needs no running gateway.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::store::{unix_ms, RequestRow, Store, StoreError};
+
+/// Figures for one route and host over the window.
+#[derive(Debug, Default, Clone, PartialEq, Serialize)]
+pub struct Line {
+    pub route: String,
+    pub host: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub prompt_tokens: i64,
+    pub cached_tokens: i64,
+    pub completion_tokens: i64,
+    /// cached / prompt over rows that report both; None when none do.
+    pub cached_share: Option<f64>,
+    pub ttfb_p50_ms: Option<i64>,
+    pub ttfb_p95_ms: Option<i64>,
+}
+
+/// Why a report could not be made.
+#[derive(Debug)]
+pub enum ReportError {
+    /// The db does not exist: crossbar never ran with this config, or `db` points elsewhere.
+    NoDb(PathBuf),
+    Store(StoreError),
+}
+
+impl std::fmt::Display for ReportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReportError::NoDb(path) => write!(
+                f,
+                "no database at {}: has crossbar run with this config?",
+                path.display()
+            ),
+            ReportError::Store(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for ReportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReportError::Store(err) => Some(err),
+            ReportError::NoDb(_) => None,
+        }
+    }
+}
+
+impl From<StoreError> for ReportError {
+    fn from(err: StoreError) -> ReportError {
+        ReportError::Store(err)
+    }
+}
+
+/// Reads the rows since `since` ago and renders the report (a table, or JSON).
+pub fn run(
+    db: &Path,
+    since: Duration,
+    route: Option<&str>,
+    json: bool,
+) -> Result<String, ReportError> {
+    if !db.exists() {
+        return Err(ReportError::NoDb(db.to_path_buf()));
+    }
+    let store = Store::open(db)?;
+    let from = unix_ms(SystemTime::now()) - since.as_millis() as i64;
+    let lines = summarize(&store.requests_since(from, route)?);
+    Ok(if json {
+        serde_json::to_string_pretty(&lines).unwrap_or_default() + "\n"
+    } else {
+        render(&lines, since)
+    })
+}
+
+/// Groups rows by route and host; an error is a status of 400 or more, or a recorded error.
+pub fn summarize(rows: &[RequestRow]) -> Vec<Line> {
+    // Per (route, host): the line, successful TTFBs, and prompt/cached sums over rows with both.
+    type Group = (Line, Vec<i64>, i64, i64);
+    let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
+    for row in rows {
+        let host = if row.host.is_empty() { "-" } else { &row.host };
+        let (line, ttfbs, share_prompt, share_cached) = groups
+            .entry((row.route.clone(), host.to_string()))
+            .or_insert_with(|| {
+                let line = Line {
+                    route: row.route.clone(),
+                    host: host.to_string(),
+                    ..Line::default()
+                };
+                (line, Vec::new(), 0, 0)
+            });
+        line.requests += 1;
+        if row.status >= 400 || !row.err.is_empty() {
+            line.errors += 1;
+        } else {
+            ttfbs.push(row.ttfb_ms);
+        }
+        line.prompt_tokens += row.prompt_tokens.unwrap_or(0);
+        line.cached_tokens += row.cached_tokens.unwrap_or(0);
+        line.completion_tokens += row.completion_tokens.unwrap_or(0);
+        if let (Some(p), Some(c)) = (row.prompt_tokens, row.cached_tokens) {
+            *share_prompt += p;
+            *share_cached += c;
+        }
+    }
+    groups
+        .into_values()
+        .map(|(mut line, mut ttfbs, prompt, cached)| {
+            ttfbs.sort_unstable();
+            line.ttfb_p50_ms = percentile(&ttfbs, 50);
+            line.ttfb_p95_ms = percentile(&ttfbs, 95);
+            line.cached_share = (prompt > 0).then(|| cached as f64 / prompt as f64);
+            line
+        })
+        .collect()
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[i64], p: usize) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    Some(sorted[rank - 1])
+}
+
+fn render(lines: &[Line], since: Duration) -> String {
+    let hours = since.as_secs_f64() / 3600.0;
+    let mut out = format!("requests in the last {}\n", pretty_window(hours));
+    if lines.is_empty() {
+        out.push_str("no requests\n");
+        return out;
+    }
+    let mut rows = vec![[
+        "ROUTE",
+        "HOST",
+        "REQUESTS",
+        "ERRORS",
+        "PROMPT",
+        "CACHED",
+        "COMPLETION",
+        "CACHED%",
+        "TTFB_P50",
+        "TTFB_P95",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let ms = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{v}ms"));
+    for l in lines {
+        rows.push(vec![
+            l.route.clone(),
+            l.host.clone(),
+            l.requests.to_string(),
+            l.errors.to_string(),
+            l.prompt_tokens.to_string(),
+            l.cached_tokens.to_string(),
+            l.completion_tokens.to_string(),
+            l.cached_share
+                .map_or("-".to_string(), |s| format!("{:.1}%", s * 100.0)),
+            ms(l.ttfb_p50_ms),
+            ms(l.ttfb_p95_ms),
+        ]);
+    }
+    out.push_str(&crate::cli::table(&rows));
+    out
+}
+
+fn pretty_window(hours: f64) -> String {
+    if hours >= 48.0 && hours % 24.0 == 0.0 {
+        format!("{} days", hours / 24.0)
+    } else if hours >= 1.0 {
+        format!("{hours:.0}h")
+    } else {
+        format!("{:.0}m", hours * 60.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(
+        route: &str,
+        host: &str,
+        status: u16,
+        ttfb: i64,
+        tokens: Option<(i64, i64, i64)>,
+    ) -> RequestRow {
+        RequestRow {
+            route: route.into(),
+            host: host.into(),
+            status,
+            ttfb_ms: ttfb,
+            prompt_tokens: tokens.map(|t| t.0),
+            cached_tokens: tokens.map(|t| t.1),
+            completion_tokens: tokens.map(|t| t.2),
+            ..RequestRow::default()
+        }
+    }
+
+    #[test]
+    fn rows_are_grouped_and_summed_per_route_and_host() {
+        let rows = [
+            row("a", "titan", 200, 10, Some((100, 0, 5))),
+            row("a", "titan", 200, 30, Some((150, 99, 5))),
+            row("a", "titan", 503, 0, None),
+            row("a", "mini", 200, 20, Some((40, 39, 1))),
+            row("b", "", 404, 0, None),
+        ];
+        let lines = summarize(&rows);
+        assert_eq!(lines.len(), 3);
+        let titan = lines
+            .iter()
+            .find(|l| l.route == "a" && l.host == "titan")
+            .unwrap();
+        assert_eq!((titan.requests, titan.errors), (3, 1));
+        assert_eq!(
+            (
+                titan.prompt_tokens,
+                titan.cached_tokens,
+                titan.completion_tokens
+            ),
+            (250, 99, 10)
+        );
+        assert_eq!(titan.cached_share, Some(99.0 / 250.0));
+        assert_eq!((titan.ttfb_p50_ms, titan.ttfb_p95_ms), (Some(10), Some(30)));
+        let b = lines.iter().find(|l| l.route == "b").unwrap();
+        assert_eq!(
+            (b.host.as_str(), b.errors, b.cached_share, b.ttfb_p50_ms),
+            ("-", 1, None, None)
+        );
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50), Some(50));
+        assert_eq!(percentile(&v, 95), Some(95));
+        assert_eq!(percentile(&[7], 95), Some(7));
+        assert_eq!(percentile(&[], 50), None);
+    }
+}
