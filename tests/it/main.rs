@@ -1,0 +1,4 @@
+//! crossbar's integration tests: one binary, real HTTP on loopback, simulated llama-servers.
+
+mod proxy;
+mod support;

@@ -1,0 +1,427 @@
+//! The request path end to end: routing errors, leases, slots, streaming, accounting.
+
+use crossbar::sim::{Fault, SimEvent};
+use serde_json::json;
+
+use crate::support::{chat, host, request, wait_event, wait_until, Conn, Harness};
+
+const CHAT: &str = "/projA/v1/chat/completions";
+
+#[track_caller]
+fn check_error(answer: &crate::support::Answer, status: u16, error: &str) {
+    assert_eq!(answer.status, status, "{}", answer.text());
+    assert_eq!(answer.json()["error"], error, "{}", answer.text());
+    assert_eq!(answer.header("Content-Type"), Some("application/json"));
+}
+
+#[test]
+fn every_routing_error_has_its_status_and_json() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let body = chat("hi", 0, false);
+    check_error(&h.post("/v1/chat/completions", &body), 400, "missing route");
+    check_error(
+        &h.post("/nope/v1/chat/completions", &body),
+        404,
+        "unknown route",
+    );
+    check_error(&h.get("/projA/slots"), 404, "not found");
+    check_error(&h.get("/projA/metrics"), 404, "not found");
+    // Each refusal is still an accounting row.
+    let rows = h.rows();
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter().all(|r| r.status >= 400 && !r.err.is_empty()),
+        "{rows:#?}"
+    );
+    assert!(h
+        .sim("titan")
+        .requests()
+        .iter()
+        .all(|r| !r.path.contains("chat")));
+}
+
+#[test]
+fn header_and_path_naming_different_routes_conflict() {
+    let second_route = "[routes.projB]\nhosts = [\"titan\"]\nmodel = \"m\"";
+    let h = Harness::start(vec![host("titan", 1)], second_route);
+    let body = chat("hi", 0, false);
+    let answer = h.post_with(CHAT, &[("X-Crossbar-Route", "projA")], &body);
+    assert_eq!(
+        answer.status,
+        200,
+        "the same route twice is fine: {}",
+        answer.text()
+    );
+    let answer = h.post_with(CHAT, &[("X-Crossbar-Route", "projB")], &body);
+    check_error(&answer, 400, "conflicting route");
+    check_error(
+        &h.post_with("/v1/models", &[("X-Crossbar-Route", "nope")], &body),
+        404,
+        "unknown route",
+    );
+}
+
+#[test]
+fn the_route_header_takes_the_whole_path_as_the_rest() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let answer = h.post_with(
+        "/v1/chat/completions",
+        &[("X-Crossbar-Route", "projA")],
+        &chat("hi", 0, false),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("X-Crossbar-Host"), Some("titan"));
+    let seen = h.sim("titan").requests();
+    let last = seen.iter().rfind(|r| r.method == "POST").unwrap();
+    assert_eq!(last.path, "/v1/chat/completions");
+    assert!(
+        last.header("X-Crossbar-Route").is_none(),
+        "crossbar's own headers stay home"
+    );
+}
+
+#[test]
+fn a_body_over_16_mib_is_refused_with_413() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let big = vec![b'x'; crossbar::proxy::MAX_BODY + 1];
+    let answer = request(h.addr(), "POST", CHAT, &[], &big);
+    check_error(&answer, 413, "body too large");
+}
+
+#[test]
+fn a_conversation_gets_a_new_lease_then_reuses_it_with_cached_tokens() {
+    let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
+    let first = h.post(CHAT, &chat("write a parser", 0, false));
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("X-Crossbar-Lease"), Some("new"));
+    let leased = first.header("X-Crossbar-Host").unwrap().to_string();
+    let second = h.post(CHAT, &chat("write a parser", 1, false));
+    assert_eq!(second.header("X-Crossbar-Lease"), Some("reused"));
+    assert_eq!(second.header("X-Crossbar-Host"), Some(leased.as_str()));
+    let rows = h.rows();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].cached_tokens, Some(0));
+    assert!(rows[1].cached_tokens.unwrap() > 0, "{:?}", rows[1]);
+    assert_eq!(rows[0].fp, rows[1].fp);
+    assert_eq!(rows[1].host, leased);
+}
+
+#[test]
+fn two_new_conversations_spread_over_two_idle_hosts_by_free_slots() {
+    let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
+    h.sim("titan").set_lockstep(true);
+    h.sim("mini").set_lockstep(true);
+    let mut a = Conn::open(h.addr());
+    a.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("conversation a", 0, true).to_string().as_bytes(),
+    );
+    let gw = h.server().gateway().clone();
+    wait_until("a holds a slot", || {
+        gw.limiter.in_flight("titan", "m") + gw.limiter.in_flight("mini", "m") == 1
+    });
+    let first = if gw.limiter.in_flight("titan", "m") == 1 {
+        "titan"
+    } else {
+        "mini"
+    };
+    let mut b = Conn::open(h.addr());
+    b.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("conversation b", 0, true).to_string().as_bytes(),
+    );
+    wait_until("b holds a slot", || {
+        gw.limiter.in_flight("titan", "m") + gw.limiter.in_flight("mini", "m") == 2
+    });
+    let hosts: Vec<String> = gw.leases.snapshot().into_iter().map(|l| l.host).collect();
+    assert_eq!(hosts.len(), 2);
+    assert_ne!(hosts[0], hosts[1], "both conversations went to {first}");
+    h.sim("titan").set_lockstep(false);
+    h.sim("mini").set_lockstep(false);
+    assert_eq!(a.read_answer().status, 200);
+    assert_eq!(b.read_answer().status, 200);
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after_and_a_queued_request_counts_its_wait() {
+    let h = Harness::start(vec![host("titan", 1)], "queue_max = 1");
+    let sim = h.sim("titan");
+    sim.set_lockstep(true);
+    let gw = h.server().gateway().clone();
+    let mut holder = Conn::open(h.addr());
+    holder.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("holder", 0, true).to_string().as_bytes(),
+    );
+    wait_until("the holder has the slot", || {
+        gw.limiter.in_flight("titan", "m") == 1
+    });
+    let mut waiter = Conn::open(h.addr());
+    waiter.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("waiter", 0, false).to_string().as_bytes(),
+    );
+    wait_until("the waiter is queued", || {
+        gw.limiter.queued("titan", "m") == 1
+    });
+    let refused = h.post(CHAT, &chat("third", 0, false));
+    check_error(&refused, 503, "queue full");
+    assert!(
+        refused
+            .header("Retry-After")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    sim.set_lockstep(false);
+    assert_eq!(holder.read_answer().status, 200);
+    assert_eq!(waiter.read_answer().status, 200);
+    let rows = h.rows();
+    let waited = rows.iter().find(|r| r.status == 200 && r.queued_ms > 0);
+    assert!(waited.is_some(), "no row shows a wait: {rows:#?}");
+    assert!(rows
+        .iter()
+        .any(|r| r.status == 503 && r.err == "queue full"));
+}
+
+#[test]
+fn a_wait_longer_than_queue_timeout_answers_503_queue_timeout() {
+    let h = Harness::start(vec![host("titan", 1)], "queue_timeout = \"100ms\"");
+    h.sim("titan").set_lockstep(true);
+    let gw = h.server().gateway().clone();
+    let mut holder = Conn::open(h.addr());
+    holder.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("holder", 0, true).to_string().as_bytes(),
+    );
+    wait_until("the holder has the slot", || {
+        gw.limiter.in_flight("titan", "m") == 1
+    });
+    let answer = h.post(CHAT, &chat("late", 0, false));
+    check_error(&answer, 503, "queue timeout");
+    assert!(answer.header("Retry-After").is_some());
+    h.sim("titan").set_lockstep(false);
+    assert_eq!(holder.read_answer().status, 200);
+}
+
+#[test]
+fn usage_and_timings_are_recorded_from_streamed_and_plain_answers() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let plain = h.post(CHAT, &chat("plain", 0, false));
+    let body = plain.json();
+    let streamed = h.post(CHAT, &chat("streamed", 0, true));
+    assert_eq!(streamed.header("Content-Type"), Some("text/event-stream"));
+    assert!(
+        streamed.text().ends_with("data: [DONE]\n\n"),
+        "{}",
+        streamed.text()
+    );
+    let mut with_usage = chat("with usage", 0, true);
+    with_usage["stream_options"] = json!({"include_usage": true});
+    h.post(CHAT, &with_usage);
+    let native = h.post(
+        "/projA/completion",
+        &json!({"prompt": "once upon a time", "n_predict": 3, "stream": true}),
+    );
+    assert_eq!(native.status, 200);
+    let rows = h.rows();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(
+        rows[0].prompt_tokens,
+        body["usage"]["prompt_tokens"].as_i64()
+    );
+    assert_eq!(
+        rows[0].completion_tokens,
+        body["usage"]["completion_tokens"].as_i64()
+    );
+    assert!(!rows[0].streamed && rows[1].streamed && rows[2].streamed && rows[3].streamed);
+    assert_eq!(rows[0].cached_tokens, Some(0), "a cold host caches nothing");
+    for row in &rows {
+        assert!(
+            row.prompt_tokens.unwrap() > row.cached_tokens.unwrap(),
+            "{row:?}"
+        );
+        assert!(row.completion_tokens.unwrap() > 0, "{row:?}");
+        assert!(row.err.is_empty(), "{row:?}");
+    }
+    assert_eq!(rows[3].completion_tokens, Some(3));
+}
+
+#[test]
+fn lock_step_streaming_proves_no_buffering() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let sim = h.sim("titan");
+    sim.set_lockstep(true);
+    let mut conn = Conn::open(h.addr());
+    conn.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("tokens one by one", 0, true).to_string().as_bytes(),
+    );
+    sim.release(1);
+    let (status, headers) = conn.read_head();
+    assert_eq!(status, 200);
+    assert!(headers
+        .iter()
+        .any(|(k, v)| k == "Transfer-Encoding" && v == "chunked"));
+    let mut received = 0;
+    loop {
+        // Event k reaches the client while event k+1 is still held by the sim: were crossbar to
+        // buffer, this read would wait forever.
+        let chunk = conn.read_chunk().expect("the stream ended early");
+        let text = String::from_utf8(chunk).unwrap();
+        assert_eq!(
+            text.matches("data: ").count(),
+            1,
+            "one event per chunk: {text:?}"
+        );
+        received += 1;
+        if text.contains("[DONE]") {
+            break;
+        }
+        sim.release(1);
+    }
+    assert!(
+        conn.read_chunk().is_none(),
+        "the last chunk ends the stream"
+    );
+    assert!(received >= 4, "{received}");
+}
+
+#[test]
+fn a_client_leaving_mid_stream_frees_the_slot_and_closes_upstream() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let sim = h.sim("titan");
+    sim.set_lockstep(true);
+    let events = sim.events();
+    let gw = h.server().gateway().clone();
+    let mut conn = Conn::open(h.addr());
+    let mut body = chat("going away", 0, true);
+    body["max_tokens"] = 10_000.into();
+    conn.send("POST", CHAT, &[], body.to_string().as_bytes());
+    sim.release(1);
+    conn.read_head();
+    conn.read_chunk().unwrap();
+    drop(conn);
+    // The next events hit the closed client; crossbar then closes its upstream connection.
+    sim.release(10_000);
+    wait_event(&events, "the sim sees its connection close", |e| {
+        matches!(e, SimEvent::ClientGone { .. })
+    });
+    wait_until("the slot is free", || {
+        gw.limiter.in_flight("titan", "m") == 0
+    });
+    wait_until("the row is written", || {
+        h.rows().iter().any(|r| r.status == 499)
+    });
+}
+
+#[test]
+fn two_requests_share_one_keep_alive_connection() {
+    let h = Harness::start(vec![host("titan", 2)], "");
+    let mut conn = Conn::open(h.addr());
+    for stream in [true, false, true] {
+        conn.send(
+            "POST",
+            CHAT,
+            &[],
+            chat("keep alive", 0, stream).to_string().as_bytes(),
+        );
+        let answer = conn.read_answer();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+}
+
+#[test]
+fn an_upstream_that_refuses_is_a_502_then_the_host_is_down_503() {
+    let h = Harness::start(vec![host("titan", 1)], "health_interval = \"1h\"");
+    let gw = h.server().gateway().clone();
+    wait_until("the first poll", || {
+        gw.health.get("titan").is_some_and(|s| s.last_poll > 0)
+    });
+    h.sim("titan").set_fault(Fault::Refuse);
+    let answer = h.post(CHAT, &chat("hello", 0, false));
+    check_error(&answer, 502, "upstream error");
+    assert_eq!(answer.json()["host"], "titan");
+    let answer = h.post(CHAT, &chat("hello", 0, false));
+    check_error(&answer, 503, "no healthy host");
+    assert!(answer.header("Retry-After").is_some());
+    let rows = h.rows();
+    assert_eq!(rows[0].status, 502);
+    assert!(rows[0].err.starts_with("upstream error"), "{:?}", rows[0]);
+}
+
+#[test]
+fn a_pinned_host_that_is_down_answers_503_pinned_host_down() {
+    let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
+    assert_eq!(h.post(CHAT, &chat("hello", 0, false)).status, 200);
+    let gw = h.server().gateway().clone();
+    gw.leases.pin("projA", "mini", 0).unwrap();
+    gw.health
+        .mark_down("mini", crossbar::health::DownReason::Unreachable, 0);
+    check_error(
+        &h.post(CHAT, &chat("hello", 0, false)),
+        503,
+        "pinned host down",
+    );
+}
+
+#[test]
+fn upstream_error_statuses_pass_through_unchanged() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    h.sim("titan").set_fault(Fault::Status(500));
+    let answer = h.post(CHAT, &chat("hello", 0, false));
+    assert_eq!(answer.status, 500);
+    assert!(
+        answer.json()["error"]["message"].is_string(),
+        "{}",
+        answer.text()
+    );
+    assert!(
+        h.server().gateway().health.healthy("titan"),
+        "an answer is not a failure"
+    );
+}
+
+#[test]
+fn an_upstream_dying_mid_stream_ends_the_client_stream_broken() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    h.sim("titan")
+        .set_fault(Fault::DieMidStream { after_events: 2 });
+    let mut conn = Conn::open(h.addr());
+    conn.send(
+        "POST",
+        CHAT,
+        &[],
+        chat("fragile", 0, true).to_string().as_bytes(),
+    );
+    let (status, _) = conn.read_head();
+    assert_eq!(status, 200);
+    // Read until the malformed chunk line that marks the break; a clean end would be "0\r\n\r\n".
+    let mut text = String::new();
+    while !text.contains("!crossbar") {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut conn.reader, &mut line).unwrap();
+        assert!(
+            n > 0,
+            "the connection closed without the break marker: {text:?}"
+        );
+        assert_ne!(line, "0\r\n", "the stream ended cleanly: {text:?}");
+        text.push_str(&line);
+    }
+    wait_until("the row has the error", || {
+        h.rows().iter().any(|r| r.err.contains("mid-body"))
+    });
+}

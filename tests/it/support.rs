@@ -1,0 +1,325 @@
+//! The test harness: simulated llama-servers and a real crossbar on loopback, plus a small HTTP
+//! client that shows status, headers and body exactly as they arrived.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbar::config::Config;
+use crossbar::server::Server;
+use crossbar::sim::{Sim, SimConfig};
+use crossbar::store::{RequestRow, Store};
+use serde_json::Value;
+
+/// A crossbar in front of named simulated hosts, with its own db in a fresh directory.
+pub struct Harness {
+    pub server: Option<Server>,
+    pub sims: Vec<(String, Sim)>,
+    pub dir: PathBuf,
+}
+
+/// One host of a test setup: its name, how the sim behaves, and `parallel` in crossbar's config.
+pub struct HostSpec {
+    pub name: &'static str,
+    pub sim: SimConfig,
+    pub parallel: usize,
+}
+
+pub fn host(name: &'static str, parallel: usize) -> HostSpec {
+    HostSpec {
+        name,
+        sim: SimConfig {
+            slots: parallel,
+            ..SimConfig::default()
+        },
+        parallel,
+    }
+}
+
+/// A fresh directory under the system temp dir, unique per test.
+pub fn temp_dir() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("crossbar-it-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Harness {
+    /// Starts the sims and a crossbar with route `projA` over all hosts (model `m`), plus `extra`
+    /// top-level config lines.
+    pub fn start(hosts: Vec<HostSpec>, extra: &str) -> Harness {
+        let dir = temp_dir();
+        let sims: Vec<(String, Sim)> = hosts
+            .iter()
+            .map(|h| (h.name.to_string(), Sim::start(h.sim.clone())))
+            .collect();
+        let text = config_text(&dir, &hosts, &sims, extra);
+        let config =
+            Config::from_toml(&text).unwrap_or_else(|e| panic!("{:#?}\n{text}", e.lines()));
+        let server = Server::start(config).unwrap();
+        Harness {
+            server: Some(server),
+            sims,
+            dir,
+        }
+    }
+
+    pub fn server(&self) -> &Server {
+        self.server.as_ref().unwrap()
+    }
+
+    pub fn sim(&self, name: &str) -> &Sim {
+        &self.sims.iter().find(|(n, _)| n == name).unwrap().1
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server().client_addr()
+    }
+
+    /// A second store handle on crossbar's db, as an operator's sqlite3 shell would have.
+    pub fn db(&self) -> Store {
+        Store::open(&self.dir.join("crossbar.db")).unwrap()
+    }
+
+    /// The accounting rows so far, oldest first.
+    pub fn rows(&self) -> Vec<RequestRow> {
+        self.db().requests_since(0, None).unwrap()
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Answer {
+        request(self.addr(), "POST", path, &[], body.to_string().as_bytes())
+    }
+
+    pub fn post_with(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
+        request(
+            self.addr(),
+            "POST",
+            path,
+            headers,
+            body.to_string().as_bytes(),
+        )
+    }
+
+    pub fn get(&self, path: &str) -> Answer {
+        request(self.addr(), "GET", path, &[], b"")
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop(Duration::from_secs(5));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn config_text(
+    dir: &std::path::Path,
+    hosts: &[HostSpec],
+    sims: &[(String, Sim)],
+    extra: &str,
+) -> String {
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n",
+        dir.join("crossbar.db")
+    );
+    if !extra.contains("health_interval") {
+        text.push_str("health_interval = \"1s\"\n");
+    }
+    text.push_str(extra);
+    text.push('\n');
+    for (spec, (_, sim)) in hosts.iter().zip(sims) {
+        text.push_str(&format!(
+            "[hosts.{name}]\nurl = \"{}\"\n[hosts.{name}.models.m]\nparallel = {}\n",
+            sim.url(),
+            spec.parallel,
+            name = spec.name
+        ));
+    }
+    let names: Vec<String> = hosts.iter().map(|h| format!("{:?}", h.name)).collect();
+    text.push_str(&format!(
+        "[routes.projA]\nhosts = [{}]\nmodel = \"m\"\n",
+        names.join(", ")
+    ));
+    text
+}
+
+/// A complete answer as the client saw it.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One request on a fresh connection, read to the end of its body.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Answer {
+    let mut conn = Conn::open(addr);
+    conn.send(method, path, headers, body);
+    conn.read_answer()
+}
+
+/// A raw client connection, for keep-alive and streaming tests.
+pub struct Conn {
+    pub reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Conn {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    pub fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: crossbar\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let stream = self.reader.get_mut();
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+    }
+
+    /// Reads a status line and headers.
+    pub fn read_head(&mut self) -> (u16, Vec<(String, String)>) {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let status = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {line:?}"));
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            let trimmed = line.trim_end();
+            if trimmed.is_empty() {
+                return (status, headers);
+            }
+            let (k, v) = trimmed.split_once(':').unwrap();
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+
+    /// Reads one chunk of a chunked body: `Some(data)`, or `None` at the last chunk.
+    pub fn read_chunk(&mut self) -> Option<Vec<u8>> {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let size = usize::from_str_radix(line.trim(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk line {line:?}"));
+        let mut data = vec![0; size + 2];
+        self.reader.read_exact(&mut data).unwrap();
+        data.truncate(size);
+        (size > 0).then_some(data)
+    }
+
+    pub fn read_answer(&mut self) -> Answer {
+        let (status, headers) = self.read_head();
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let body = if find("Transfer-Encoding").is_some_and(|v| v.contains("chunked")) {
+            let mut body = Vec::new();
+            while let Some(chunk) = self.read_chunk() {
+                body.extend_from_slice(&chunk);
+            }
+            body
+        } else if let Some(n) = find("Content-Length").and_then(|v| v.parse::<usize>().ok()) {
+            let mut body = vec![0; n];
+            self.reader.read_exact(&mut body).unwrap();
+            body
+        } else {
+            let mut body = Vec::new();
+            self.reader.read_to_end(&mut body).unwrap();
+            body
+        };
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+/// Waits until `cond` holds, polling a condition the code under test changes; fails after 10 s.
+#[track_caller]
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits for a sim event matching `pred`; fails after 10 s.
+#[track_caller]
+pub fn wait_event(
+    events: &crossbeam_channel::Receiver<crossbar::sim::SimEvent>,
+    what: &str,
+    pred: impl Fn(&crossbar::sim::SimEvent) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(event) if pred(&event) => return,
+            Ok(_) => {}
+            Err(_) => panic!("timed out waiting until {what}"),
+        }
+    }
+}
+
+/// A chat body: a conversation with a system prompt, first user message `first`, and `turns`
+/// more user/assistant exchanges.
+pub fn chat(first: &str, turns: usize, stream: bool) -> Value {
+    let mut messages = vec![
+        serde_json::json!({"role": "system", "content": "You are a careful coding assistant."}),
+        serde_json::json!({"role": "user", "content": first}),
+    ];
+    for i in 0..turns {
+        messages.push(serde_json::json!({"role": "assistant", "content": format!("answer number {i} with some words")}));
+        messages.push(serde_json::json!({"role": "user", "content": format!("follow-up question {i}, please go on")}));
+    }
+    serde_json::json!({"model": "m", "messages": messages, "stream": stream, "max_tokens": 4})
+}
