@@ -6,26 +6,27 @@
 //! Owns: the listener and its threads (all joined on `stop`/`Drop`), the request record and stats.
 //! Must not: pick ports other than the one it is given, panic on anything a client sends, or hold a
 //! lock while writing to a socket (waits for slots, permits and faults use condvars).
-//! Submodules: `http` (wire), `cache` (slot choice, pure), `respond` (routing, metadata endpoints),
-//! `generate` (completions and streams).
+//! Submodules: `http` (wire), `server` (shared state, threads), `cache` (slot choice, pure),
+//! `respond` (routing, metadata endpoints), `generate` (completions and streams), `answer` (shapes).
 
+mod answer;
 mod cache;
 mod generate;
 mod http;
 mod respond;
+mod server;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
-use std::io::BufReader;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
+
+use server::{listen, Conns, Control, Listener, PoolState, Record, Shared};
 
 /// What the simulated server looks like and costs.
 #[derive(Debug, Clone)]
@@ -81,7 +82,9 @@ pub enum Fault {
     Refuse,
     /// Streams are cut (connection closed) after this many events; non-streamed inference is
     /// closed without an answer.
-    DieMidStream { after_events: usize },
+    DieMidStream {
+        after_events: usize,
+    },
     /// Inference paths answer this status with llama-server's error envelope.
     Status(u16),
 }
@@ -144,12 +147,6 @@ const SEEN_KEPT: usize = 4096;
 pub struct Sim {
     shared: Arc<Shared>,
     listener: Mutex<Option<Listener>>,
-}
-
-#[derive(Debug)]
-struct Listener {
-    thread: JoinHandle<()>,
-    stop: Arc<AtomicBool>,
 }
 
 impl Sim {
@@ -287,252 +284,4 @@ impl Drop for Sim {
             }
         }
     }
-}
-
-/// State shared by the handle and the server threads. Locks are never nested.
-#[derive(Debug)]
-struct Shared {
-    cfg: SimConfig,
-    addr: SocketAddr,
-    control: Mutex<Control>,
-    /// Notified when the fault, lock-step permits or `stopping` change.
-    control_cv: Condvar,
-    pool: Mutex<PoolState>,
-    /// Notified when a slot is freed or the pool closes.
-    pool_cv: Condvar,
-    record: Mutex<Record>,
-    conns: Mutex<Conns>,
-    events_tx: Sender<SimEvent>,
-    events_rx: Receiver<SimEvent>,
-    /// Events are only queued once someone asked for the receiver.
-    observed: AtomicBool,
-    stopping: AtomicBool,
-}
-
-/// Invariant: `permits` only matters while `lockstep`; it is reset when lock-step is switched off.
-#[derive(Debug)]
-struct Control {
-    fault: Fault,
-    lockstep: bool,
-    permits: usize,
-}
-
-/// Invariant: once `closed`, no slot is handed out (waiters give up).
-#[derive(Debug)]
-struct PoolState {
-    pool: cache::Pool,
-    closed: bool,
-}
-
-/// Invariant: `seen` holds at most `SEEN_KEPT` entries.
-#[derive(Debug, Default)]
-struct Record {
-    stats: SimStats,
-    seen: VecDeque<Seen>,
-}
-
-/// Invariant: every connection thread is in `threads` until joined; `open` holds a handle to each
-/// live socket so shutdown and `Refuse` can reset them.
-#[derive(Debug, Default)]
-struct Conns {
-    next_id: u64,
-    open: HashMap<u64, TcpStream>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-/// A slot held by one request; freed (holding `text`) on `finish` or drop, so a client hanging up
-/// or an early return cannot leak it.
-#[derive(Debug)]
-struct SlotLease<'a> {
-    shared: &'a Shared,
-    slot: usize,
-    cache_n: u64,
-    /// Prompt plus generated text so far: what the slot's cache holds afterwards.
-    text: Vec<u8>,
-    done: bool,
-}
-
-impl SlotLease<'_> {
-    fn finish(&mut self) {
-        if !self.done {
-            self.done = true;
-            let text = std::mem::take(&mut self.text);
-            self.shared.pool.lock().pool.put_back(self.slot, text);
-            self.shared.pool_cv.notify_all();
-        }
-    }
-}
-
-impl Drop for SlotLease<'_> {
-    fn drop(&mut self) {
-        self.finish();
-    }
-}
-
-impl Shared {
-    fn per_slot_ctx(&self) -> u64 {
-        self.cfg.n_ctx / self.cfg.slots.max(1) as u64
-    }
-
-    fn fault(&self) -> Fault {
-        self.control.lock().fault
-    }
-
-    fn emit(&self, ev: SimEvent) {
-        if self.observed.load(Ordering::SeqCst) {
-            let _ = self.events_tx.send(ev);
-        }
-    }
-
-    fn record_request(&self, seen: Seen) {
-        let mut r = self.record.lock();
-        r.stats.requests += 1;
-        if r.seen.len() == SEEN_KEPT {
-            r.seen.pop_front();
-        }
-        r.seen.push_back(seen);
-    }
-
-    fn record_work(&self, prompt_n: u64, cache_n: u64, predicted_n: u64) {
-        let mut r = self.record.lock();
-        r.stats.prompt_n += prompt_n;
-        r.stats.cache_n += cache_n;
-        r.stats.predicted_n += predicted_n;
-    }
-
-    fn record_gone(&self, path: &str) {
-        self.record.lock().stats.cancelled += 1;
-        self.emit(SimEvent::ClientGone {
-            path: path.to_string(),
-        });
-    }
-
-    /// Waits for an idle slot (llama-server defers, it never answers "busy"); `None` on shutdown.
-    fn take_slot(&self, prompt: &[u8], use_cache: bool) -> Option<SlotLease<'_>> {
-        let mut p = self.pool.lock();
-        loop {
-            if p.closed {
-                return None;
-            }
-            if let Some(t) = p.pool.try_take(prompt, use_cache) {
-                return Some(SlotLease {
-                    shared: self,
-                    slot: t.slot,
-                    cache_n: t.cache_n,
-                    text: prompt.to_vec(),
-                    done: false,
-                });
-            }
-            self.pool_cv.wait(&mut p);
-        }
-    }
-
-    fn slots_busy(&self) -> Vec<bool> {
-        self.pool.lock().pool.busy()
-    }
-
-    /// Simulated work: waits `d`, cut short by shutdown. Returns false when stopping.
-    fn pause(&self, d: Duration) -> bool {
-        let deadline = Instant::now() + d;
-        let mut c = self.control.lock();
-        while !self.stopping.load(Ordering::SeqCst) {
-            if d.is_zero() || self.control_cv.wait_until(&mut c, deadline).timed_out() {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// In lock-step mode, takes one permit (waiting for it). Returns false when stopping.
-    fn permit(&self) -> bool {
-        let mut c = self.control.lock();
-        while !self.stopping.load(Ordering::SeqCst) {
-            if !c.lockstep {
-                return true;
-            }
-            if c.permits > 0 {
-                c.permits -= 1;
-                return true;
-            }
-            self.control_cv.wait(&mut c);
-        }
-        false
-    }
-
-    /// Holds a request unanswered while the fault is `Hang`.
-    fn hang(&self) {
-        let mut c = self.control.lock();
-        while c.fault == Fault::Hang && !self.stopping.load(Ordering::SeqCst) {
-            self.control_cv.wait(&mut c);
-        }
-    }
-
-    fn close_connections(&self) {
-        for sock in self.conns.lock().open.values() {
-            let _ = sock.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-fn listen(shared: &Arc<Shared>, listener: TcpListener) -> std::io::Result<Listener> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (sh, st) = (Arc::clone(shared), Arc::clone(&stop));
-    let thread = std::thread::Builder::new()
-        .name("sim-accept".into())
-        .spawn(move || accept_loop(&sh, &listener, &st))?;
-    Ok(Listener { thread, stop })
-}
-
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, stop: &AtomicBool) {
-    for conn in listener.incoming() {
-        if stop.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(sock) = conn else { continue };
-        let Ok(handle) = sock.try_clone() else {
-            continue;
-        };
-        let mut conns = shared.conns.lock();
-        conns.threads.retain(|t| !t.is_finished());
-        let id = conns.next_id;
-        conns.next_id += 1;
-        let sh = Arc::clone(shared);
-        let spawned = std::thread::Builder::new()
-            .name("sim-conn".into())
-            .spawn(move || serve_connection(&sh, sock, id));
-        match spawned {
-            Ok(t) => {
-                conns.open.insert(id, handle);
-                conns.threads.push(t);
-            }
-            Err(e) => log::warn!("sim: cannot spawn connection thread err={e}"),
-        }
-    }
-}
-
-fn serve_connection(shared: &Shared, sock: TcpStream, id: u64) {
-    if let Ok(read_half) = sock.try_clone() {
-        let mut reader = BufReader::new(read_half);
-        loop {
-            match http::read_request(&mut reader) {
-                Ok(req) => {
-                    let keep = respond::handle(shared, &sock, &req);
-                    if !(keep && req.keep_alive) {
-                        break;
-                    }
-                }
-                Err(http::ReadError::Bad(status, msg)) => {
-                    respond::reply_error(&sock, status, msg, false);
-                    break;
-                }
-                Err(http::ReadError::Io(e)) => {
-                    log::debug!("sim: connection read failed err={e}");
-                    break;
-                }
-                Err(http::ReadError::Closed) => break,
-            }
-        }
-    }
-    let _ = sock.shutdown(Shutdown::Both);
-    shared.conns.lock().open.remove(&id);
 }

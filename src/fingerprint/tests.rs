@@ -21,7 +21,11 @@ fn check_differ(a: &str, b: &str) {
 #[track_caller]
 fn check_hex(fp: &str) {
     assert_eq!(fp.len(), 16, "{fp:?}");
-    assert!(fp.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{fp:?}");
+    assert!(
+        fp.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{fp:?}"
+    );
 }
 
 const TURN1: &str = r#"{"model":"qwen","messages":[
@@ -74,7 +78,8 @@ fn a_shared_long_system_prompt_does_not_merge_conversations() {
 #[test]
 fn without_a_user_message_all_messages_count() {
     let one = r#"{"messages":[{"role":"system","content":"a"}]}"#;
-    let two = r#"{"messages":[{"role":"system","content":"a"},{"role":"assistant","content":"b"}]}"#;
+    let two =
+        r#"{"messages":[{"role":"system","content":"a"},{"role":"assistant","content":"b"}]}"#;
     check_differ(one, two);
 }
 
@@ -93,14 +98,18 @@ fn value_text_is_independent_of_key_order_and_whitespace() {
     // The chat rule leans on serde_json's default (sorted) map; `preserve_order` would break it.
     let a: serde_json::Value = serde_json::from_str(r#"{"b":1,"a":{"d":[1, 2],"c":"x"}}"#).unwrap();
     let b: serde_json::Value =
-        serde_json::from_str("{ \"a\" : { \"c\" : \"x\",\n \"d\" : [ 1 ,2 ] }, \"b\" : 1 }").unwrap();
+        serde_json::from_str("{ \"a\" : { \"c\" : \"x\",\n \"d\" : [ 1 ,2 ] }, \"b\" : 1 }")
+            .unwrap();
     assert_eq!(a.to_string(), r#"{"a":{"c":"x","d":[1,2]},"b":1}"#);
     assert_eq!(a.to_string(), b.to_string());
 }
 
 #[test]
 fn explicit_keys_win_header_over_body_key_over_messages() {
-    let keyed = TURN1.replace(r#""model":"qwen","#, r#""model":"qwen","prompt_cache_key":"conv-9","#);
+    let keyed = TURN1.replace(
+        r#""model":"qwen","#,
+        r#""model":"qwen","prompt_cache_key":"conv-9","#,
+    );
     let by_body = peek(keyed.as_bytes(), None).fp;
     check_hex(&by_body);
     assert_ne!(by_body, fp(TURN1), "body key must win over messages");
@@ -131,7 +140,10 @@ fn blank_or_non_string_explicit_keys_are_ignored() {
 fn completion_prompts_are_identified_by_their_first_4096_bytes() {
     let body = |p: &str| serde_json::json!({"prompt": p, "n_predict": 8}).to_string();
     let head = "x".repeat(PROMPT_PREFIX);
-    check_same(&body(&format!("{head} and then one way")), &body(&format!("{head} or another")));
+    check_same(
+        &body(&format!("{head} and then one way")),
+        &body(&format!("{head} or another")),
+    );
     check_differ(&body(&format!("a{head}")), &body(&format!("b{head}")));
     check_hex(&fp(&body("hello")));
     // A multi-byte character across the cut does not upset anything.
@@ -141,7 +153,10 @@ fn completion_prompts_are_identified_by_their_first_4096_bytes() {
 
 #[test]
 fn the_first_present_prompt_field_wins() {
-    check_same(r#"{"prompt":"p","input":"i"}"#, r#"{"input":"i","prompt":"p"}"#);
+    check_same(
+        r#"{"prompt":"p","input":"i"}"#,
+        r#"{"input":"i","prompt":"p"}"#,
+    );
     check_same(r#"{"input_prefix":"p","content":"c"}"#, r#"{"prompt":"p"}"#);
     check_same(r#"{"prompt":null,"content":"c"}"#, r#"{"content":"c"}"#);
     check_same(r#"{"input":"i"}"#, r#"{"prompt":"i"}"#);
@@ -165,7 +180,15 @@ fn non_string_prompts_hash_their_json_text_prefix() {
 
 #[test]
 fn bodies_without_a_conversation_have_no_fingerprint() {
-    for body in ["", "not json", "[1,2]", "\"str\"", "{\"model\":\"m\"", "{} trailing", "{\"model\":\"m\"}"] {
+    for body in [
+        "",
+        "not json",
+        "[1,2]",
+        "\"str\"",
+        "{\"model\":\"m\"",
+        "{} trailing",
+        "{\"model\":\"m\"}",
+    ] {
         let p = peek(body.as_bytes(), None);
         assert_eq!(p.fp, "", "{body:?}");
         assert!(!p.stream);
@@ -178,7 +201,10 @@ fn bodies_without_a_conversation_have_no_fingerprint() {
 #[test]
 fn model_and_stream_are_read_leniently() {
     let p = peek(br#"{"model":"qwen","stream":true,"messages":"oops"}"#, None);
-    assert_eq!((p.model.as_deref(), p.stream, p.fp.as_str()), (Some("qwen"), true, ""));
+    assert_eq!(
+        (p.model.as_deref(), p.stream, p.fp.as_str()),
+        (Some("qwen"), true, "")
+    );
     let p = peek(br#"{"model":7,"stream":"true"}"#, None);
     assert_eq!((p.model, p.stream), (None, false));
     let p = peek(br#"{"model":"a","model":"b","stream":false}"#, None);
@@ -199,11 +225,23 @@ fn short_shows_the_first_eight_characters() {
 fn golden_fingerprints_never_change() {
     let cases: [(&str, Option<&str>, &str); 4] = [
         (TURN1, None, "403a331c5ff187ae"),
-        (r#"{"prompt":"Once upon a time","n_predict":16}"#, None, "fc113713a41275b0"),
+        (
+            r#"{"prompt":"Once upon a time","n_predict":16}"#,
+            None,
+            "fc113713a41275b0",
+        ),
         ("{}", Some("sess-42"), "4c970d52aa099faf"),
-        (r#"{"prompt_cache_key":"sess-42","messages":[]}"#, None, "4c970d52aa099faf"),
+        (
+            r#"{"prompt_cache_key":"sess-42","messages":[]}"#,
+            None,
+            "4c970d52aa099faf",
+        ),
     ];
     for (body, session, want) in cases {
-        assert_eq!(peek(body.as_bytes(), session).fp, want, "{body} {session:?}");
+        assert_eq!(
+            peek(body.as_bytes(), session).fp,
+            want,
+            "{body} {session:?}"
+        );
     }
 }

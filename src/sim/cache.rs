@@ -18,7 +18,6 @@ fn common_tokens(a: &[u8], b: &[u8]) -> u64 {
     (a.iter().zip(b).take_while(|(x, y)| x == y).count() / TOKEN_BYTES) as u64
 }
 
-
 /// `--slot-prompt-similarity` default.
 const SIMILARITY: f64 = 0.10;
 
@@ -168,7 +167,9 @@ mod tests {
     /// Takes a slot and immediately frees it holding the prompt; returns (slot, cache_n).
     #[track_caller]
     fn turn(pool: &mut Pool, prompt: &str) -> (usize, u64) {
-        let t = pool.try_take(prompt.as_bytes(), true).expect("an idle slot");
+        let t = pool
+            .try_take(prompt.as_bytes(), true)
+            .expect("an idle slot");
         pool.put_back(t.slot, prompt.as_bytes().to_vec());
         (t.slot, t.cache_n)
     }
@@ -245,7 +246,10 @@ mod tests {
         let shared = format!("{sys}user: ").len() / TOKEN_BYTES;
         assert_eq!((slot_b, cache_n), (slot_a, shared as u64));
         let (_, cache_n) = turn(&mut pool, &a);
-        assert!(cache_n < tokens(a.len()) - 1, "only the shared prefix is reused");
+        assert!(
+            cache_n < tokens(a.len()) - 1,
+            "only the shared prefix is reused"
+        );
     }
 
     #[test]

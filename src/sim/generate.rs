@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::answer::Done;
 use super::http::{self, EventStream, HttpRequest};
 use super::respond::{envelope, reply, reply_error, unix_now, BUILD};
 use super::{cache, Fault, Shared, SimEvent};
@@ -41,7 +42,13 @@ const WORDS: [&str; 16] = [
 ];
 
 /// Answers one completion request. Returns whether the connection may carry another request.
-pub(super) fn run(sh: &Shared, sock: &TcpStream, req: &HttpRequest, kind: Kind, fault: Fault) -> bool {
+pub(super) fn run(
+    sh: &Shared,
+    sock: &TcpStream,
+    req: &HttpRequest,
+    kind: Kind,
+    fault: Fault,
+) -> bool {
     let keep = req.keep_alive;
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(v @ Value::Object(_)) => v,
@@ -91,7 +98,9 @@ pub(super) fn run(sh: &Shared, sock: &TcpStream, req: &HttpRequest, kind: Kind, 
     if !sh.pause(us(sh.cfg.prefill_us_per_token, prompt_n)) {
         return false;
     }
-    let seed = prompt.iter().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(*b)));
+    let seed = prompt
+        .iter()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(*b)));
     let word = |i: u64| WORDS[((seed.wrapping_add(i * 7)) % WORDS.len() as u64) as usize];
     let slot = lease.slot;
     let done = |predicted: u64| Done {
@@ -281,72 +290,6 @@ impl Out<'_> {
     }
 }
 
-/// Numbers of a finished generation, rendered into each API's final shape.
-#[derive(Debug)]
-struct Done {
-    kind: Kind,
-    finish: &'static str,
-    slot: usize,
-    n_prompt: u64,
-    cache_n: u64,
-    prompt_n: u64,
-    predicted: u64,
-    prefill_us: u64,
-    decode_us: u64,
-    alias: String,
-}
-
-impl Done {
-    fn timings(&self) -> Value {
-        let rate = |n: u64, per_us: u64| {
-            let ms = (n * per_us) as f64 / 1000.0;
-            let per_token = if n > 0 { ms / n as f64 } else { 0.0 };
-            let per_second = if ms > 0.0 { n as f64 * 1000.0 / ms } else { 0.0 };
-            (ms, per_token, per_second)
-        };
-        let (p_ms, p_tok, p_sec) = rate(self.prompt_n, self.prefill_us);
-        let (g_ms, g_tok, g_sec) = rate(self.predicted, self.decode_us);
-        json!({"cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": p_ms,
-               "prompt_per_token_ms": p_tok, "prompt_per_second": p_sec,
-               "predicted_n": self.predicted, "predicted_ms": g_ms,
-               "predicted_per_token_ms": g_tok, "predicted_per_second": g_sec})
-    }
-
-    fn usage(&self) -> Value {
-        json!({"completion_tokens": self.predicted, "prompt_tokens": self.n_prompt,
-               "total_tokens": self.n_prompt + self.predicted,
-               "prompt_tokens_details": {"cached_tokens": self.cache_n}})
-    }
-
-    /// The non-streamed answer (and, with `text` empty, the native final chunk).
-    fn full(&self, text: &str) -> Value {
-        let created = unix_now();
-        match self.kind {
-            Kind::Chat => json!({
-                "choices": [{"finish_reason": self.finish, "index": 0,
-                             "message": {"role": "assistant", "content": text}}],
-                "created": created, "model": self.alias, "system_fingerprint": BUILD,
-                "object": "chat.completion", "usage": self.usage(),
-                "id": format!("chatcmpl-sim{created:x}"), "timings": self.timings()}),
-            Kind::Completions => json!({
-                "choices": [{"text": text, "index": 0, "logprobs": null,
-                             "finish_reason": self.finish}],
-                "created": created, "model": self.alias, "system_fingerprint": BUILD,
-                "object": "text_completion", "usage": self.usage(),
-                "id": format!("cmpl-sim{created:x}"), "timings": self.timings()}),
-            Kind::Native => json!({
-                "index": 0, "content": text, "tokens": [], "id_slot": self.slot, "stop": true,
-                "model": self.alias, "tokens_predicted": self.predicted,
-                "tokens_evaluated": self.n_prompt,
-                "generation_settings": {"n_predict": self.predicted},
-                "has_new_line": false, "truncated": false,
-                "stop_type": if self.finish == "stop" { "eos" } else { "limit" },
-                "stopping_word": "", "tokens_cached": self.n_prompt + self.predicted,
-                "timings": self.timings()}),
-        }
-    }
-}
-
 /// The text the simulated model sees: chat as `role: content\n` per message plus the generation
 /// prompt `assistant: `, so a later turn that repeats the answer extends the cached text.
 fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
@@ -369,7 +312,10 @@ fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
     };
     let mut out = String::new();
     for m in messages {
-        let role = m.get("role").and_then(Value::as_str).ok_or("message without a role")?;
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or("message without a role")?;
         let content = match m.get("content") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Array(parts)) => parts

@@ -61,8 +61,9 @@ pub(super) enum ReadError {
     Io(io::Error),
 }
 
-/// Reads the next request; `Err(Closed)` on a clean end of the connection.
-pub(super) fn read_request<R: BufRead>(r: &mut R) -> Result<HttpRequest, ReadError> {
+/// Reads the next request; `Err(Closed)` on a clean end of the connection. `w` receives the
+/// `100 Continue` a client asking for it (curl, for bodies over 1 KiB) waits for.
+pub(super) fn read_request<R: BufRead>(r: &mut R, w: &TcpStream) -> Result<HttpRequest, ReadError> {
     let line = match read_line(r)? {
         Some(l) => l,
         None => return Err(ReadError::Closed),
@@ -104,6 +105,13 @@ pub(super) fn read_request<R: BufRead>(r: &mut R) -> Result<HttpRequest, ReadErr
     } else {
         !conn.contains("close")
     };
+    let expect = req.header("expect").unwrap_or("");
+    if expect.eq_ignore_ascii_case("100-continue") && !http10 {
+        let mut w = w;
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .and_then(|()| w.flush())
+            .map_err(ReadError::Io)?;
+    }
     let chunked = req
         .header("transfer-encoding")
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));

@@ -192,7 +192,10 @@ fn tokenize(sock: &TcpStream, req: &HttpRequest) -> bool {
     let tokens: Vec<u64> = content
         .as_bytes()
         .chunks(cache::TOKEN_BYTES)
-        .map(|c| c.iter().fold(0u64, |h, b| (h * 131 + u64::from(*b)) % 32000))
+        .map(|c| {
+            c.iter()
+                .fold(0u64, |h, b| (h * 131 + u64::from(*b)) % 32000)
+        })
         .collect();
     reply(sock, 200, &json!({ "tokens": tokens }), req)
 }

@@ -129,10 +129,8 @@ impl Seen {
     /// The token counts by the rules in the module header of `tee.rs`.
     pub fn usage(&self) -> Usage {
         let (u, t, n) = (self.usage, self.timings, self.native);
-        let timed_prompt = t.and_then(|t| {
-            t.prompt_n
-                .map(|p| p.saturating_add(t.cache_n.unwrap_or(0)))
-        });
+        let timed_prompt =
+            t.and_then(|t| t.prompt_n.map(|p| p.saturating_add(t.cache_n.unwrap_or(0))));
         Usage {
             prompt_tokens: u
                 .and_then(|u| u.prompt)

@@ -1,4 +1,8 @@
+//! The SSE scanner's stories; `json.rs` holds the other modes.
+
 use super::*;
+
+mod json;
 
 /// Everything a tee reports, to compare runs.
 #[derive(Debug, PartialEq)]
@@ -74,12 +78,17 @@ fn usage(prompt: i64, cached: i64, completion: i64) -> Usage {
 /// a stop string (so `timings` twice), the finish event, `[DONE]`. The token " stop" must not
 /// confuse anything.
 const CHAT_STREAM: &str = concat!(
-    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#, "\n\n",
-    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Seven"}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#, "\n\n",
+    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#,
+    "\n\n",
+    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Seven"}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#,
+    "\n\n",
     ":\n\n",
-    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":" stop"}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#, "\n\n",
-    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk","timings":{"cache_n":40,"prompt_n":30,"prompt_ms":12.5,"predicted_n":5,"predicted_ms":40.1}}"#, "\n\n",
-    r#"data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk","timings":{"cache_n":53,"prompt_n":17,"prompt_ms":10.0,"prompt_per_token_ms":0.6,"prompt_per_second":1700.0,"predicted_n":6,"predicted_ms":48.0,"predicted_per_token_ms":8.0,"predicted_per_second":125.0}}"#, "\n\n",
+    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":" stop"}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#,
+    "\n\n",
+    r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk","timings":{"cache_n":40,"prompt_n":30,"prompt_ms":12.5,"predicted_n":5,"predicted_ms":40.1}}"#,
+    "\n\n",
+    r#"data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk","timings":{"cache_n":53,"prompt_n":17,"prompt_ms":10.0,"prompt_per_token_ms":0.6,"prompt_per_second":1700.0,"predicted_n":6,"predicted_ms":48.0,"predicted_per_token_ms":8.0,"predicted_per_second":125.0}}"#,
+    "\n\n",
     "data: [DONE]\n\n",
 );
 
@@ -93,15 +102,22 @@ fn a_streamed_chat_reports_the_last_timings_at_every_split() {
         overflowed: false,
     };
     assert_eq!(got, want);
-    assert_eq!(check_every_split(&sse, crlf(CHAT_STREAM).as_bytes()), want, "\\r\\n lines");
+    assert_eq!(
+        check_every_split(&sse, crlf(CHAT_STREAM).as_bytes()),
+        want,
+        "\\r\\n lines"
+    );
 }
 
 #[test]
 fn include_usage_puts_usage_and_timings_on_their_own_chunk() {
     let stream = concat!(
-        r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hi"}}],"object":"chat.completion.chunk"}"#, "\n\n",
-        r#"data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"object":"chat.completion.chunk"}"#, "\n\n",
-        r#"data: {"choices":[],"object":"chat.completion.chunk","usage":{"completion_tokens":8,"prompt_tokens":70,"total_tokens":78,"prompt_tokens_details":{"cached_tokens":69}},"timings":{"cache_n":69,"prompt_n":1,"predicted_n":8}}"#, "\n\n",
+        r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hi"}}],"object":"chat.completion.chunk"}"#,
+        "\n\n",
+        r#"data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"object":"chat.completion.chunk"}"#,
+        "\n\n",
+        r#"data: {"choices":[],"object":"chat.completion.chunk","usage":{"completion_tokens":8,"prompt_tokens":70,"total_tokens":78,"prompt_tokens_details":{"cached_tokens":69}},"timings":{"cache_n":69,"prompt_n":1,"predicted_n":8}}"#,
+        "\n\n",
         "data: [DONE]\n\n",
     );
     let got = check_every_split(&sse, stream.as_bytes());
@@ -125,22 +141,36 @@ fn usage_and_timings_on_different_events_each_count() {
 fn a_streamed_completion_with_both_usage_and_timings_prefers_usage() {
     // Deliberately inconsistent numbers, to see which source wins.
     let stream = concat!(
-        r#"data: {"choices":[{"text":"x","index":0,"finish_reason":null}],"object":"text_completion"}"#, "\n\n",
-        r#"data: {"choices":[{"text":"","index":0,"finish_reason":"stop"}],"object":"text_completion","usage":{"completion_tokens":3,"prompt_tokens":20,"total_tokens":23,"prompt_tokens_details":{"cached_tokens":7}},"timings":{"cache_n":8,"prompt_n":99,"predicted_n":4}}"#, "\n\n",
+        r#"data: {"choices":[{"text":"x","index":0,"finish_reason":null}],"object":"text_completion"}"#,
+        "\n\n",
+        r#"data: {"choices":[{"text":"","index":0,"finish_reason":"stop"}],"object":"text_completion","usage":{"completion_tokens":3,"prompt_tokens":20,"total_tokens":23,"prompt_tokens_details":{"cached_tokens":7}},"timings":{"cache_n":8,"prompt_n":99,"predicted_n":4}}"#,
+        "\n\n",
         "data: [DONE]\n\n",
     );
-    assert_eq!(check_every_split(&sse, stream.as_bytes()).usage, usage(20, 8, 3));
+    assert_eq!(
+        check_every_split(&sse, stream.as_bytes()).usage,
+        usage(20, 8, 3)
+    );
 }
 
 #[test]
 fn native_completion_finishes_on_stop_true_without_done() {
     let stream = concat!(
-        r#"data: {"index":0,"content":"Once","tokens":[],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":12}"#, "\n\n",
-        r#"data: {"index":0,"content":" upon","tokens":[],"stop":false,"id_slot":-1,"tokens_predicted":2,"tokens_evaluated":12}"#, "\n\n",
-        r#"data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"m","tokens_predicted":8,"tokens_evaluated":12,"generation_settings":{"n_predict":8,"stop":[]},"prompt":"Once upon a time","has_new_line":false,"truncated":false,"stop_type":"limit","stopping_word":"","tokens_cached":19,"timings":{"cache_n":11,"prompt_n":1,"predicted_n":8}}"#, "\n\n",
+        r#"data: {"index":0,"content":"Once","tokens":[],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":12}"#,
+        "\n\n",
+        r#"data: {"index":0,"content":" upon","tokens":[],"stop":false,"id_slot":-1,"tokens_predicted":2,"tokens_evaluated":12}"#,
+        "\n\n",
+        r#"data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"m","tokens_predicted":8,"tokens_evaluated":12,"generation_settings":{"n_predict":8,"stop":[]},"prompt":"Once upon a time","has_new_line":false,"truncated":false,"stop_type":"limit","stopping_word":"","tokens_cached":19,"timings":{"cache_n":11,"prompt_n":1,"predicted_n":8}}"#,
+        "\n\n",
     );
     let mut before_last = sse();
-    before_last.feed(stream.rsplit_once("data: ").map(|(a, _)| a).unwrap_or("").as_bytes());
+    before_last.feed(
+        stream
+            .rsplit_once("data: ")
+            .map(|(a, _)| a)
+            .unwrap_or("")
+            .as_bytes(),
+    );
     assert!(!before_last.finished(), "stop:false chunks do not finish");
     let got = check_every_split(&sse, stream.as_bytes());
     assert_eq!((got.usage, got.finished), (usage(12, 11, 8), true));
@@ -172,16 +202,30 @@ fn older_builds_without_usage_or_cache_n_give_what_they_can() {
 #[test]
 fn a_mid_stream_error_is_reported_and_does_not_finish() {
     let stream = concat!(
-        r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hi"}}]}"#, "\n\n",
-        r#"data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#, "\n\n",
+        r#"data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hi"}}]}"#,
+        "\n\n",
+        r#"data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#,
+        "\n\n",
     );
     let got = check_every_split(&sse, crlf(stream).as_bytes());
-    assert_eq!(got.error.as_deref(), Some("Context size has been exceeded."));
+    assert_eq!(
+        got.error.as_deref(),
+        Some("Context size has been exceeded.")
+    );
     assert!(!got.finished);
     // Older builds send it as an `error:` field carrying the error object itself.
     let old = "data: {\"content\":\"a\",\"stop\":false}\n\nerror: {\"code\":400,\"message\":\"too long\",\"type\":\"invalid_request_error\"}\n\n";
     let got = check_every_split(&sse, old.as_bytes());
-    assert_eq!((got.error.as_deref(), got.finished), (Some("too long"), false));
+    assert_eq!(
+        (got.error.as_deref(), got.finished),
+        (Some("too long"), false)
+    );
+    // The first error is the cause; what follows is fallout.
+    let two = "data: {\"error\":{\"message\":\"first\"}}\n\ndata: {\"error\":\"second\"}\n\n";
+    assert_eq!(
+        check_every_split(&sse, two.as_bytes()).error.as_deref(),
+        Some("first")
+    );
 }
 
 #[test]
@@ -199,9 +243,14 @@ fn comments_other_fields_and_spacing_variants_are_handled() {
 
 #[test]
 fn an_event_of_several_data_lines_is_joined_and_read_at_its_end() {
-    let stream = "data: {\"choices\":[],\ndata: \"usage\":{\"prompt_tokens\":5,\n\ndata: [DONE]\n\n";
+    let stream =
+        "data: {\"choices\":[],\ndata: \"usage\":{\"prompt_tokens\":5,\n\ndata: [DONE]\n\n";
     let got = check_every_split(&sse, stream.as_bytes());
-    assert_eq!((got.usage.prompt_tokens, got.finished), (None, true), "incomplete JSON ignored");
+    assert_eq!(
+        (got.usage.prompt_tokens, got.finished),
+        (None, true),
+        "incomplete JSON ignored"
+    );
     let stream = "data: {\"choices\":[],\ndata: \"usage\":{\"prompt_tokens\":5,\ndata: \"completion_tokens\":1}}\n\n";
     let got = check_every_split(&sse, crlf(stream).as_bytes());
     assert_eq!(got.usage.prompt_tokens, Some(5));
@@ -233,16 +282,24 @@ fn garbage_is_ignored_and_earlier_counts_survive_it() {
 #[test]
 fn data_without_a_quoted_key_is_not_parsed() {
     // The prefilter: native counters alone, with no "stop"/"usage"/"timings" key, are skipped.
-    let got = check_every_split(&sse, b"data: {\"tokens_evaluated\":5,\"tokens_predicted\":3}\n\n");
+    let got = check_every_split(
+        &sse,
+        b"data: {\"tokens_evaluated\":5,\"tokens_predicted\":3}\n\n",
+    );
     assert_eq!(got.usage, Usage::default());
-    assert!(!mentions_key(br#"{"content":"usage stop \"error\" timings"}"#));
+    assert!(!mentions_key(
+        br#"{"content":"usage stop \"error\" timings"}"#
+    ));
     assert!(mentions_key(br#"{"a":1, "timings" :{}}"#));
 }
 
 #[test]
 fn lines_over_the_limit_are_dropped_with_their_event_not_buffered() {
     let make = || small_sse(64);
-    let long_usage = format!("data: {{\"usage\":{{\"prompt_tokens\":999}},\"pad\":\"{}\"}}", "x".repeat(60));
+    let long_usage = format!(
+        "data: {{\"usage\":{{\"prompt_tokens\":999}},\"pad\":\"{}\"}}",
+        "x".repeat(60)
+    );
     let stream = format!(
         "{long_usage}\n\n: {}\n\ndata: {{\"timings\":{{\"cache_n\":1,\"prompt_n\":2,\"predicted_n\":3}}}}\n\ndata: [DONE]\n\n",
         "c".repeat(100)
@@ -256,12 +313,18 @@ fn lines_over_the_limit_are_dropped_with_their_event_not_buffered() {
     };
     assert_eq!(got, want);
     // A line of exactly the limit is kept.
-    let exact = format!("data: {{\"stop\":true,\"pad\":\"{}\"}}", "y".repeat(64 - 28));
+    let exact = format!(
+        "data: {{\"stop\":true,\"pad\":\"{}\"}}",
+        "y".repeat(64 - 28)
+    );
     assert_eq!(exact.len(), 64);
     let got = check_every_split(&make, format!("{exact}\n\n").as_bytes());
     assert_eq!((got.finished, got.overflowed), (true, false));
     // An event whose joined data lines outgrow the limit is dropped too (each line fits).
-    let event = format!("data: {{\"stop\":true,\ndata: \"pad\":\"{}\"}}\n\n", "z".repeat(50));
+    let event = format!(
+        "data: {{\"stop\":true,\ndata: \"pad\":\"{}\"}}\n\n",
+        "z".repeat(50)
+    );
     let got = check_every_split(&make, event.as_bytes());
     assert_eq!((got.finished, got.overflowed), (false, true));
     let got = check_every_split(&|| small_sse(128), event.as_bytes());
@@ -276,7 +339,15 @@ fn a_real_size_overlong_line_is_skipped_without_growing() {
     let whole = run(&sse, [&stream[..]]);
     assert_eq!(whole.usage.prompt_tokens, Some(4));
     assert!(whole.finished && whole.overflowed);
-    for i in [1, 40, MAX_LINE - 1, MAX_LINE, MAX_LINE + 1, MAX_LINE + 9, stream.len() - 3] {
+    for i in [
+        1,
+        40,
+        MAX_LINE - 1,
+        MAX_LINE,
+        MAX_LINE + 1,
+        MAX_LINE + 9,
+        stream.len() - 3,
+    ] {
         let (a, b) = stream.split_at(i);
         assert_eq!(run(&sse, [a, b]), whole, "split at {i}");
     }
@@ -287,78 +358,4 @@ fn a_real_size_overlong_line_is_skipped_without_growing() {
         Mode::Sse(s) => assert!(s.line.is_empty() && s.skipping, "the long line is not kept"),
         _ => unreachable!(),
     }
-}
-
-/// A non-streamed `/v1/chat/completions` answer as b11434 sends it.
-const CHAT_BODY: &str = r#"{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"7"}}],"created":1,"model":"m","system_fingerprint":"b11434","object":"chat.completion","usage":{"completion_tokens":2,"prompt_tokens":70,"total_tokens":72,"prompt_tokens_details":{"cached_tokens":53}},"id":"chatcmpl-2","timings":{"cache_n":53,"prompt_n":17,"prompt_ms":9.1,"predicted_n":2,"predicted_ms":16.0}}"#;
-
-#[test]
-fn a_json_body_is_read_whole_at_any_split() {
-    let json = || Tee::new("application/json; charset=utf-8");
-    let got = check_every_split(&json, CHAT_BODY.as_bytes());
-    let want = Outcome {
-        usage: usage(70, 53, 2),
-        finished: true,
-        error: None,
-        overflowed: false,
-    };
-    assert_eq!(got, want);
-    // Asking early, then feeding more, answers from the new bytes.
-    let mut tee = json();
-    tee.feed(&CHAT_BODY.as_bytes()[..100]);
-    assert_eq!(tee.usage(), Usage::default());
-    tee.feed(&CHAT_BODY.as_bytes()[100..]);
-    assert_eq!(tee.usage(), usage(70, 53, 2));
-}
-
-#[test]
-fn a_json_error_body_is_an_upstream_error() {
-    let body = r#"{"error":{"code":400,"message":"request (5000 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":2048}}"#;
-    let mut tee = Tee::new("application/json");
-    tee.feed(body.as_bytes());
-    assert!(tee.upstream_error().is_some_and(|e| e.starts_with("request (5000 tokens) exceeds")));
-    assert_eq!(tee.usage(), Usage::default());
-}
-
-#[test]
-fn a_json_body_over_the_limit_gives_no_tokens() {
-    let mut at_limit = CHAT_BODY.as_bytes().to_vec();
-    at_limit.resize(MAX_BODY, b' ');
-    let got = run(&|| Tee::new("application/json"), at_limit.chunks(65536));
-    assert_eq!((got.usage, got.overflowed), (usage(70, 53, 2), false));
-    at_limit.push(b'\n');
-    let got = run(&|| Tee::new("application/json"), at_limit.chunks(65536));
-    assert_eq!((got.usage, got.overflowed), (Usage::default(), true));
-}
-
-#[test]
-fn the_content_type_picks_the_mode() {
-    let sse_bytes = "data: {\"stop\":true,\"tokens_evaluated\":3}\n\n";
-    for (ct, prompt, finished) in [
-        ("text/event-stream", Some(3), true),
-        ("Text/Event-Stream; charset=utf-8", Some(3), true),
-        (" text/event-stream ", Some(3), true),
-        ("application/json", None, true), // not one JSON value: nothing
-        ("text/plain", None, true),
-        ("", None, true),
-    ] {
-        let mut tee = Tee::new(ct);
-        tee.feed(sse_bytes.as_bytes());
-        assert_eq!((tee.usage().prompt_tokens, tee.finished()), (prompt, finished), "{ct:?}");
-    }
-    let mut plain = Tee::new("text/plain");
-    plain.feed(CHAT_BODY.as_bytes());
-    assert_eq!(outcome(&plain).usage, Usage::default());
-    let mut unfinished = sse();
-    unfinished.feed(b"data: {\"choices\":[]}\n\n");
-    assert!(!unfinished.finished());
-}
-
-#[test]
-fn long_error_messages_are_cut_on_a_char_boundary() {
-    let msg = "é".repeat(1000);
-    let mut tee = sse();
-    tee.feed(format!("data: {{\"error\":{{\"message\":\"{msg}\"}}}}\n\n").as_bytes());
-    let got = tee.upstream_error().unwrap_or_default();
-    assert!(got.len() <= 1024 && got.len() > 1000 && got.chars().all(|c| c == 'é'));
 }

@@ -1,0 +1,272 @@
+//! The server side of the simulator: state shared between the `Sim` handle and its threads, the
+//! accept loop and the per-connection loop, and the waits (slots, lock-step permits, simulated
+//! work, `Hang`) that all end when the simulator stops.
+//!
+//! Must not: hold any lock while reading or writing a socket; nest locks.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::BufReader;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::{cache, http, respond, Fault, Seen, SimConfig, SimEvent, SimStats, SEEN_KEPT};
+
+/// State shared by the handle and the server threads. Locks are never nested.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) cfg: SimConfig,
+    pub(super) addr: SocketAddr,
+    pub(super) control: Mutex<Control>,
+    /// Notified when the fault, lock-step permits or `stopping` change.
+    pub(super) control_cv: Condvar,
+    pub(super) pool: Mutex<PoolState>,
+    /// Notified when a slot is freed or the pool closes.
+    pub(super) pool_cv: Condvar,
+    pub(super) record: Mutex<Record>,
+    pub(super) conns: Mutex<Conns>,
+    pub(super) events_tx: Sender<SimEvent>,
+    pub(super) events_rx: Receiver<SimEvent>,
+    /// Events are only queued once someone asked for the receiver.
+    pub(super) observed: AtomicBool,
+    pub(super) stopping: AtomicBool,
+}
+
+/// Invariant: `permits` only matters while `lockstep`; it is reset when lock-step is switched off.
+#[derive(Debug)]
+pub(super) struct Control {
+    pub(super) fault: Fault,
+    pub(super) lockstep: bool,
+    pub(super) permits: usize,
+}
+
+/// Invariant: once `closed`, no slot is handed out (waiters give up).
+#[derive(Debug)]
+pub(super) struct PoolState {
+    pub(super) pool: cache::Pool,
+    pub(super) closed: bool,
+}
+
+/// Invariant: `seen` holds at most `SEEN_KEPT` entries.
+#[derive(Debug, Default)]
+pub(super) struct Record {
+    pub(super) stats: SimStats,
+    pub(super) seen: VecDeque<Seen>,
+}
+
+/// Invariant: every connection thread is in `threads` until joined; `open` holds a handle to each
+/// live socket so shutdown and `Refuse` can reset them.
+#[derive(Debug, Default)]
+pub(super) struct Conns {
+    pub(super) next_id: u64,
+    pub(super) open: HashMap<u64, TcpStream>,
+    pub(super) threads: Vec<JoinHandle<()>>,
+}
+
+/// A slot held by one request; freed (holding `text`) on `finish` or drop, so a client hanging up
+/// or an early return cannot leak it.
+#[derive(Debug)]
+pub(super) struct SlotLease<'a> {
+    pub(super) shared: &'a Shared,
+    pub(super) slot: usize,
+    pub(super) cache_n: u64,
+    /// Prompt plus generated text so far: what the slot's cache holds afterwards.
+    pub(super) text: Vec<u8>,
+    pub(super) done: bool,
+}
+
+impl SlotLease<'_> {
+    pub(super) fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            let text = std::mem::take(&mut self.text);
+            self.shared.pool.lock().pool.put_back(self.slot, text);
+            self.shared.pool_cv.notify_all();
+        }
+    }
+}
+
+impl Drop for SlotLease<'_> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Shared {
+    pub(super) fn per_slot_ctx(&self) -> u64 {
+        self.cfg.n_ctx / self.cfg.slots.max(1) as u64
+    }
+
+    pub(super) fn fault(&self) -> Fault {
+        self.control.lock().fault
+    }
+
+    pub(super) fn emit(&self, ev: SimEvent) {
+        if self.observed.load(Ordering::SeqCst) {
+            let _ = self.events_tx.send(ev);
+        }
+    }
+
+    pub(super) fn record_request(&self, seen: Seen) {
+        let mut r = self.record.lock();
+        r.stats.requests += 1;
+        if r.seen.len() == SEEN_KEPT {
+            r.seen.pop_front();
+        }
+        r.seen.push_back(seen);
+    }
+
+    pub(super) fn record_work(&self, prompt_n: u64, cache_n: u64, predicted_n: u64) {
+        let mut r = self.record.lock();
+        r.stats.prompt_n += prompt_n;
+        r.stats.cache_n += cache_n;
+        r.stats.predicted_n += predicted_n;
+    }
+
+    pub(super) fn record_gone(&self, path: &str) {
+        self.record.lock().stats.cancelled += 1;
+        self.emit(SimEvent::ClientGone {
+            path: path.to_string(),
+        });
+    }
+
+    /// Waits for an idle slot (llama-server defers, it never answers "busy"); `None` on shutdown.
+    pub(super) fn take_slot(&self, prompt: &[u8], use_cache: bool) -> Option<SlotLease<'_>> {
+        let mut p = self.pool.lock();
+        loop {
+            if p.closed {
+                return None;
+            }
+            if let Some(t) = p.pool.try_take(prompt, use_cache) {
+                return Some(SlotLease {
+                    shared: self,
+                    slot: t.slot,
+                    cache_n: t.cache_n,
+                    text: prompt.to_vec(),
+                    done: false,
+                });
+            }
+            self.pool_cv.wait(&mut p);
+        }
+    }
+
+    pub(super) fn slots_busy(&self) -> Vec<bool> {
+        self.pool.lock().pool.busy()
+    }
+
+    /// Simulated work: waits `d`, cut short by shutdown. Returns false when stopping.
+    pub(super) fn pause(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut c = self.control.lock();
+        while !self.stopping.load(Ordering::SeqCst) {
+            if d.is_zero() || self.control_cv.wait_until(&mut c, deadline).timed_out() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// In lock-step mode, takes one permit (waiting for it). Returns false when stopping.
+    pub(super) fn permit(&self) -> bool {
+        let mut c = self.control.lock();
+        while !self.stopping.load(Ordering::SeqCst) {
+            if !c.lockstep {
+                return true;
+            }
+            if c.permits > 0 {
+                c.permits -= 1;
+                return true;
+            }
+            self.control_cv.wait(&mut c);
+        }
+        false
+    }
+
+    /// Holds a request unanswered while the fault is `Hang`.
+    pub(super) fn hang(&self) {
+        let mut c = self.control.lock();
+        while c.fault == Fault::Hang && !self.stopping.load(Ordering::SeqCst) {
+            self.control_cv.wait(&mut c);
+        }
+    }
+
+    pub(super) fn close_connections(&self) {
+        for sock in self.conns.lock().open.values() {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+pub(super) fn listen(shared: &Arc<Shared>, listener: TcpListener) -> std::io::Result<Listener> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sh, st) = (Arc::clone(shared), Arc::clone(&stop));
+    let thread = std::thread::Builder::new()
+        .name("sim-accept".into())
+        .spawn(move || accept_loop(&sh, &listener, &st))?;
+    Ok(Listener { thread, stop })
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, stop: &AtomicBool) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(sock) = conn else { continue };
+        let Ok(handle) = sock.try_clone() else {
+            continue;
+        };
+        let mut conns = shared.conns.lock();
+        conns.threads.retain(|t| !t.is_finished());
+        let id = conns.next_id;
+        conns.next_id += 1;
+        let sh = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("sim-conn".into())
+            .spawn(move || serve_connection(&sh, sock, id));
+        match spawned {
+            Ok(t) => {
+                conns.open.insert(id, handle);
+                conns.threads.push(t);
+            }
+            Err(e) => log::warn!("sim: cannot spawn connection thread err={e}"),
+        }
+    }
+}
+
+fn serve_connection(shared: &Shared, sock: TcpStream, id: u64) {
+    if let Ok(read_half) = sock.try_clone() {
+        let mut reader = BufReader::new(read_half);
+        loop {
+            match http::read_request(&mut reader, &sock) {
+                Ok(req) => {
+                    let keep = respond::handle(shared, &sock, &req);
+                    if !(keep && req.keep_alive) {
+                        break;
+                    }
+                }
+                Err(http::ReadError::Bad(status, msg)) => {
+                    respond::reply_error(&sock, status, msg, false);
+                    break;
+                }
+                Err(http::ReadError::Io(e)) => {
+                    log::debug!("sim: connection read failed err={e}");
+                    break;
+                }
+                Err(http::ReadError::Closed) => break,
+            }
+        }
+    }
+    let _ = sock.shutdown(Shutdown::Both);
+    shared.conns.lock().open.remove(&id);
+}
+
+#[derive(Debug)]
+pub(super) struct Listener {
+    pub(super) thread: JoinHandle<()>,
+    pub(super) stop: Arc<AtomicBool>,
+}
