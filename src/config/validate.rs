@@ -1,0 +1,321 @@
+//! Stage two of config loading: the raw serde shape of the file, and its validation into a
+//! [`Config`] with defaults applied and every problem collected with its key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{parse_duration, Config, Host, Problem, Route, RESERVED_ROUTES};
+
+// ---- stage one: the file as serde sees it ----
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RawConfig {
+    listen: Option<String>,
+    admin_listen: Option<String>,
+    admin_token: Option<String>,
+    db: Option<PathBuf>,
+    workers: Option<usize>,
+    lease_idle: Option<String>,
+    health_interval: Option<String>,
+    queue_max: Option<usize>,
+    queue_timeout: Option<String>,
+    connect_timeout: Option<String>,
+    first_byte_timeout: Option<String>,
+    shutdown_grace: Option<String>,
+    log_level: Option<String>,
+    #[serde(default)]
+    hosts: BTreeMap<String, RawHost>,
+    #[serde(default)]
+    routes: BTreeMap<String, RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawHost {
+    url: Option<String>,
+    weight: Option<u32>,
+    api_key: Option<String>,
+    ctx: Option<u64>,
+    #[serde(default)]
+    models: BTreeMap<String, RawModel>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawModel {
+    parallel: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawRoute {
+    #[serde(default)]
+    hosts: Vec<String>,
+    model: Option<String>,
+}
+
+// ---- stage two: validation ----
+
+pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
+    let mut duration = |key: &str, value: Option<String>, default: &str| {
+        let text = value.unwrap_or_else(|| default.to_string());
+        match parse_duration(&text) {
+            Ok(d) if d.is_zero() => {
+                problems.push(Problem::new(key, "must be longer than zero"));
+                Duration::from_secs(1)
+            }
+            Ok(d) => d,
+            Err(msg) => {
+                problems.push(Problem::new(key, msg));
+                Duration::from_secs(1)
+            }
+        }
+    };
+    let lease_idle = duration("lease_idle", raw.lease_idle, "2h");
+    let health_interval = duration("health_interval", raw.health_interval, "5s");
+    let queue_timeout = duration("queue_timeout", raw.queue_timeout, "10m");
+    let connect_timeout = duration("connect_timeout", raw.connect_timeout, "3s");
+    let first_byte_timeout = duration("first_byte_timeout", raw.first_byte_timeout, "15m");
+    let shutdown_grace = duration("shutdown_grace", raw.shutdown_grace, "30s");
+
+    let listen = socket_addr(
+        "listen",
+        raw.listen.as_deref().unwrap_or("0.0.0.0:8080"),
+        problems,
+    );
+    let admin_listen = socket_addr(
+        "admin_listen",
+        raw.admin_listen.as_deref().unwrap_or("127.0.0.1:8081"),
+        problems,
+    );
+    if listen == admin_listen && listen.port() != 0 {
+        problems.push(Problem::new(
+            "admin_listen",
+            format!("is the same address as listen ({listen})"),
+        ));
+    }
+    let workers = raw.workers.unwrap_or(64);
+    if workers == 0 {
+        problems.push(Problem::new("workers", "must be at least 1"));
+    }
+    let log_level = match raw.log_level.as_deref().unwrap_or("info").parse() {
+        Ok(level) => level,
+        Err(_) => {
+            problems.push(Problem::new(
+                "log_level",
+                "must be one of off, error, warn, info, debug, trace",
+            ));
+            log::LevelFilter::Info
+        }
+    };
+    if raw.admin_token.as_deref() == Some("") {
+        problems.push(Problem::new(
+            "admin_token",
+            "is empty; remove it or set a secret",
+        ));
+    }
+    if raw.hosts.is_empty() {
+        problems.push(Problem::new("hosts", "no host is configured"));
+    }
+    if raw.routes.is_empty() {
+        problems.push(Problem::new("routes", "no route is configured"));
+    }
+
+    let hosts: BTreeMap<String, Host> = raw
+        .hosts
+        .into_iter()
+        .map(|(name, h)| {
+            let host = validate_host(&name, h, problems);
+            (name, host)
+        })
+        .collect();
+    let routes = raw
+        .routes
+        .into_iter()
+        .map(|(name, r)| {
+            let route = validate_route(&name, r, &hosts, problems);
+            (name, route)
+        })
+        .collect();
+
+    Config {
+        listen,
+        admin_listen,
+        admin_token: raw.admin_token,
+        db: raw.db.unwrap_or_else(|| PathBuf::from("crossbar.db")),
+        workers,
+        lease_idle,
+        health_interval,
+        queue_max: raw.queue_max.unwrap_or(16),
+        queue_timeout,
+        connect_timeout,
+        first_byte_timeout,
+        shutdown_grace,
+        log_level,
+        hosts,
+        routes,
+    }
+}
+
+fn socket_addr(key: &str, text: &str, problems: &mut Vec<Problem>) -> SocketAddr {
+    text.parse().unwrap_or_else(|_| {
+        problems.push(Problem::new(
+            key,
+            format!("{text:?} is not an address like 127.0.0.1:8080"),
+        ));
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    })
+}
+
+fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host {
+    let key = format!("hosts.{name}");
+    if !valid_name(name) {
+        problems.push(Problem::new(
+            &key,
+            "host names use only letters, digits, '-' and '_'",
+        ));
+    }
+    let url = match raw.url {
+        None => {
+            problems.push(Problem::new(format!("{key}.url"), "is missing"));
+            String::new()
+        }
+        Some(url) => check_url(&url).unwrap_or_else(|msg| {
+            problems.push(Problem::new(format!("{key}.url"), msg));
+            url
+        }),
+    };
+    if raw.weight == Some(0) {
+        problems.push(Problem::new(format!("{key}.weight"), "must be at least 1"));
+    }
+    if raw.ctx == Some(0) {
+        problems.push(Problem::new(
+            format!("{key}.ctx"),
+            "must be at least 1 token",
+        ));
+    }
+    if raw.models.is_empty() {
+        problems.push(Problem::new(
+            format!("{key}.models"),
+            "the host serves no model",
+        ));
+    }
+    let models = raw
+        .models
+        .into_iter()
+        .map(|(model, m)| {
+            let parallel = m.parallel.unwrap_or(1);
+            if parallel < 1 {
+                problems.push(Problem::new(
+                    format!("{key}.models.{model}.parallel"),
+                    format!("is {parallel}; a host has at least 1 slot"),
+                ));
+            }
+            (model, parallel.max(1) as usize)
+        })
+        .collect();
+    Host {
+        name: name.to_string(),
+        url,
+        weight: raw.weight.unwrap_or(1),
+        api_key: raw.api_key.filter(|k| !k.is_empty()),
+        ctx: raw.ctx,
+        models,
+    }
+}
+
+fn validate_route(
+    name: &str,
+    raw: RawRoute,
+    hosts: &BTreeMap<String, Host>,
+    problems: &mut Vec<Problem>,
+) -> Route {
+    let key = format!("routes.{name}");
+    if !valid_name(name) {
+        problems.push(Problem::new(
+            &key,
+            "route names use only letters, digits, '-' and '_'",
+        ));
+    } else if RESERVED_ROUTES.contains(&name) {
+        problems.push(Problem::new(
+            &key,
+            format!("{name:?} is reserved; pick another route name"),
+        ));
+    }
+    if raw.hosts.is_empty() {
+        problems.push(Problem::new(format!("{key}.hosts"), "names no host"));
+    }
+    for (i, host) in raw.hosts.iter().enumerate() {
+        if !hosts.contains_key(host) {
+            problems.push(Problem::new(
+                format!("{key}.hosts"),
+                format!("unknown host {host:?}"),
+            ));
+        } else if raw.hosts[..i].contains(host) {
+            problems.push(Problem::new(
+                format!("{key}.hosts"),
+                format!("{host:?} is listed twice"),
+            ));
+        }
+    }
+    let model = match raw.model {
+        Some(model) if !model.is_empty() => model,
+        _ => {
+            problems.push(Problem::new(format!("{key}.model"), "is missing"));
+            String::new()
+        }
+    };
+    let known: Vec<&Host> = raw.hosts.iter().filter_map(|h| hosts.get(h)).collect();
+    if !model.is_empty()
+        && !known.is_empty()
+        && !known.iter().any(|h| h.models.contains_key(&model))
+    {
+        problems.push(Problem::new(
+            format!("{key}.model"),
+            format!("no host of the route serves {model:?}"),
+        ));
+    }
+    Route {
+        name: name.to_string(),
+        hosts: raw.hosts,
+        model,
+    }
+}
+
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Checks an upstream base URL and returns it without a trailing slash.
+pub(super) fn check_url(url: &str) -> Result<String, String> {
+    let rest = match url.split_once("://") {
+        Some(("http", rest)) => rest,
+        Some(("https", _)) => {
+            return Err(format!(
+                "{url:?}: https is not supported; put llama-server on http"
+            ))
+        }
+        _ => return Err(format!("{url:?} is not an http:// URL")),
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !authority.ends_with(']') => (host, Some(port)),
+        _ => (authority, None),
+    };
+    if host.is_empty() || host.contains(['@', ' ', '?', '#']) {
+        return Err(format!("{url:?} has no valid host name"));
+    }
+    if let Some(port) = port {
+        if port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(format!("{url:?} has a bad port {port:?}"));
+        }
+    }
+    if rest.contains(['?', '#']) {
+        return Err(format!("{url:?} must not carry a query or fragment"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}

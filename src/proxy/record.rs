@@ -1,0 +1,77 @@
+//! The end of every request: its accounting row (store and metrics) and its one log line.
+
+use crate::fingerprint;
+use crate::lease::Key;
+use crate::state::Gateway;
+use crate::store::RequestRow;
+
+/// Writes the accounting row; a failure is logged, never shown to the client.
+pub(super) fn record(gw: &Gateway, row: &RequestRow) {
+    gw.metrics.observe_request(row);
+    if let Err(err) = gw.store.record_request(row) {
+        log::error!(
+            "accounting row lost route={} host={} error=\"{err}\"",
+            row.route,
+            row.host
+        );
+    }
+}
+
+/// The one plain line per request (never the body), and a warning when a reused lease found a
+/// cold cache.
+pub(super) fn log_request(
+    gw: &Gateway,
+    row: &RequestRow,
+    key: &Key,
+    reused: Option<bool>,
+    ctx_est: Option<u64>,
+) {
+    let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
+    let lease = match reused {
+        Some(true) => "reused",
+        Some(false) => "new",
+        None => "-",
+    };
+    let mut line = format!(
+        "route={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
+        or_dash(&row.route),
+        or_dash(&row.host),
+        or_dash(&row.model),
+        or_dash(fingerprint::short(&row.fp)),
+        row.status,
+        row.queued_ms,
+        row.ttfb_ms,
+        row.total_ms,
+        tokens(row.prompt_tokens),
+        tokens(row.cached_tokens),
+        tokens(row.completion_tokens),
+    );
+    if let Some(est) = ctx_est {
+        line.push_str(&format!(" ctx_est={est}"));
+    }
+    if !row.err.is_empty() {
+        line.push_str(&format!(" err=\"{}\"", row.err.replace('"', "'")));
+    }
+    log::info!("{line}");
+    if let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) {
+        let previous = gw.swap_last_prompt(key, prompt);
+        if let (Some(true), Some(previous)) = (reused, previous) {
+            if cached * 2 < previous {
+                log::warn!(
+                    "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
+                    row.route,
+                    row.host,
+                    fingerprint::short(&row.fp)
+                );
+            }
+        }
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
