@@ -32,11 +32,12 @@ pub(super) fn exchange(
         let replaced = plan.host.api_key.is_some()
             && (name.eq_ignore_ascii_case("authorization")
                 || name.eq_ignore_ascii_case("x-api-key"));
-        if wire::is_hop_by_hop(name, &tokens)
-            || name.eq_ignore_ascii_case("expect")
-            || ours
-            || replaced
-        {
+        // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
+        // uncompressed answer costs nothing.
+        let skipped = ["expect", "accept-encoding"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h));
+        if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
             continue;
         }
         request = request.set(name, value);
