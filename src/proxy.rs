@@ -250,7 +250,8 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
                 host,
                 rest,
                 body,
-                reused: acquired.reused,
+                // A move lands on a cold cache: that is a new lease, whatever the old one was.
+                reused: acquired.reused && guard.is_none(),
                 ctx_moved: guard.map(|m| format!("moved:{}>{}", m.from, m.to)),
             },
             key,

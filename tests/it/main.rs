@@ -1,5 +1,6 @@
 //! crossbar's integration tests: one binary, real HTTP on loopback, simulated llama-servers.
 
 mod admin;
+mod guard;
 mod proxy;
 mod support;
