@@ -111,13 +111,7 @@ fn two_new_conversations_spread_over_two_idle_hosts_by_free_slots() {
     let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
     h.sim("titan").set_lockstep(true);
     h.sim("mini").set_lockstep(true);
-    let mut a = Conn::open(h.addr());
-    a.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("conversation a", 0, true).to_string().as_bytes(),
-    );
+    let mut a = h.open_chat(CHAT, &chat("conversation a", 0, true));
     let gw = h.server().gateway().clone();
     wait_until("a holds a slot", || {
         gw.limiter.in_flight("titan", "m") + gw.limiter.in_flight("mini", "m") == 1
@@ -127,13 +121,7 @@ fn two_new_conversations_spread_over_two_idle_hosts_by_free_slots() {
     } else {
         "mini"
     };
-    let mut b = Conn::open(h.addr());
-    b.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("conversation b", 0, true).to_string().as_bytes(),
-    );
+    let mut b = h.open_chat(CHAT, &chat("conversation b", 0, true));
     wait_until("b holds a slot", || {
         gw.limiter.in_flight("titan", "m") + gw.limiter.in_flight("mini", "m") == 2
     });
@@ -152,23 +140,11 @@ fn a_full_queue_answers_503_with_retry_after_and_a_queued_request_counts_its_wai
     let sim = h.sim("titan");
     sim.set_lockstep(true);
     let gw = h.server().gateway().clone();
-    let mut holder = Conn::open(h.addr());
-    holder.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("holder", 0, true).to_string().as_bytes(),
-    );
+    let mut holder = h.open_chat(CHAT, &chat("holder", 0, true));
     wait_until("the holder has the slot", || {
         gw.limiter.in_flight("titan", "m") == 1
     });
-    let mut waiter = Conn::open(h.addr());
-    waiter.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("waiter", 0, false).to_string().as_bytes(),
-    );
+    let mut waiter = h.open_chat(CHAT, &chat("waiter", 0, false));
     wait_until("the waiter is queued", || {
         gw.limiter.queued("titan", "m") == 1
     });
@@ -198,13 +174,7 @@ fn a_wait_longer_than_queue_timeout_answers_503_queue_timeout() {
     let h = Harness::start(vec![host("titan", 1)], "queue_timeout = \"100ms\"");
     h.sim("titan").set_lockstep(true);
     let gw = h.server().gateway().clone();
-    let mut holder = Conn::open(h.addr());
-    holder.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("holder", 0, true).to_string().as_bytes(),
-    );
+    let mut holder = h.open_chat(CHAT, &chat("holder", 0, true));
     wait_until("the holder has the slot", || {
         gw.limiter.in_flight("titan", "m") == 1
     });
@@ -263,13 +233,7 @@ fn lock_step_streaming_proves_no_buffering() {
     let h = Harness::start(vec![host("titan", 1)], "");
     let sim = h.sim("titan");
     sim.set_lockstep(true);
-    let mut conn = Conn::open(h.addr());
-    conn.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("tokens one by one", 0, true).to_string().as_bytes(),
-    );
+    let mut conn = h.open_chat(CHAT, &chat("tokens one by one", 0, true));
     sim.release(1);
     let (status, headers) = conn.read_head();
     assert_eq!(status, 200);
@@ -400,13 +364,7 @@ fn an_upstream_dying_mid_stream_ends_the_client_stream_broken() {
     let h = Harness::start(vec![host("titan", 1)], "");
     h.sim("titan")
         .set_fault(Fault::DieMidStream { after_events: 2 });
-    let mut conn = Conn::open(h.addr());
-    conn.send(
-        "POST",
-        CHAT,
-        &[],
-        chat("fragile", 0, true).to_string().as_bytes(),
-    );
+    let mut conn = h.open_chat(CHAT, &chat("fragile", 0, true));
     let (status, _) = conn.read_head();
     assert_eq!(status, 200);
     // Read until the malformed chunk line that marks the break; a clean end would be "0\r\n\r\n".

@@ -104,6 +104,13 @@ impl Harness {
         )
     }
 
+    /// Sends a POST on a new connection and returns the connection, answer unread.
+    pub fn open_chat(&self, path: &str, body: &Value) -> Conn {
+        let mut conn = Conn::open(self.addr());
+        conn.send("POST", path, &[], body.to_string().as_bytes());
+        conn
+    }
+
     pub fn get(&self, path: &str) -> Answer {
         request(self.addr(), "GET", path, &[], b"")
     }
