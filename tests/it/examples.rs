@@ -13,10 +13,17 @@ fn every_docs_example_config_loads() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             if let Err(err) = Config::load(&path) {
-                panic!("{} does not load:\n{}", path.display(), err.lines().join("\n"));
+                panic!(
+                    "{} does not load:\n{}",
+                    path.display(),
+                    err.lines().join("\n")
+                );
             }
             checked.push(path);
         }
     }
-    assert!(checked.len() >= 2, "expected the example configs in {dir:?}, found {checked:?}");
+    assert!(
+        checked.len() >= 2,
+        "expected the example configs in {dir:?}, found {checked:?}"
+    );
 }
