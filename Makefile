@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run bench clean
+.PHONY: build test gate fmt clippy run demo static bench clean
 
 build:
 	$(CARGO) build --release
@@ -23,6 +23,12 @@ gate:
 
 run:
 	$(CARGO) run --release -- serve -c crossbar.toml
+
+demo:
+	scripts/demo.sh
+
+static:
+	scripts/static.sh
 
 bench:
 	$(CARGO) bench --bench overhead

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# `make demo`: crossbar in front of two simulated llama-servers, on loopback only, in under a minute.
+#
+# Builds the release binaries, starts two `crossbar-sim` hosts (different contexts, a simulated
+# prefill cost so cache hits show in the timings), writes a temporary config, runs `crossbar serve`,
+# plays a few multi-turn conversations with curl (one streamed), then prints crossbar's log lines and
+# `crossbar report`. Everything it starts is stopped and its temp dir removed, whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+BIN="$TARGET_DIR/release"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/crossbar-demo.XXXXXX")"
+PIDS=()
+CROSSBAR_PID=""
+
+cleanup() {
+  local rc=$?
+  if [[ -n "$CROSSBAR_PID" ]] && kill -0 "$CROSSBAR_PID" 2>/dev/null; then
+    kill -TERM "$CROSSBAR_PID" 2>/dev/null || true
+    wait "$CROSSBAR_PID" 2>/dev/null || true
+  fi
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+say() { printf '\n== %s\n' "$*"; }
+
+# Waits (up to 10 s) until file $1 has a line matching $2; prints that line.
+wait_line() {
+  local file=$1 pattern=$2 i
+  for i in $(seq 1 200); do
+    if grep -m1 -E "$pattern" "$file" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "demo: timed out waiting for /$pattern/ in $file:" >&2
+  cat "$file" >&2
+  return 1
+}
+
+say "building release binaries"
+cargo build --release --bins
+
+say "starting two simulated llama-servers"
+# titan: 2 slots of 16k context; mini: 1 slot of 4k. 300 us per uncached prompt token.
+start_sim() {
+  local name=$1; shift
+  "$BIN/crossbar-sim" --listen 127.0.0.1:0 --alias qwen-coder --prefill-us 300 --decode-us 2000 \
+    --max-tokens 16 "$@" >"$WORK/$name.out" 2>&1 &
+  PIDS+=($!)
+  wait_line "$WORK/$name.out" '^sim listening on ' | sed -e 's/^sim listening on //'
+}
+TITAN_URL="$(start_sim titan --ctx 32768 --slots 2)"
+MINI_URL="$(start_sim mini --ctx 8192 --slots 1)"
+echo "titan: $TITAN_URL (2 slots x 16384 ctx)"
+echo "mini:  $MINI_URL (1 slot x 8192 ctx)"
+
+CFG="$WORK/crossbar.toml"
+cat >"$CFG" <<EOF
+listen = "127.0.0.1:0"        # the OS picks free ports; the "crossbar listening" line names them
+admin_listen = "127.0.0.1:0"
+db = "$WORK/crossbar.db"
+workers = 8
+health_interval = "1s"
+shutdown_grace = "5s"
+
+[hosts.titan]
+url = "$TITAN_URL"
+weight = 2
+[hosts.titan.models.qwen-coder]
+parallel = 2
+
+[hosts.mini]
+url = "$MINI_URL"
+[hosts.mini.models.qwen-coder]
+parallel = 1
+
+[routes.projA]
+hosts = ["titan", "mini"]
+model = "qwen-coder"
+
+[routes.projB]
+hosts = ["mini"]
+model = "qwen-coder"
+EOF
+say "config ($CFG)"
+cat "$CFG"
+"$BIN/crossbar" check -c "$CFG"
+
+say "starting crossbar"
+"$BIN/crossbar" serve -c "$CFG" 2>"$WORK/crossbar.log" &
+CROSSBAR_PID=$!
+LISTENING="$(wait_line "$WORK/crossbar.log" 'crossbar listening clients=')"
+GW="http://$(sed -E 's/.*clients=([^ ]+).*/\1/' <<<"$LISTENING")"
+echo "$LISTENING"
+
+# A conversation is a file of messages: a system prompt and a first question (these name it), then
+# each answer and a follow-up appended, as a chat client does — so each turn's prompt extends the last.
+system_prompt() { echo "You are a careful assistant on the $1 project. $(printf 'Follow the house style and explain each step. %.0s' $(seq 1 30))"; }
+
+# turn ROUTE TOPIC STREAM: sends the conversation's next turn; prints host, lease and cache figures.
+turn() {
+  local route=$1 topic=$2 stream=$3
+  local conv="$WORK/conv-$topic.json" headers="$WORK/headers" out="$WORK/out" n
+  if [[ ! -f "$conv" ]]; then
+    jq -n --arg s "$(system_prompt "$topic")" --arg q "Tell me about $topic." \
+      '[{role:"system",content:$s},{role:"user",content:$q}]' >"$conv"
+  fi
+  n=$(( ($(jq length "$conv") - 1) / 2 ))
+  jq -c --argjson stream "$stream" '{messages:., stream:$stream, max_tokens:24}' "$conv" >"$WORK/body"
+  curl -sS -N --max-time 10 -D "$headers" -o "$out" -H 'Content-Type: application/json' \
+    --data-binary @"$WORK/body" "$GW/$route/v1/chat/completions"
+  local host lease answer timings
+  host="$(grep -i '^x-crossbar-host:' "$headers" | tr -d '\r' | cut -d' ' -f2)"
+  lease="$(grep -i '^x-crossbar-lease:' "$headers" | tr -d '\r' | cut -d' ' -f2)"
+  if [[ "$stream" == true ]]; then
+    # SSE: join the deltas; the last event with timings carries the cache figures.
+    answer="$(sed -n 's/^data: //p' "$out" | grep -v '^\[DONE\]' |
+      jq -rj '.choices[0].delta.content // empty')"
+    timings="$(sed -n 's/^data: //p' "$out" | grep -v '^\[DONE\]' | jq -c 'select(.timings) | .timings' | tail -n1)"
+  else
+    answer="$(jq -r '.choices[0].message.content' "$out")"
+    timings="$(jq -c '.timings' "$out")"
+  fi
+  printf '  %-5s %-8s turn %d%-9s host=%-5s lease=%-6s prompt=%-4s cached=%-4s prefill_ms=%s\n' \
+    "$route" "$topic" "$n" "$([[ $stream == true ]] && echo ' (stream)')" "$host" "$lease" \
+    "$(jq '.prompt_n + .cache_n' <<<"$timings")" "$(jq .cache_n <<<"$timings")" \
+    "$(jq '.prompt_ms | floor' <<<"$timings")"
+  jq --arg a "$answer" --arg q "Go on about $topic, part $((n + 1)), with an example." \
+    '. + [{role:"assistant",content:$a},{role:"user",content:$q}]' "$conv" >"$conv.new"
+  mv "$conv.new" "$conv"
+}
+
+say "three conversations, four turns each (projB's streamed); cached grows turn by turn"
+for _ in 1 2 3 4; do
+  turn projA parsers false
+  turn projA sqlite false
+  turn projB lexers true
+done
+
+say "crossbar's log"
+cat "$WORK/crossbar.log"
+
+say "crossbar report --since 1h"
+"$BIN/crossbar" report --since 1h -c "$CFG"
+
+say "summary"
+echo "leases reused: $(grep -c 'lease=reused' "$WORK/crossbar.log" || true) of $(grep -c ' status=' "$WORK/crossbar.log" || true) requests"
+
+say "stopping"
+kill -TERM "$CROSSBAR_PID"
+wait "$CROSSBAR_PID"
+echo "crossbar exited $?"
+tail -n 2 "$WORK/crossbar.log"
+CROSSBAR_PID=""

@@ -1,0 +1,29 @@
+//! Every example config under docs/examples/ loads: the operations guide must not show a config
+//! that `crossbar check` would refuse.
+
+use std::path::Path;
+
+use crossbar::config::Config;
+
+#[test]
+fn every_docs_example_config_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            if let Err(err) = Config::load(&path) {
+                panic!(
+                    "{} does not load:\n{}",
+                    path.display(),
+                    err.lines().join("\n")
+                );
+            }
+            checked.push(path);
+        }
+    }
+    assert!(
+        checked.len() >= 2,
+        "expected the example configs in {dir:?}, found {checked:?}"
+    );
+}
