@@ -7,6 +7,10 @@
 //! anything but 127.0.0.1:0, or run longer than ~60 s on 2 cores (phases have deadlines).
 //!
 //! The last line is machine-readable:
+//! Rows: `direct` = keep-alive straight to the sim; `crossbar` = keep-alive through crossbar;
+//! `fresh-conn` = straight to the sim but a new connection per request, which is what crossbar
+//! itself does upstream (no pooling), so it isolates that part of the cost.
+//!
 //! `overhead added_p50_ms=.. added_p99_ms=.. event_added_p50_ms=.. rps_ratio=..` (32-client figures).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -62,8 +66,11 @@ fn main() {
     for (clients, per) in [(1, REQUESTS_1), (32, REQUESTS_32)] {
         let direct = run_phase(sim, "/v1/chat/completions", clients, per);
         let via = run_phase(gw, CHAT_VIA, clients, per);
+        // Crossbar's own upstream pattern (no pooling): a fresh sim connection per request.
+        let fresh = run_phase_with(sim, "/v1/chat/completions", clients, per, true);
         print_row("direct", clients, &direct);
         print_row("crossbar", clients, &via);
+        print_row("fresh-conn", clients, &fresh);
         rows.push((clients, direct, via));
     }
     println!();
@@ -164,6 +171,17 @@ fn print_row(path: &str, clients: usize, s: &Sample) {
 /// `clients` threads, each with its own keep-alive connection, `per` small non-streamed chats
 /// each (or until the phase deadline). Every client has its own conversation.
 fn run_phase(addr: SocketAddr, path: &'static str, clients: usize, per: usize) -> Sample {
+    run_phase_with(addr, path, clients, per, false)
+}
+
+/// As [`run_phase`]; with `fresh`, every request opens (and times) its own connection.
+fn run_phase_with(
+    addr: SocketAddr,
+    path: &'static str,
+    clients: usize,
+    per: usize,
+    fresh: bool,
+) -> Sample {
     let all = Arc::new(Mutex::new(Vec::with_capacity(clients * per)));
     let start = Instant::now();
     let deadline = start + PHASE_DEADLINE;
@@ -179,6 +197,9 @@ fn run_phase(addr: SocketAddr, path: &'static str, clients: usize, per: usize) -
                         break;
                     }
                     let t = Instant::now();
+                    if fresh {
+                        conn = Conn::open(addr);
+                    }
                     let (status, close) = conn.round_trip(path, &body);
                     mine.push(t.elapsed().as_secs_f64() * 1e3);
                     assert_eq!(status, 200, "{path}: request failed");
