@@ -81,7 +81,7 @@ impl BodyWriter {
     /// Writes the status line and headers. `headers` must not hold framing headers: they are
     /// derived from `framing`.
     pub fn start(
-        mut out: Box<dyn Write + Send>,
+        out: Box<dyn Write + Send>,
         http10: bool,
         status: u16,
         headers: &[(String, String)],
