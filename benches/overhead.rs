@@ -1,0 +1,432 @@
+//! Issue 3's benchmark: what crossbar adds on loopback, measured against the in-process fake
+//! llama-server in the same run. Prints figures and asserts nothing; `make bench` runs it.
+//!
+//! Owns: one zero-cost sim (latency/throughput), one sim with a per-token decode cost (SSE), a real
+//! crossbar in front of both, and the raw-socket clients. Must not: set a logger (logging cost is
+//! part of what an operator pays only at the level they choose; the figures are with none), bind
+//! anything but 127.0.0.1:0, or run longer than ~60 s on 2 cores (phases have deadlines).
+//!
+//! The last line is machine-readable:
+//! Rows: `direct` = keep-alive straight to the sim; `crossbar` = keep-alive through crossbar;
+//! `fresh-conn` = straight to the sim but a new connection per request, which is what crossbar
+//! itself does upstream (no pooling), so it isolates that part of the cost.
+//!
+//! `overhead added_p50_ms=.. added_p99_ms=.. event_added_p50_ms=.. rps_ratio=..` (32-client figures).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbar::config::Config;
+use crossbar::server::Server;
+use crossbar::sim::{Sim, SimConfig, SimEvent};
+use parking_lot::Mutex;
+
+/// Requests per client per phase, and the most time one phase may take.
+const REQUESTS_1: usize = 3000;
+const REQUESTS_32: usize = 300;
+const PHASE_DEADLINE: Duration = Duration::from_secs(8);
+const WARMUP: usize = 200;
+/// Streamed runs per side, tokens per stream, and the sim's decode cost per token.
+const STREAM_RUNS: usize = 25;
+const STREAM_TOKENS: u64 = 200;
+const DECODE_US: u64 = 200;
+
+fn main() {
+    // `cargo test --all-targets` (the gate) also runs this target, without `--bench`: skip there,
+    // so the gate stays fast and the integration tests do not share the 2 cores with a load test.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("overhead: skipped (run `make bench`)");
+        return;
+    }
+    let dir = temp_dir();
+    let fast = Sim::start(SimConfig {
+        slots: 64,
+        ..SimConfig::default()
+    });
+    let slow = Sim::start(SimConfig {
+        slots: 4,
+        decode_us_per_token: DECODE_US,
+        ..SimConfig::default()
+    });
+    let text = config_text(&dir, &fast, &slow);
+    let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("bad config: {e}\n{text}"));
+    let server = Server::start(config).expect("crossbar starts");
+    let gw = server.client_addr();
+    let sim = fast.addr();
+    println!("crossbar overhead benchmark (release, loopback, no logger)");
+    println!("direct = sim at {sim}; crossbar = {gw} -> same sim; host parallel 64, workers 64\n");
+
+    // Warm both paths (thread stacks, SQLite page cache, lease row for each client's conversation).
+    run_phase(sim, "/v1/chat/completions", 32, WARMUP / 32 + 1);
+    run_phase(gw, CHAT_VIA, 32, WARMUP / 32 + 1);
+
+    println!(
+        "{:<10} {:>8} {:>9} {:>9} {:>9} {:>10}",
+        "path", "clients", "requests", "p50 ms", "p99 ms", "req/s"
+    );
+    let mut rows = Vec::new();
+    for (clients, per) in [(1, REQUESTS_1), (32, REQUESTS_32)] {
+        let direct = run_phase(sim, "/v1/chat/completions", clients, per);
+        let via = run_phase(gw, CHAT_VIA, clients, per);
+        // Crossbar's own upstream pattern (no pooling): a fresh sim connection per request.
+        let fresh = run_phase_with(sim, "/v1/chat/completions", clients, per, true);
+        print_row("direct", clients, &direct);
+        print_row("crossbar", clients, &via);
+        print_row("fresh-conn", clients, &fresh);
+        rows.push((clients, direct, via));
+    }
+    println!();
+    for (clients, direct, via) in &rows {
+        println!(
+            "{clients:>2} clients: added p50 {:.3} ms, added p99 {:.3} ms, latency ratio p50 {:.2}x, \
+             throughput ratio {:.2}",
+            via.p(50.0) - direct.p(50.0),
+            via.p(99.0) - direct.p(99.0),
+            via.p(50.0) / direct.p(50.0),
+            via.rps() / direct.rps(),
+        );
+    }
+
+    let events = stream_added(&slow, gw);
+    println!(
+        "\nSSE ({STREAM_RUNS} streams per side, {STREAM_TOKENS} tokens, decode {DECODE_US} us/token): \
+         per-event delay sim-write -> client, direct p50 {:.3} ms, crossbar p50 {:.3} ms",
+        events.direct_p50, events.via_p50
+    );
+    println!(
+        "  added per event (matched k with k): p50 {:.3} ms, p99 {:.3} ms over {} events",
+        events.added.p(50.0),
+        events.added.p(99.0),
+        events.added.ms.len()
+    );
+
+    server.stop(Duration::from_secs(5));
+    drop((fast, slow));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_, direct, via) = &rows[1];
+    println!(
+        "overhead added_p50_ms={:.3} added_p99_ms={:.3} event_added_p50_ms={:.3} rps_ratio={:.3}",
+        via.p(50.0) - direct.p(50.0),
+        via.p(99.0) - direct.p(99.0),
+        events.added.p(50.0),
+        via.rps() / direct.rps()
+    );
+}
+
+const CHAT_VIA: &str = "/projA/v1/chat/completions";
+const STREAM_VIA: &str = "/projS/v1/chat/completions";
+
+fn config_text(dir: &std::path::Path, fast: &Sim, slow: &Sim) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {db:?}\nworkers = 64\n\
+         queue_max = 100000\nhealth_interval = \"5s\"\n\
+         [hosts.fast]\nurl = \"{fast}\"\n[hosts.fast.models.m]\nparallel = 64\n\
+         [hosts.slow]\nurl = \"{slow}\"\n[hosts.slow.models.m]\nparallel = 4\n\
+         [routes.projA]\nhosts = [\"fast\"]\nmodel = \"m\"\n\
+         [routes.projS]\nhosts = [\"slow\"]\nmodel = \"m\"\n",
+        db = dir.join("crossbar.db"),
+        fast = fast.url(),
+        slow = slow.url(),
+    )
+}
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("crossbar-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Latencies (ms) of one phase and its wall time.
+struct Sample {
+    ms: Vec<f64>,
+    wall: Duration,
+}
+
+impl Sample {
+    /// Nearest-rank percentile.
+    fn p(&self, pct: f64) -> f64 {
+        if self.ms.is_empty() {
+            return f64::NAN;
+        }
+        let mut v = self.ms.clone();
+        v.sort_by(f64::total_cmp);
+        let rank = ((pct / 100.0) * v.len() as f64).ceil() as usize;
+        v[rank.clamp(1, v.len()) - 1]
+    }
+
+    fn rps(&self) -> f64 {
+        self.ms.len() as f64 / self.wall.as_secs_f64()
+    }
+}
+
+fn print_row(path: &str, clients: usize, s: &Sample) {
+    println!(
+        "{path:<10} {clients:>8} {:>9} {:>9.3} {:>9.3} {:>10.0}",
+        s.ms.len(),
+        s.p(50.0),
+        s.p(99.0),
+        s.rps()
+    );
+}
+
+/// `clients` threads, each with its own keep-alive connection, `per` small non-streamed chats
+/// each (or until the phase deadline). Every client has its own conversation.
+fn run_phase(addr: SocketAddr, path: &'static str, clients: usize, per: usize) -> Sample {
+    run_phase_with(addr, path, clients, per, false)
+}
+
+/// As [`run_phase`]; with `fresh`, every request opens (and times) its own connection.
+fn run_phase_with(
+    addr: SocketAddr,
+    path: &'static str,
+    clients: usize,
+    per: usize,
+    fresh: bool,
+) -> Sample {
+    let all = Arc::new(Mutex::new(Vec::with_capacity(clients * per)));
+    let start = Instant::now();
+    let deadline = start + PHASE_DEADLINE;
+    let threads: Vec<_> = (0..clients)
+        .map(|c| {
+            let all = all.clone();
+            thread::spawn(move || {
+                let body = chat_body(c, false, 4);
+                let mut conn = Conn::open(addr);
+                let mut mine = Vec::with_capacity(per);
+                for _ in 0..per {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    let t = Instant::now();
+                    if fresh {
+                        conn = Conn::open(addr);
+                    }
+                    let (status, close) = conn.round_trip(path, &body);
+                    mine.push(t.elapsed().as_secs_f64() * 1e3);
+                    assert_eq!(status, 200, "{path}: request failed");
+                    if close {
+                        conn = Conn::open(addr);
+                    }
+                }
+                all.lock().extend(mine);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let wall = start.elapsed();
+    let ms = std::mem::take(&mut *all.lock());
+    Sample { ms, wall }
+}
+
+fn chat_body(client: usize, stream: bool, max_tokens: u64) -> Vec<u8> {
+    serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "You are a careful coding assistant."},
+            {"role": "user", "content": format!("client {client}: say something short")}
+        ],
+        "stream": stream,
+        "max_tokens": max_tokens,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A raw HTTP/1.1 client connection (keep-alive unless the server says close).
+struct Conn {
+    r: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        Conn {
+            r: BufReader::new(s),
+        }
+    }
+
+    fn send(&mut self, path: &str, body: &[u8]) {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut msg = head.into_bytes();
+        msg.extend_from_slice(body);
+        self.r.get_mut().write_all(&msg).expect("send");
+    }
+
+    /// Sends one request and reads the whole answer: (status, server closes the connection).
+    fn round_trip(&mut self, path: &str, body: &[u8]) -> (u16, bool) {
+        self.send(path, body);
+        let head = self.head();
+        if head.chunked {
+            while self.chunk().is_some() {}
+        } else {
+            let mut buf = vec![0; head.length.unwrap_or(0)];
+            self.r.read_exact(&mut buf).expect("body");
+        }
+        (head.status, head.close)
+    }
+
+    fn head(&mut self) -> Head {
+        let mut line = String::new();
+        self.r.read_line(&mut line).expect("status line");
+        let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
+        let mut head = Head {
+            status: status.unwrap_or_else(|| panic!("bad status line {line:?}")),
+            chunked: false,
+            length: None,
+            close: false,
+        };
+        loop {
+            line.clear();
+            self.r.read_line(&mut line).expect("header");
+            let Some((k, v)) = line.trim_end().split_once(':') else {
+                return head;
+            };
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase());
+            match k.as_str() {
+                "transfer-encoding" => head.chunked = v.contains("chunked"),
+                "content-length" => head.length = v.parse().ok(),
+                "connection" => head.close = v.contains("close"),
+                _ => {}
+            }
+        }
+    }
+
+    /// One chunk of a chunked body, `None` at the last one.
+    fn chunk(&mut self) -> Option<Vec<u8>> {
+        let mut line = String::new();
+        self.r.read_line(&mut line).expect("chunk size");
+        let size = usize::from_str_radix(line.trim(), 16).expect("chunk size");
+        let mut data = vec![0; size + 2];
+        self.r.read_exact(&mut data).expect("chunk");
+        data.truncate(size);
+        (size > 0).then_some(data)
+    }
+}
+
+struct Head {
+    status: u16,
+    chunked: bool,
+    length: Option<usize>,
+    close: bool,
+}
+
+struct EventFigures {
+    direct_p50: f64,
+    via_p50: f64,
+    /// Per matched event: (through delay of event k) - (direct delay of event k), ms.
+    added: Sample,
+}
+
+/// The delay crossbar adds to each SSE event.
+///
+/// Method: the slow sim emits `SimEvent::EventSent { index }` right after writing each event to
+/// its socket; an observer thread timestamps those on receipt. The client timestamps each event
+/// when its terminating blank line arrives. Delay of event k = arrival_k - sent_k. Streams run one
+/// at a time, alternating direct and through crossbar, so the sim's events belong to the one
+/// stream in flight. The observer's wake-up latency is in both sides' `sent_k` alike, so it cancels
+/// in the difference; what remains is crossbar's read-from-upstream, tee and write-to-client per
+/// event. Run i direct is matched with run i through, event k with event k; the figure is the p50
+/// over all matched pairs. (Measuring arrival offsets relative to the first event instead would
+/// cancel any constant per-event delay and report ~0 — not honest.)
+fn stream_added(slow: &Sim, gw: SocketAddr) -> EventFigures {
+    let rx = slow.events();
+    let sent: Arc<Mutex<Vec<(usize, Instant)>>> = Arc::default();
+    let observer = {
+        let sent = sent.clone();
+        thread::spawn(move || {
+            while let Ok(event) = rx.recv() {
+                if let SimEvent::EventSent { index } = event {
+                    sent.lock().push((index, Instant::now()));
+                }
+            }
+        })
+    };
+    let direct_addr = slow.addr();
+    let one = |addr: SocketAddr, path: &str| -> Vec<f64> {
+        sent.lock().clear();
+        let arrivals = stream_once(addr, path);
+        // Let the observer drain the last events of this stream.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sent.lock().len() < arrivals.len() && Instant::now() < deadline {
+            thread::yield_now();
+        }
+        let sent = std::mem::take(&mut *sent.lock());
+        arrivals
+            .iter()
+            .enumerate()
+            .filter_map(|(k, at)| {
+                let (_, s) = sent.iter().find(|(i, _)| *i == k)?;
+                Some(signed_ms(*at, *s))
+            })
+            .collect()
+    };
+    one(direct_addr, "/v1/chat/completions");
+    one(gw, STREAM_VIA);
+    let (mut all_direct, mut all_via, mut added) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..STREAM_RUNS {
+        let d = one(direct_addr, "/v1/chat/completions");
+        let v = one(gw, STREAM_VIA);
+        added.extend(d.iter().zip(&v).map(|(d, v)| v - d));
+        all_direct.extend(d);
+        all_via.extend(v);
+    }
+    let p50 = |ms: Vec<f64>| {
+        Sample {
+            ms,
+            wall: Duration::from_secs(1),
+        }
+        .p(50.0)
+    };
+    let figures = EventFigures {
+        direct_p50: p50(all_direct),
+        via_p50: p50(all_via),
+        added: Sample {
+            ms: added,
+            wall: Duration::from_secs(1),
+        },
+    };
+    // Detached: the observer exits when the sim is dropped and its channel disconnects.
+    drop(observer);
+    figures
+}
+
+/// `arrival - sent` in ms, negative if the client saw it before the observer woke.
+fn signed_ms(arrival: Instant, sent: Instant) -> f64 {
+    match arrival.checked_duration_since(sent) {
+        Some(d) => d.as_secs_f64() * 1e3,
+        None => -(sent.duration_since(arrival).as_secs_f64() * 1e3),
+    }
+}
+
+/// One streamed request on a fresh connection; the arrival time of each SSE event, in order.
+fn stream_once(addr: SocketAddr, path: &str) -> Vec<Instant> {
+    let mut conn = Conn::open(addr);
+    conn.send(path, &chat_body(0, true, STREAM_TOKENS));
+    let head = conn.head();
+    assert_eq!(head.status, 200, "{path}: stream failed");
+    assert!(head.chunked, "{path}: stream is not chunked");
+    let (mut pending, mut arrivals) = (Vec::new(), Vec::new());
+    while let Some(data) = conn.chunk() {
+        let now = Instant::now();
+        pending.extend_from_slice(&data);
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            arrivals.push(now);
+            pending.drain(..end + 2);
+        }
+    }
+    arrivals
+}
