@@ -24,8 +24,10 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         headers: req.headers.clone(),
         body: req.body.clone(),
     });
-    sh.emit(SimEvent::Request { path: path.clone() });
+    // Read the fault before telling observers about the request, so a test that changes the fault
+    // once it sees the request knows which fault this request met.
     let fault = sh.fault();
+    sh.emit(SimEvent::Request { path: path.clone() });
     match fault {
         Fault::Hang => {
             sh.hang();
