@@ -111,18 +111,6 @@ impl Health {
         self.inner.lock().hosts.get(host).map(|e| e.status.clone())
     }
 
-    /// Every host with its status, sorted by name.
-    pub fn all(&self) -> Vec<(String, HostStatus)> {
-        let inner = self.inner.lock();
-        let mut all: Vec<_> = inner
-            .hosts
-            .iter()
-            .map(|(name, e)| (name.clone(), e.status.clone()))
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
-    }
-
     /// False for a host that is down or unknown.
     pub fn healthy(&self, host: &str) -> bool {
         self.inner

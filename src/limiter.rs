@@ -194,16 +194,6 @@ impl Limiter {
     }
 }
 
-impl Permit {
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    pub fn model(&self) -> &str {
-        &self.model
-    }
-}
-
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut inner = self.shared.inner.lock();

@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
@@ -64,7 +63,6 @@ pub struct Server {
     admin: Arc<tiny_http::Server>,
     client_addr: SocketAddr,
     admin_addr: SocketAddr,
-    stopping: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
     admin_workers: Vec<JoinHandle<()>>,
     /// Each client worker sends once here when it exits, so `stop` can wait with a deadline.
@@ -92,7 +90,6 @@ impl Server {
         let client_addr = listen_addr(&client, config.listen);
         let admin_addr = listen_addr(&admin, config.admin_listen);
         let gateway = Arc::new(Gateway::new(config, store).map_err(StartError::Store)?);
-        let stopping = Arc::new(AtomicBool::new(false));
         let (exit_tx, exited) = bounded(workers);
         let workers = (0..workers)
             .map(|i| {
@@ -120,7 +117,6 @@ impl Server {
             admin,
             client_addr,
             admin_addr,
-            stopping,
             workers,
             admin_workers,
             exited,
@@ -166,7 +162,6 @@ impl Server {
     /// Stops taking requests, gives in-flight ones up to `grace` to finish, then joins every
     /// thread. Accounting rows are written by each request as it ends, so none is pending after.
     pub fn stop(mut self, grace: Duration) {
-        self.stopping.store(true, Ordering::SeqCst);
         log::info!(
             "stopping: waiting up to {}s for in-flight requests",
             grace.as_secs()

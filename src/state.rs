@@ -55,10 +55,6 @@ impl Drains {
             set.remove(host)
         }
     }
-
-    pub fn list(&self) -> Vec<String> {
-        self.0.lock().iter().cloned().collect()
-    }
 }
 
 impl Gateway {

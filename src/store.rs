@@ -96,7 +96,6 @@ pub struct RequestRow {
 /// or read.
 #[derive(Debug)]
 pub struct Store {
-    path: PathBuf,
     conn: Mutex<Connection>,
 }
 
@@ -259,14 +258,8 @@ impl Store {
         let mut conn = conn;
         schema::migrate(path, &mut conn)?;
         Ok(Store {
-            path: path.to_path_buf(),
             conn: Mutex::new(conn),
         })
-    }
-
-    /// The file this store was opened from (`:memory:` for an in-memory one).
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

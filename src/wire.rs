@@ -61,7 +61,6 @@ pub enum Framing {
 pub struct BodyWriter {
     out: Box<dyn Write + Send>,
     framing: Framing,
-    written: u64,
     /// A fixed-length answer's head, not yet written: it goes out in one write with the first
     /// body piece. Head and body as two small writes on tiny_http's socket (Nagle on, no
     /// TCP_NODELAY hook) made the body wait for the client's delayed ACK: ~40 ms per answer.
@@ -72,7 +71,6 @@ impl std::fmt::Debug for BodyWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BodyWriter")
             .field("framing", &self.framing)
-            .field("written", &self.written)
             .finish()
     }
 }
@@ -103,7 +101,6 @@ impl BodyWriter {
         let mut writer = BodyWriter {
             out,
             framing,
-            written: 0,
             head: None,
         };
         match framing {
@@ -138,7 +135,6 @@ impl BodyWriter {
                 None => self.out.write_all(data)?,
             },
         }
-        self.written += data.len() as u64;
         self.out.flush()
     }
 
@@ -168,11 +164,6 @@ impl BodyWriter {
                 .write_all(b"!crossbar: upstream failed mid-body\r\n\r\n");
             let _ = self.out.flush();
         }
-    }
-
-    /// Body bytes written so far (without framing).
-    pub fn written(&self) -> u64 {
-        self.written
     }
 }
 

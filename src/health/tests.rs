@@ -48,8 +48,6 @@ fn hosts_start_healthy_with_their_ctx_override_known() {
     assert_eq!(health.per_slot_ctx("mini"), Some(4096));
     assert_eq!(health.get("ghost"), None);
     assert!(!health.healthy("ghost"));
-    let names: Vec<String> = health.all().into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, vec!["mini", "titan"]);
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The `requests` table: one accounting row per proxied request, written by the proxy (possibly
-//! in batches) and read by the admin page and `crossbar report`. Token counts the upstream did not
+//! The `requests` table: one accounting row per proxied request, written by the proxy as each
+//! request ends and read by the admin page and `crossbar report`. Token counts the upstream did not
 //! report are NULL, never 0.
 
 use rusqlite::{params, Connection, Row};
@@ -11,18 +11,6 @@ impl Store {
     pub fn record_request(&self, row: &RequestRow) -> Result<i64, StoreError> {
         let conn = self.conn.lock();
         insert_request(&conn, row)
-    }
-
-    /// Appends many accounting rows in one transaction (a batching writer thread's flush): all
-    /// of them are stored or none.
-    pub fn record_requests(&self, rows: &[RequestRow]) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock();
-        let tx = conn.transaction()?;
-        for row in rows {
-            insert_request(&tx, row)?;
-        }
-        tx.commit()?;
-        Ok(())
     }
 
     /// The latest `limit` accounting rows, newest first.

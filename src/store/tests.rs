@@ -335,15 +335,15 @@ fn requests_round_trip_and_unknown_tokens_stay_null() {
 #[test]
 fn requests_since_filters_by_time_and_route_oldest_first() {
     let store = Store::open_in_memory().unwrap();
-    // Inserted out of time order, as a batching writer may do.
-    store
-        .record_requests(&[
-            request(300, "projA", 200),
-            request(100, "projA", 200),
-            request(200, "projB", 200),
-            request(250, "projA", 500),
-        ])
-        .unwrap();
+    // Inserted out of time order: rows are written when requests end, not when they start.
+    for row in [
+        request(300, "projA", 200),
+        request(100, "projA", 200),
+        request(200, "projB", 200),
+        request(250, "projA", 500),
+    ] {
+        store.record_request(&row).unwrap();
+    }
     let started = |rows: Vec<RequestRow>| rows.iter().map(|r| r.started).collect::<Vec<_>>();
     assert_eq!(
         started(store.requests_since(200, None).unwrap()),
