@@ -15,14 +15,15 @@ use std::fmt;
 use std::io::Read;
 use std::time::Instant;
 
-use crate::fingerprint::{self, Peek};
+use crate::config::Config;
+use crate::fingerprint;
 use crate::lease::{Key, LeaseError};
 use crate::limiter::LimitError;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::wire;
 
-use record::{log_request, record};
+use record::{log_request, record, warn_on_cold_cache};
 pub use route::resolve;
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
@@ -204,61 +205,10 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         started: unix_ms(std::time::SystemTime::now()),
         ..RequestRow::default()
     };
-    let config = gw.config();
     let mut ctx_est = None;
-    let outcome = (|| {
-        let header = incoming.header(ROUTE_HEADER);
-        let (route_name, rest) = resolve(&incoming.path, header, &config)?;
-        let route = &config.routes[&route_name];
-        row.route = route_name.clone();
-        let body = read_body(request, &incoming)?;
-        let session = incoming
-            .header("X-Session-Id")
-            .or_else(|| incoming.header("X-Conversation-Id"));
-        let Peek { model, fp, .. } = if incoming.bodyless() {
-            Peek {
-                model: None,
-                fp: String::new(),
-                stream: false,
-            }
-        } else {
-            fingerprint::peek(&body, session)
-        };
-        let model = model.unwrap_or_else(|| route.model.clone());
-        row.fp = fp.clone();
-        row.model = model.clone();
-        let key = Key {
-            route: route_name,
-            fp,
-            model,
-        };
-        let now = row.started;
-        let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
-        row.host = acquired.host.clone();
-        let estimate = ctxguard::estimate(&incoming, body.len());
-        ctx_est = Some(estimate);
-        let guard = ctxguard::check(gw, &config, &key, &acquired.host, estimate, now)?;
-        if let Some(moved) = &guard {
-            row.host = moved.to.clone();
-        }
-        let host = config
-            .hosts
-            .get(&row.host)
-            .ok_or_else(|| ProxyError::Internal(format!("host {} is not configured", row.host)))?;
-        Ok((
-            Plan {
-                host,
-                rest,
-                body,
-                // A move lands on a cold cache: that is a new lease, whatever the old one was.
-                reused: acquired.reused && guard.is_none(),
-                ctx_moved: guard.map(|m| format!("moved:{}>{}", m.from, m.to)),
-            },
-            key,
-        ))
-    })();
-    let (plan, key) = match outcome {
-        Ok(ok) => ok,
+    let config = gw.config();
+    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row, &mut ctx_est) {
+        Ok(ready) => ready,
         Err(err) => return refuse(gw, slot, &incoming, err, row, clock, ctx_est),
     };
     let permit = match gw.limiter.acquire(&plan.host.name, &key.model) {
@@ -268,20 +218,74 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         }
         Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
     };
-    let reused = plan.reused;
     match forward::exchange(gw, &incoming, &plan, &mut row, clock) {
         Ok(response) => {
             if let Some(request) = slot.take() {
                 forward::relay(gw, request, &incoming, &plan, response, &mut row, clock);
             }
+            drop(permit);
+            log_request(&row, Some(plan.reused), ctx_est);
+            warn_on_cold_cache(gw, &key, &row, plan.reused);
         }
         Err(err) => {
             drop(permit);
-            return refuse(gw, slot, &incoming, err, row, clock, ctx_est);
+            refuse(gw, slot, &incoming, err, row, clock, ctx_est);
         }
     }
-    drop(permit);
-    log_request(gw, &row, &key, Some(reused), ctx_est);
+}
+
+/// Everything before the slot: route, body, fingerprint, lease and context guard. Fills in the
+/// row as it learns the route, conversation, model and host.
+fn prepare<'c>(
+    gw: &Gateway,
+    config: &'c Config,
+    request: &mut tiny_http::Request,
+    incoming: &Incoming,
+    row: &mut RequestRow,
+    ctx_est: &mut Option<u64>,
+) -> Result<(Plan<'c>, Key), ProxyError> {
+    let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
+    let route = &config.routes[&route_name];
+    row.route = route_name.clone();
+    let body = read_body(request, incoming)?;
+    let (model, fp) = if incoming.bodyless() {
+        (None, String::new())
+    } else {
+        let session = incoming
+            .header("X-Session-Id")
+            .or_else(|| incoming.header("X-Conversation-Id"));
+        let peek = fingerprint::peek(&body, session);
+        (peek.model, peek.fp)
+    };
+    let key = Key {
+        route: route_name,
+        fp,
+        model: model.unwrap_or_else(|| route.model.clone()),
+    };
+    row.fp = key.fp.clone();
+    row.model = key.model.clone();
+    let now = row.started;
+    let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
+    row.host = acquired.host.clone();
+    let estimate = ctxguard::estimate(incoming, body.len());
+    *ctx_est = Some(estimate);
+    let moved = ctxguard::check(gw, config, &key, &acquired.host, estimate, now)?;
+    if let Some(moved) = &moved {
+        row.host = moved.to.clone();
+    }
+    let host = config
+        .hosts
+        .get(&row.host)
+        .ok_or_else(|| ProxyError::Internal(format!("host {} is not configured", row.host)))?;
+    let plan = Plan {
+        host,
+        rest,
+        body,
+        // A move lands on a cold cache: that is a new lease, whatever the old one was.
+        reused: acquired.reused && moved.is_none(),
+        ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
+    };
+    Ok((plan, key))
 }
 
 /// Reads the body, refusing more than [`MAX_BODY`] bytes.
@@ -346,10 +350,5 @@ fn refuse(
             body.as_bytes(),
         );
     }
-    let key = Key {
-        route: row.route.clone(),
-        fp: row.fp.clone(),
-        model: row.model.clone(),
-    };
-    log_request(gw, &row, &key, None, ctx_est);
+    log_request(&row, None, ctx_est);
 }

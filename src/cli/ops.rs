@@ -16,20 +16,20 @@ struct Admin {
 
 impl Admin {
     fn from(args: &Args) -> Result<Admin, CliError> {
-        let config = match (&args.admin, args.load_config()) {
-            (_, Ok(config)) => Some(config),
-            (Some(_), Err(_)) => None,
+        // --admin makes the config optional; without it the config names the address.
+        let (configured, config_token) = match (&args.admin, args.load_config()) {
+            (_, Ok(config)) => (
+                format!("http://{}", reachable(config.admin_listen)),
+                config.admin_token,
+            ),
+            (Some(_), Err(_)) => (String::new(), None),
             (None, Err(err)) => return Err(err),
         };
-        let base = match (&args.admin, &config) {
-            (Some(url), _) => url.trim_end_matches('/').to_string(),
-            (None, Some(config)) => format!("http://{}", reachable(config.admin_listen)),
-            (None, None) => unreachable!("a missing config without --admin returned above"),
+        let base = match &args.admin {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => configured,
         };
-        let token = args
-            .token
-            .clone()
-            .or_else(|| config.and_then(|c| c.admin_token));
+        let token = args.token.clone().or(config_token);
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(10))
             .redirects(0)
@@ -171,11 +171,7 @@ pub fn leases(args: &Args) -> Result<(), CliError> {
 
 pub fn pin(args: &Args) -> Result<(), CliError> {
     let (route, host) = (&args.positional[0], &args.positional[1]);
-    let answer = Admin::from(args)?.call(
-        "POST",
-        "/admin/pin",
-        Some(json!({ "route": route, "host": host })),
-    )?;
+    let answer = post(args, "/admin/pin", json!({ "route": route, "host": host }))?;
     println!(
         "pinned {route} to {host}; dropped {} leases on other hosts",
         text(&answer["dropped"])
@@ -185,8 +181,7 @@ pub fn pin(args: &Args) -> Result<(), CliError> {
 
 pub fn unpin(args: &Args) -> Result<(), CliError> {
     let route = &args.positional[0];
-    let answer =
-        Admin::from(args)?.call("POST", "/admin/unpin", Some(json!({ "route": route })))?;
+    let answer = post(args, "/admin/unpin", json!({ "route": route }))?;
     if answer["was_pinned"].as_bool() == Some(true) {
         println!("unpinned {route}; its leases stay where they are");
     } else {
@@ -197,8 +192,7 @@ pub fn unpin(args: &Args) -> Result<(), CliError> {
 
 pub fn release(args: &Args) -> Result<(), CliError> {
     let route = &args.positional[0];
-    let answer =
-        Admin::from(args)?.call("POST", "/admin/release", Some(json!({ "route": route })))?;
+    let answer = post(args, "/admin/release", json!({ "route": route }))?;
     println!(
         "released {route}: dropped {} leases",
         text(&answer["dropped"])
@@ -209,11 +203,7 @@ pub fn release(args: &Args) -> Result<(), CliError> {
 pub fn drain(args: &Args) -> Result<(), CliError> {
     let host = &args.positional[0];
     let on = !args.off;
-    let answer = Admin::from(args)?.call(
-        "POST",
-        "/admin/drain",
-        Some(json!({ "host": host, "on": on })),
-    )?;
+    let answer = post(args, "/admin/drain", json!({ "host": host, "on": on }))?;
     let leases = text(&answer["leases"]);
     match (on, answer["changed"].as_bool() == Some(true)) {
         (true, true) => println!("draining {host}: no new leases; {leases} leases remain on it"),
@@ -222,6 +212,11 @@ pub fn drain(args: &Args) -> Result<(), CliError> {
         (false, false) => println!("{host} was not draining; nothing changed"),
     }
     Ok(())
+}
+
+/// One operator change: a POST to the admin API.
+fn post(args: &Args, path: &str, body: Value) -> Result<Value, CliError> {
+    Admin::from(args)?.call("POST", path, Some(body))
 }
 
 fn header(names: &[&str]) -> Vec<String> {

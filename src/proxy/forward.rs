@@ -84,7 +84,7 @@ pub(super) fn relay(
     let headers = response_headers(&response, plan);
     let mut tee = Tee::new(&content_type);
     let mut upstream = response.into_reader();
-    let out = match BodyWriter::start(
+    let mut out = match BodyWriter::start(
         request.into_writer(),
         incoming.http10,
         row.status,
@@ -94,7 +94,6 @@ pub(super) fn relay(
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };
-    let mut out = out;
     let mut remaining = match framing {
         Framing::Length(n) => Some(n),
         _ => None,

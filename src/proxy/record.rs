@@ -17,15 +17,9 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
     }
 }
 
-/// The one plain line per request (never the body), and a warning when a reused lease found a
-/// cold cache.
-pub(super) fn log_request(
-    gw: &Gateway,
-    row: &RequestRow,
-    key: &Key,
-    reused: Option<bool>,
-    ctx_est: Option<u64>,
-) {
+/// The one plain line per request (never the body). `reused` is None when crossbar answered
+/// itself before a lease was in play.
+pub(super) fn log_request(row: &RequestRow, reused: Option<bool>, ctx_est: Option<u64>) {
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
     let lease = match reused {
         Some(true) => "reused",
@@ -53,17 +47,23 @@ pub(super) fn log_request(
         line.push_str(&format!(" err=\"{}\"", row.err.replace('"', "'")));
     }
     log::info!("{line}");
-    if let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) {
-        let previous = gw.swap_last_prompt(key, prompt);
-        if let (Some(true), Some(previous)) = (reused, previous) {
-            if cached * 2 < previous {
-                log::warn!(
-                    "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
-                    row.route,
-                    row.host,
-                    fingerprint::short(&row.fp)
-                );
-            }
+}
+
+/// Warns when a reused lease's answer shows a cold cache (cached tokens far below the previous
+/// turn's prompt): stickiness failed somewhere, e.g. the host restarted or evicted the prompt.
+pub(super) fn warn_on_cold_cache(gw: &Gateway, key: &Key, row: &RequestRow, reused: bool) {
+    let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) else {
+        return;
+    };
+    let previous = gw.swap_last_prompt(key, prompt);
+    if let (true, Some(previous)) = (reused, previous) {
+        if cached * 2 < previous {
+            log::warn!(
+                "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
+                row.route,
+                row.host,
+                fingerprint::short(&row.fp)
+            );
         }
     }
 }
