@@ -61,6 +61,14 @@ impl Harness {
         let config =
             Config::from_toml(&text).unwrap_or_else(|e| panic!("{:#?}\n{text}", e.lines()));
         let server = Server::start(config).unwrap();
+        // Until a host is polled the chooser cannot know it has the model loaded, and a poll landing
+        // mid-test could undo a test's own `mark_down`: every test starts after the first round.
+        let gw = server.gateway().clone();
+        wait_until("every host's first poll", || {
+            hosts
+                .iter()
+                .all(|h| gw.health.get(h.name).is_some_and(|s| s.last_poll > 0))
+        });
         Harness {
             server: Some(server),
             sims,
