@@ -218,19 +218,15 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         }
         Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
     };
-    match forward::exchange(gw, &incoming, &plan, &mut row, clock) {
-        Ok(response) => {
+    match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
+        Ok(answer) => {
             if let Some(request) = slot.take() {
-                forward::relay(gw, request, &incoming, &plan, response, &mut row, clock);
+                forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             }
-            drop(permit);
             log_request(&row, Some(plan.reused), ctx_est);
             warn_on_cold_cache(gw, &key, &row, plan.reused);
         }
-        Err(err) => {
-            drop(permit);
-            refuse(gw, slot, &incoming, err, row, clock, ctx_est);
-        }
+        Err(err) => refuse(gw, slot, &incoming, err, row, clock, ctx_est),
     }
 }
 

@@ -5,6 +5,7 @@ use std::io::{ErrorKind, Read};
 use std::time::{Instant, SystemTime};
 
 use crate::health::DownReason;
+use crate::limiter::Permit;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
@@ -15,15 +16,23 @@ use super::{record, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_H
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
 
+/// An upstream answer whose head has arrived, with the slot it occupies.
+pub(super) struct Answer {
+    response: ureq::Response,
+    permit: Permit,
+}
+
 /// Sends the request upstream and waits for the response head. A connection or read failure before
-/// the head marks the host down and becomes a 502; upstream error statuses are answers, not errors.
+/// the head marks the host down and becomes a 502 (the slot is freed before that answer goes out);
+/// upstream error statuses are answers, not errors.
 pub(super) fn exchange(
     gw: &Gateway,
     incoming: &Incoming,
     plan: &Plan<'_>,
+    permit: Permit,
     row: &mut RequestRow,
     clock: Instant,
-) -> Result<ureq::Response, ProxyError> {
+) -> Result<Answer, ProxyError> {
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
     let mut request = gw.agent().request(&incoming.method, &url);
     let tokens = wire::connection_tokens(incoming.header("Connection"));
@@ -52,7 +61,7 @@ pub(super) fn exchange(
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(response),
+        Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(Answer { response, permit }),
         Err(ureq::Error::Transport(err)) => {
             let host = plan.host.name.clone();
             gw.health
@@ -66,17 +75,19 @@ pub(super) fn exchange(
     }
 }
 
-/// Relays the upstream answer: head first, then every read as soon as it arrives. The row is
-/// written before the last bytes go out, so it is in the db once the client has the whole answer.
+/// Relays the upstream answer: head first, then every read as soon as it arrives. Once upstream
+/// is done the row is written and the slot freed before the last bytes go out, so a client that
+/// has the whole answer finds its row in the db and the host's slot free for its next turn.
 pub(super) fn relay(
     gw: &Gateway,
     request: tiny_http::Request,
     incoming: &Incoming,
     plan: &Plan<'_>,
-    response: ureq::Response,
+    answer: Answer,
     row: &mut RequestRow,
     clock: Instant,
 ) {
+    let Answer { response, permit } = answer;
     row.status = response.status();
     let content_type = response.header("Content-Type").unwrap_or("").to_string();
     row.streamed = content_type.starts_with("text/event-stream");
@@ -124,9 +135,10 @@ pub(super) fn relay(
         if let Some(left) = remaining.as_mut() {
             *left -= piece.len() as u64;
             if *left == 0 {
-                // The last bytes: account first, so the row exists when the client has it all.
+                // The last bytes: account and free the slot first.
                 finish_row(row, clock, &tee);
                 record(gw, row);
+                drop(permit);
                 if let Err(err) = out.write(piece) {
                     log::debug!("client went away on the last write: {err}");
                 }
@@ -141,6 +153,7 @@ pub(super) fn relay(
     }
     finish_row(row, clock, &tee);
     record(gw, row);
+    drop(permit);
     if let Err(err) = out.finish() {
         log::debug!("client went away before the last chunk: {err}");
     }

@@ -383,3 +383,18 @@ fn an_upstream_dying_mid_stream_ends_the_client_stream_broken() {
         h.rows().iter().any(|r| r.err.contains("mid-body"))
     });
 }
+
+#[test]
+fn a_client_holding_the_whole_answer_finds_the_slot_already_free() {
+    // Issue 3: the slot was freed after the last bytes went out, so a quick next turn could see
+    // its host busy and queue, or be sent elsewhere.
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let gw = h.server().gateway().clone();
+    // Many rounds, so that the old order (free after the last write) loses the race at least once.
+    for round in 0..40 {
+        let stream = round % 2 == 1;
+        let answer = h.post(CHAT, &chat("next turn comes fast", round, stream));
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(gw.limiter.in_flight("titan", "m"), 0, "round {round}");
+    }
+}
