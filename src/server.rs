@@ -77,13 +77,11 @@ impl Server {
         let store = Store::open(&config.db).map_err(StartError::Store)?;
         let workers = config.workers;
         let bind = |what, addr: SocketAddr| {
-            tiny_http::Server::http(addr)
+            listener(addr)
+                .map_err(|err| err.to_string())
+                .and_then(|l| tiny_http::Server::from_listener(l, None).map_err(|e| e.to_string()))
                 .map(Arc::new)
-                .map_err(|err| StartError::Bind {
-                    what,
-                    addr,
-                    detail: err.to_string(),
-                })
+                .map_err(|detail| StartError::Bind { what, addr, detail })
         };
         let client = bind("clients", config.listen)?;
         let admin = bind("the admin API", config.admin_listen)?;
@@ -227,6 +225,20 @@ fn serve(listener: &tiny_http::Server, handle: impl Fn(&mut Option<tiny_http::Re
             }
         }
     }
+}
+
+/// A listening socket whose accepted connections have Nagle off (Linux copies TCP_NODELAY from
+/// the listener to each accepted socket). Answers go out as small flushed writes — a head, then
+/// each SSE event — and with Nagle on, a write behind an unacknowledged one waits for the
+/// client's delayed ACK, up to 40 ms. tiny_http offers no hook on accepted sockets, hence socket2.
+fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

@@ -61,10 +61,6 @@ pub enum Framing {
 pub struct BodyWriter {
     out: Box<dyn Write + Send>,
     framing: Framing,
-    /// A fixed-length answer's head, not yet written: it goes out in one write with the first
-    /// body piece. Head and body as two small writes on tiny_http's socket (Nagle on, no
-    /// TCP_NODELAY hook) made the body wait for the client's delayed ACK: ~40 ms per answer.
-    head: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for BodyWriter {
@@ -79,7 +75,7 @@ impl BodyWriter {
     /// Writes the status line and headers. `headers` must not hold framing headers: they are
     /// derived from `framing`.
     pub fn start(
-        out: Box<dyn Write + Send>,
+        mut out: Box<dyn Write + Send>,
         http10: bool,
         status: u16,
         headers: &[(String, String)],
@@ -98,20 +94,11 @@ impl BodyWriter {
             Framing::Empty => {}
         }
         head.extend_from_slice(b"\r\n");
-        let mut writer = BodyWriter {
-            out,
-            framing,
-            head: None,
-        };
-        match framing {
-            Framing::Length(n) if n > 0 => writer.head = Some(head),
-            // Streams: the client gets the head at once, before a long prefill.
-            _ => {
-                writer.out.write_all(&head)?;
-                writer.out.flush()?;
-            }
-        }
-        Ok(writer)
+        // Sent at once, before a long prefill. The listener has Nagle off (see `server`), so this
+        // small write and the body's do not wait on each other's ACKs.
+        out.write_all(&head)?;
+        out.flush()?;
+        Ok(BodyWriter { out, framing })
     }
 
     /// Sends one piece of body and flushes it.
@@ -127,22 +114,13 @@ impl BodyWriter {
                 piece.extend_from_slice(b"\r\n");
                 self.out.write_all(&piece)?;
             }
-            _ => match self.head.take() {
-                Some(mut head) => {
-                    head.extend_from_slice(data);
-                    self.out.write_all(&head)?;
-                }
-                None => self.out.write_all(data)?,
-            },
+            _ => self.out.write_all(data)?,
         }
         self.out.flush()
     }
 
     /// Ends the body cleanly (the last chunk for chunked framing).
     pub fn finish(mut self) -> io::Result<()> {
-        if let Some(head) = self.head.take() {
-            self.out.write_all(&head)?;
-        }
         if self.framing == Framing::Chunked {
             self.out.write_all(b"0\r\n\r\n")?;
         }
@@ -152,11 +130,6 @@ impl BodyWriter {
     /// Ends the body so that the client cannot mistake it for a complete answer: a chunked body gets
     /// a malformed chunk line instead of the last chunk, which every HTTP client reports as an error.
     pub fn abort(mut self) {
-        if let Some(head) = self.head.take() {
-            // As before the head was held back: the client sees the status and a short body.
-            let _ = self.out.write_all(&head);
-            let _ = self.out.flush();
-        }
         if self.framing == Framing::Chunked {
             // Not hex: the client's chunk parser fails and it drops the connection.
             let _ = self
