@@ -128,34 +128,19 @@ fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> An
     }
 }
 
-/// An admin body's fields and the JSON type each must have. serde_json names a missing or unknown
-/// field but not a mistyped one, so `parse` checks the types first to name the bad field.
-trait Fields {
-    /// (field, true for a boolean / false for a string)
-    const FIELDS: &'static [(&'static str, bool)];
-}
-
-/// Parses a JSON body; the error names the missing or mistyped field.
-fn parse<T: Fields + for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Answer> {
-    if let Ok(Value::Object(object)) = serde_json::from_slice::<Value>(body) {
-        for (name, boolean) in T::FIELDS {
-            let (ok, kind) = match object.get(*name) {
-                Some(v) if *boolean => (v.is_boolean(), "true or false"),
-                Some(v) => (v.is_string(), "a string"),
-                None => (true, ""),
-            };
-            if !ok {
-                return Err(Answer::error(
-                    400,
-                    format!("bad body: field `{name}` must be {kind}"),
-                ));
-            }
-        }
-    }
-    serde_json::from_slice(body).map_err(|err| {
-        let message = err.to_string();
+/// Parses a JSON body; the error names the missing, unknown or mistyped field.
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Answer> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let message = err.into_inner().to_string();
         let message = message.split(" at line").next().unwrap_or(&message);
-        Answer::error(400, format!("bad body: {message}"))
+        let message = if path == "." {
+            format!("bad body: {message}")
+        } else {
+            format!("bad body: field `{path}`: {message}")
+        };
+        Answer::error(400, message)
     })
 }
 
@@ -166,18 +151,10 @@ struct PinRequest {
     host: String,
 }
 
-impl Fields for PinRequest {
-    const FIELDS: &'static [(&'static str, bool)] = &[("route", false), ("host", false)];
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RouteRequest {
     route: String,
-}
-
-impl Fields for RouteRequest {
-    const FIELDS: &'static [(&'static str, bool)] = &[("route", false)];
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,10 +162,6 @@ impl Fields for RouteRequest {
 struct DrainRequest {
     host: String,
     on: bool,
-}
-
-impl Fields for DrainRequest {
-    const FIELDS: &'static [(&'static str, bool)] = &[("host", false), ("on", true)];
 }
 
 fn known_route(gw: &Gateway, route: &str) -> Result<(), Answer> {
