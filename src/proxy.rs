@@ -172,10 +172,7 @@ impl Incoming {
     }
 
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        wire::header(&self.headers, name)
     }
 
     fn bodyless(&self) -> bool {

@@ -119,10 +119,7 @@ pub struct Seen {
 impl Seen {
     /// First header with this name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        crate::wire::header(&self.headers, name)
     }
 }
 

@@ -44,6 +44,14 @@ pub fn connection_tokens(value: Option<&str>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The first value of a header, by case-insensitive name, from a list of (name, value) pairs.
+pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 /// How the body that follows a head is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {

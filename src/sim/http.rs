@@ -44,10 +44,7 @@ impl HttpRequest {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        crate::wire::header(&self.headers, name)
     }
 }
 

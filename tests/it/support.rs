@@ -174,10 +174,7 @@ pub struct Answer {
 
 impl Answer {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        crossbar::wire::header(&self.headers, name)
     }
 
     pub fn json(&self) -> Value {
@@ -269,12 +266,7 @@ impl Conn {
 
     pub fn read_answer(&mut self) -> Answer {
         let (status, headers) = self.read_head();
-        let find = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        };
+        let find = |name: &str| crossbar::wire::header(&headers, name).map(str::to_string);
         let body = if find("Transfer-Encoding").is_some_and(|v| v.contains("chunked")) {
             let mut body = Vec::new();
             while let Some(chunk) = self.read_chunk() {
