@@ -2,8 +2,14 @@
 //!
 //! A pure function over a snapshot the caller builds from config, health, drain set and limiter.
 //! It does no I/O, takes no locks and keeps no state; ties are broken by the route's order.
+//!
+//! One rule beyond spec §5: between "fewest queued" and "highest weight" comes "fewest leases per
+//! unit of weight". Free slots say how busy a host is this instant; when conversations start while
+//! every host is idle (the usual case: a turn takes seconds, think time minutes) they all tie, and
+//! without this rule every new conversation would land on the route's first host, crowding its
+//! slots and prompt cache while the others sit empty (the affinity benchmark showed 7/4/1 of 12).
 
-use std::cmp::Reverse;
+use std::cmp::Ordering;
 
 /// One candidate host as seen at the moment of choosing, for one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,25 +25,42 @@ pub struct Info {
     pub free: usize,
     /// Requests waiting for a slot of this host+model.
     pub queued: usize,
+    /// Conversations (leases) the host already holds for this model.
+    pub leases: usize,
+    /// At least 1 (config validation).
     pub weight: u32,
 }
 
 /// `infos` in the route's order. Among healthy, non-draining hosts that serve the model: loaded
-/// first, then most free slots (for this model), fewest queued, highest weight, earliest in list.
+/// first, then most free slots (for this model), fewest queued, fewest leases per unit of weight,
+/// highest weight, earliest in list.
 pub fn best(infos: &[Info]) -> Option<&Info> {
     infos
         .iter()
         .enumerate()
         .filter(|(_, i)| i.healthy && !i.draining && i.serves)
-        .max_by_key(|(pos, i)| (i.loaded, i.free, Reverse(i.queued), i.weight, Reverse(*pos)))
+        .max_by(|(pa, a), (pb, b)| better(a, b).then(pb.cmp(pa)))
         .map(|(_, i)| i)
+}
+
+/// `Greater` when `a` should win over `b` on everything but route order.
+fn better(a: &Info, b: &Info) -> Ordering {
+    // a.leases / a.weight < b.leases / b.weight, without division.
+    let per_weight = |x: &Info, y: &Info| x.leases as u64 * u64::from(y.weight);
+    a.loaded
+        .cmp(&b.loaded)
+        .then(a.free.cmp(&b.free))
+        .then(b.queued.cmp(&a.queued))
+        .then(per_weight(b, a).cmp(&per_weight(a, b)))
+        .then(a.weight.cmp(&b.weight))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A usable host: healthy, serving, not loaded, no free slots, nothing queued, weight 1.
+    /// A usable host: healthy, serving, not loaded, no free slots, nothing queued, no leases,
+    /// weight 1.
     fn host(name: &str) -> Info {
         Info {
             name: name.into(),
@@ -47,6 +70,7 @@ mod tests {
             serves: true,
             free: 0,
             queued: 0,
+            leases: 0,
             weight: 1,
         }
     }
@@ -102,16 +126,51 @@ mod tests {
                     },
                     Info {
                         queued: 1,
+                        leases: 5,
                         ..host("calm")
                     },
                 ],
                 "calm",
             ),
             (
+                "then the fewest leases",
+                vec![
+                    Info {
+                        leases: 3,
+                        weight: 2,
+                        ..host("crowded")
+                    },
+                    Info {
+                        leases: 1,
+                        ..host("roomy")
+                    },
+                ],
+                "roomy",
+            ),
+            (
+                "counted per unit of weight: 3 leases on weight 2 beat 2 on weight 1",
+                vec![
+                    Info {
+                        leases: 2,
+                        ..host("small")
+                    },
+                    Info {
+                        leases: 3,
+                        weight: 2,
+                        ..host("big")
+                    },
+                ],
+                "big",
+            ),
+            (
                 "then the highest weight",
                 vec![
-                    host("light"),
                     Info {
+                        leases: 1,
+                        ..host("light")
+                    },
+                    Info {
+                        leases: 2,
                         weight: 2,
                         ..host("heavy")
                     },

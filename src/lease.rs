@@ -78,9 +78,17 @@ pub trait HostView: Send + Sync {
     fn draining(&self, host: &str) -> bool;
 }
 
-/// Picks one of `candidates` (already healthy and not draining) for a new lease of `model`.
+/// A host offered to the chooser for a new lease: healthy, not draining, a candidate of the route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub host: String,
+    /// Leases the host already holds for the same model (conversations whose caches it keeps).
+    pub leases: usize,
+}
+
+/// Picks one of `candidates` for a new lease of `model`, answering with its host name.
 pub trait Chooser: Send + Sync {
-    fn choose(&self, candidates: &[String], model: &str) -> Option<String>;
+    fn choose(&self, candidates: &[Candidate], model: &str) -> Option<String>;
 }
 
 /// The lease table. Cheap to share behind an `Arc`; every method takes the one lock.

@@ -182,12 +182,12 @@ impl lease::HostView for View {
 }
 
 impl lease::Chooser for View {
-    fn choose(&self, candidates: &[String], model: &str) -> Option<String> {
+    fn choose(&self, candidates: &[lease::Candidate], model: &str) -> Option<String> {
         let config = self.config.read().clone();
         let infos: Vec<choose::Info> = candidates
             .iter()
-            .filter_map(|name| config.hosts.get(name))
-            .map(|host| {
+            .filter_map(|c| Some((config.hosts.get(&c.host)?, c.leases)))
+            .map(|(host, leases)| {
                 let parallel = config.parallel(&host.name, model);
                 let in_flight = self.limiter.in_flight(&host.name, model);
                 choose::Info {
@@ -198,6 +198,7 @@ impl lease::Chooser for View {
                     serves: parallel > 0,
                     free: parallel.saturating_sub(in_flight),
                     queued: self.limiter.queued(&host.name, model),
+                    leases,
                     weight: host.weight,
                 }
             })

@@ -3,7 +3,7 @@
 //! succeeded; an event is the audit trail of a change already made, so an event that cannot be
 //! written is logged, not returned (returning it would fail a request whose lease is in place).
 
-use super::{chain, short, Acquired, Inner, Key, Lease, LeaseError, Table};
+use super::{chain, short, Acquired, Candidate, Inner, Key, Lease, LeaseError, Table};
 use crate::store::{LeaseEvent, Reason, StoreError};
 
 impl Table {
@@ -73,14 +73,19 @@ impl Table {
         }
 
         // 4. Choose among usable candidates; nothing is created when there is none.
-        let usable: Vec<String> = candidates
+        let usable: Vec<Candidate> = candidates
             .iter()
             .filter(|h| Some(h.as_str()) != moving_from.as_deref())
             .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
-            .cloned()
+            .map(|h| Candidate {
+                host: h.clone(),
+                leases: (inner.leases.values())
+                    .filter(|l| l.host == *h && l.key.model == key.model)
+                    .count(),
+            })
             .collect();
         let host = match self.chooser.choose(&usable, &key.model) {
-            Some(host) if usable.contains(&host) => host,
+            Some(host) if usable.iter().any(|c| c.host == host) => host,
             Some(host) => {
                 log::debug!("lease chooser picked a host it was not offered host={host}");
                 return Err(LeaseError::NoHost);

@@ -55,11 +55,11 @@ impl FakeChooser {
 }
 
 impl Chooser for FakeChooser {
-    fn choose(&self, candidates: &[String], _model: &str) -> Option<String> {
+    fn choose(&self, candidates: &[Candidate], _model: &str) -> Option<String> {
         let prefer = self.prefer.lock().clone();
         match prefer {
-            Some(p) if candidates.contains(&p) => Some(p),
-            _ => candidates.first().cloned(),
+            Some(p) if candidates.iter().any(|c| c.host == p) => Some(p),
+            _ => candidates.first().map(|c| c.host.clone()),
         }
     }
 }

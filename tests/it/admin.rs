@@ -204,7 +204,9 @@ fn a_drained_host_keeps_its_conversations_but_gets_no_new_ones_until_undrained()
 fn a_pin_moves_the_next_turn_and_drops_the_leases_elsewhere() {
     let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
     assert_eq!(turn(&h, "a long refactoring", 0).0, "titan");
-    assert_eq!(turn(&h, "a second chat", 0).0, "titan");
+    // New conversations spread: the second goes to the host with fewer leases.
+    assert_eq!(turn(&h, "a second chat", 0).0, "mini");
+    assert_eq!(turn(&h, "a third chat", 0).0, "titan");
     let answer = post(&h, "/admin/pin", json!({"route": "projA", "host": "mini"}));
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(answer.json()["dropped"], 2, "{}", answer.text());

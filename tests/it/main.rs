@@ -1,6 +1,7 @@
 //! crossbar's integration tests: one binary, real HTTP on loopback, simulated llama-servers.
 
 mod admin;
+mod affinity;
 mod examples;
 mod guard;
 mod proxy;

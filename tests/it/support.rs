@@ -25,6 +25,7 @@ pub struct HostSpec {
     pub name: &'static str,
     pub sim: SimConfig,
     pub parallel: usize,
+    pub weight: u32,
 }
 
 pub fn host(name: &'static str, parallel: usize) -> HostSpec {
@@ -35,6 +36,7 @@ pub fn host(name: &'static str, parallel: usize) -> HostSpec {
             ..SimConfig::default()
         },
         parallel,
+        weight: 1,
     }
 }
 
@@ -150,8 +152,9 @@ fn config_text(
     text.push('\n');
     for (spec, (_, sim)) in hosts.iter().zip(sims) {
         text.push_str(&format!(
-            "[hosts.{name}]\nurl = \"{}\"\n[hosts.{name}.models.m]\nparallel = {}\n",
+            "[hosts.{name}]\nurl = \"{}\"\nweight = {}\n[hosts.{name}.models.m]\nparallel = {}\n",
             sim.url(),
+            spec.weight,
             spec.parallel,
             name = spec.name
         ));
