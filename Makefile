@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run demo static bench clean
+.PHONY: build test gate fmt clippy run demo static bench bench-affinity clean
 
 build:
 	$(CARGO) build --release
@@ -32,6 +32,9 @@ static:
 
 bench:
 	$(CARGO) bench --bench overhead
+
+bench-affinity:
+	scripts/bench-affinity.sh
 
 clean:
 	$(CARGO) clean

@@ -126,7 +126,10 @@ impl Seen {
 /// Running totals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SimStats {
+    /// Every request read, health and metadata polls included.
     pub requests: u64,
+    /// Completions that got a slot and ran (to the end or until the client left).
+    pub completions: u64,
     /// Prompt tokens evaluated (not from cache).
     pub prompt_n: u64,
     /// Prompt tokens reused from the cache.

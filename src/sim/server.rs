@@ -123,6 +123,7 @@ impl Shared {
 
     pub(super) fn record_work(&self, prompt_n: u64, cache_n: u64, predicted_n: u64) {
         let mut r = self.record.lock();
+        r.stats.completions += 1;
         r.stats.prompt_n += prompt_n;
         r.stats.cache_n += cache_n;
         r.stats.predicted_n += predicted_n;

@@ -1,6 +1,11 @@
-//! Where new conversations land.
+//! Where new conversations land, and the affinity benchmark's arithmetic (its `figures` module is
+//! compiled in here, so the numbers the benchmark reports are checked by the gate).
+
+#[path = "../../benches/affinity/figures.rs"]
+mod figures;
 
 use crate::support::{chat, host, Harness, HostSpec};
+use figures::{figures, history_reprefilled, ratio, show_ratio, TurnFacts};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -40,5 +45,98 @@ fn a_heavier_host_takes_more_conversations_in_proportion() {
     assert_eq!(
         big, 4,
         "weight 2 against 1 holds twice the leases: {placed:?}"
+    );
+}
+
+fn turn(prev_prompt: u64, prompt_n: u64, cache_n: u64) -> TurnFacts {
+    TurnFacts {
+        ok: true,
+        ttft_ms: 10.0,
+        prompt_n,
+        cache_n,
+        prev_prompt,
+        ..TurnFacts::default()
+    }
+}
+
+#[test]
+fn history_re_prefilled_counts_only_tokens_sent_in_an_earlier_turn() {
+    // (story, prev_prompt, prompt_n, cache_n, expected)
+    let cases = [
+        ("a first turn is all new", 0, 500, 0, 0),
+        ("a warm cache re-prefills nothing", 500, 80, 540, 0),
+        (
+            "a cold host re-prefills the whole history",
+            500,
+            620,
+            0,
+            500,
+        ),
+        (
+            "a partial hit re-prefills the rest of the history",
+            500,
+            420,
+            200,
+            300,
+        ),
+        (
+            "a cache past the history leaves only new tokens",
+            500,
+            20,
+            600,
+            0,
+        ),
+    ];
+    for (story, prev, prompt_n, cache_n, want) in cases {
+        assert_eq!(
+            history_reprefilled(&turn(prev, prompt_n, cache_n)),
+            want,
+            "{story}"
+        );
+    }
+    let lost = TurnFacts {
+        ok: false,
+        ..turn(500, 620, 0)
+    };
+    assert_eq!(
+        history_reprefilled(&lost),
+        0,
+        "a lost turn prefilled nothing it reports"
+    );
+}
+
+#[test]
+fn figures_sum_the_hosts_work_and_the_clients_view() {
+    let turns = [
+        turn(0, 500, 0),
+        turn(500, 620, 0),
+        TurnFacts {
+            failed_attempts: 2,
+            ttft_ms: 30.0,
+            ..turn(620, 100, 600)
+        },
+        TurnFacts {
+            ok: false,
+            failed_attempts: 6,
+            ..TurnFacts::default()
+        },
+    ];
+    let f = figures(&turns, 1300, 600, 2.0);
+    assert_eq!((f.turns, f.lost_turns, f.failed_attempts), (4, 1, 8));
+    assert_eq!(
+        (f.prefilled, f.cached, f.history_reprefilled),
+        (1300, 600, 500 + 20)
+    );
+    assert!((f.cached_share() - 600.0 / 1900.0).abs() < 1e-9);
+    assert!((f.ttft_mean_ms - 50.0 / 3.0).abs() < 1e-9);
+    assert_eq!(f.ttft_p95_ms, 30.0);
+    assert!((f.turns_per_s - 1.5).abs() < 1e-9);
+    assert_eq!(
+        (
+            show_ratio(ratio(3, 2)),
+            show_ratio(ratio(0, 0)),
+            show_ratio(ratio(1, 0))
+        ),
+        ("1.500".to_string(), "1.000".to_string(), "inf".to_string())
     );
 }

@@ -1,0 +1,117 @@
+//! From one run's turns and the hosts' own counters to the figures the benchmark reports.
+//!
+//! Pure: numbers in, numbers out (unit-tested from tests/it through a `#[path]` module).
+//!
+//! - prefilled: prompt tokens the hosts evaluated (their `prompt_n` totals, failed attempts included:
+//!   that work was done).
+//! - history re-prefilled: of a successful turn's prefilled tokens, those the conversation had already
+//!   sent in an earlier turn. A turn's prompt extends the previous turn's prompt, so the prefilled range
+//!   `[cache_n, n_prompt)` overlaps the history `[0, prev_prompt)` by `prev_prompt - cache_n` (at least
+//!   0, at most `prompt_n`). New tokens of a turn — the reply it appended and its new message — are
+//!   never counted.
+
+/// One run's figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    pub turns: usize,
+    /// Turns given up after every retry.
+    pub lost_turns: usize,
+    /// Failed attempts the clients saw (each retried).
+    pub failed_attempts: u64,
+    /// Turns served by another host than their conversation's previous turn.
+    pub moves: usize,
+    pub prefilled: u64,
+    pub cached: u64,
+    pub history_reprefilled: u64,
+    pub ttft_mean_ms: f64,
+    pub ttft_p95_ms: f64,
+    /// Successful turns per second of wall time.
+    pub turns_per_s: f64,
+}
+
+impl Figures {
+    /// Share of prompt tokens the hosts took from a cache.
+    pub fn cached_share(&self) -> f64 {
+        ratio(self.cached, self.cached + self.prefilled)
+    }
+}
+
+/// What a client saw of one turn (or of a turn given up after every retry: `ok == false`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TurnFacts {
+    pub ok: bool,
+    /// Attempts that failed before this turn succeeded (or gave up).
+    pub failed_attempts: u32,
+    /// Time to the first streamed event of the successful attempt.
+    pub ttft_ms: f64,
+    /// The successful attempt's `timings`.
+    pub prompt_n: u64,
+    pub cache_n: u64,
+    /// Prompt tokens (`prompt_n + cache_n`) of the conversation's previous successful turn; 0 first.
+    pub prev_prompt: u64,
+    /// Served by another host than the conversation's previous successful turn.
+    pub moved: bool,
+}
+
+/// Prefilled tokens of a turn that repeat the conversation's earlier prompt.
+pub fn history_reprefilled(t: &TurnFacts) -> u64 {
+    if !t.ok {
+        return 0;
+    }
+    t.prev_prompt.saturating_sub(t.cache_n).min(t.prompt_n)
+}
+
+/// `host_prompt_n`/`host_cache_n`: the hosts' own totals for the run; `wall_s`: the run's wall time.
+pub fn figures(turns: &[TurnFacts], host_prompt_n: u64, host_cache_n: u64, wall_s: f64) -> Figures {
+    let ok: Vec<&TurnFacts> = turns.iter().filter(|t| t.ok).collect();
+    let mut ttft: Vec<f64> = ok.iter().map(|t| t.ttft_ms).collect();
+    ttft.sort_by(f64::total_cmp);
+    let mean = if ttft.is_empty() {
+        0.0
+    } else {
+        ttft.iter().sum::<f64>() / ttft.len() as f64
+    };
+    Figures {
+        turns: turns.len(),
+        lost_turns: turns.len() - ok.len(),
+        failed_attempts: turns.iter().map(|t| u64::from(t.failed_attempts)).sum(),
+        moves: ok.iter().filter(|t| t.moved).count(),
+        prefilled: host_prompt_n,
+        cached: host_cache_n,
+        history_reprefilled: turns.iter().map(history_reprefilled).sum(),
+        ttft_mean_ms: mean,
+        ttft_p95_ms: percentile(&ttft, 95.0),
+        turns_per_s: if wall_s > 0.0 {
+            ok.len() as f64 / wall_s
+        } else {
+            0.0
+        },
+    }
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+pub fn percentile(sorted: &[f64], pct: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `a / b`, with 0/0 = 1 (equal) and x/0 = infinity.
+pub fn ratio(a: u64, b: u64) -> f64 {
+    match (a, b) {
+        (0, 0) => 1.0,
+        (_, 0) => f64::INFINITY,
+        _ => a as f64 / b as f64,
+    }
+}
+
+/// A ratio for the table and the last line: three decimals, `inf` when the divisor was 0.
+pub fn show_ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.3}")
+    } else {
+        "inf".to_string()
+    }
+}

@@ -1,0 +1,286 @@
+//! Issue 7's benchmark: how much prefill crossbar's stickiness saves, against what people run
+//! instead, on one workload in one run. `make bench-affinity` installs nginx and gnuplot if missing
+//! and runs `cargo bench --bench affinity`; docs/BENCHMARKS.md explains the method.
+//!
+//! Owns: N simulated llama-servers per run (in-process `crossbar::sim`, fresh caches every run), the
+//! front end under test (see `frontend`), the agent clients (`workload`), and the report (`report`).
+//! Must not: bind anything but loopback, set a logger (crossbar's log lines would drown the table),
+//! or assert on figures — it prints them and writes docs/BENCHMARKS.md and docs/affinity.png.
+//!
+//! The last line is machine-readable:
+//! `affinity crossbar_over_oracle=<prefilled ratio> rr_over_crossbar=<history re-prefilled ratio>`
+//! (roomy RAM cache, no host killed).
+
+mod figures;
+mod frontend;
+mod report;
+mod workload;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crossbar::sim::{Fault, Sim, SimConfig};
+use parking_lot::Mutex;
+
+use figures::{Figures, TurnFacts};
+use frontend::{Kind, Running};
+use workload::{Shape, MODEL};
+
+/// One way of running the hosts.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub ram_cache_tokens: u64,
+    /// Kill the busiest host once half of all turns are done.
+    pub kill: bool,
+}
+
+/// About llama-server's default `--cache-ram` (8 GiB) of a 7B model's KV cache (~56 KiB a token).
+const ROOMY: u64 = 150_000;
+/// Room for one or two of these conversations.
+const SMALL: u64 = 8_192;
+const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        name: "roomy",
+        ram_cache_tokens: ROOMY,
+        kill: false,
+    },
+    Scenario {
+        name: "small",
+        ram_cache_tokens: SMALL,
+        kill: false,
+    },
+    Scenario {
+        name: "killed",
+        ram_cache_tokens: ROOMY,
+        kill: true,
+    },
+];
+
+/// Per host: slots (`-np`), per-slot context, and the simulated costs. Prefill is scaled down from a
+/// real GPU's (~1-3 ms/token for a big model on a homelab card) so a whole run takes about a minute;
+/// token counts, not seconds, carry the result, and the ratios hold at any scale.
+const SLOTS: usize = 4;
+const SLOT_CTX: u64 = 16_384;
+const PREFILL_US: u64 = 40;
+const DECODE_US: u64 = 1_000;
+
+/// One front end's result in one scenario.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub scenario: &'static str,
+    pub kind: Kind,
+    pub figures: Figures,
+    /// The host killed in each run of the scenario (one per seed), if any.
+    pub killed: Vec<usize>,
+    /// Completions each host ran (where the front end put the work).
+    pub per_host: Vec<u64>,
+}
+
+fn main() {
+    // `cargo test --all-targets` (the gate) runs this target without `--bench`: skip there.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("affinity: skipped (run `make bench-affinity`)");
+        return;
+    }
+    let opts = options().unwrap_or_else(|e| {
+        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO --random-starts --seed S --seeds N)");
+        std::process::exit(2)
+    });
+    let hosts = opts.hosts.max(1);
+    let shape = Shape {
+        conversations: opts.conversations.max(1),
+        turns: opts.turns.max(1),
+        shared_system_tokens: 2_000,
+        own_system_tokens: 400,
+        user_tokens: (100, 500),
+        reply_tokens: 32,
+        think_ms: (200, 600),
+        start_spread_ms: 1_000,
+        random_starts: opts.random_starts,
+        seed: opts.seed,
+    };
+    let dir = temp_dir();
+    println!(
+        "crossbar cache-affinity benchmark: {hosts} hosts x {SLOTS} slots, {} conversations x {} \
+         turns, prefill {PREFILL_US} us/token, decode {DECODE_US} us/token\n",
+        shape.conversations, shape.turns
+    );
+    println!("{}", report::header());
+    let mut rows = Vec::new();
+    let chosen = SCENARIOS
+        .iter()
+        .filter(|s| opts.only.as_deref().map_or(true, |o| o == s.name));
+    for &scenario in chosen {
+        for kind in Kind::ALL {
+            let mut sum = Sample::default();
+            for seed in opts.seed..opts.seed + opts.seeds {
+                let shape = Shape {
+                    seed,
+                    ..shape.clone()
+                };
+                sum.add(run(scenario, kind, hosts, &shape, &dir));
+            }
+            let row = sum.row(scenario, kind);
+            println!("{}", report::line(&row, &rows));
+            rows.push(row);
+        }
+        println!();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for line in report::ratios(&rows) {
+        println!("{line}");
+    }
+    if opts.only.is_none() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let seeds = opts.seed..opts.seed + opts.seeds;
+        match report::write_docs(&root, &rows, hosts, &shape, seeds) {
+            Ok(written) => println!("\nwrote {written}"),
+            Err(e) => println!("\ndocs not written: {e}"),
+        }
+    }
+    println!("{}", report::last_line(&rows));
+}
+
+/// What runs left behind, summed over seeds; figures are computed once over the sum.
+#[derive(Debug, Default)]
+struct Sample {
+    turns: Vec<TurnFacts>,
+    prompt_n: u64,
+    cache_n: u64,
+    wall_s: f64,
+    per_host: Vec<u64>,
+    killed: Vec<usize>,
+}
+
+impl Sample {
+    fn add(&mut self, other: Sample) {
+        self.turns.extend(other.turns);
+        self.prompt_n += other.prompt_n;
+        self.cache_n += other.cache_n;
+        self.wall_s += other.wall_s;
+        self.per_host
+            .resize(other.per_host.len().max(self.per_host.len()), 0);
+        for (sum, n) in self.per_host.iter_mut().zip(other.per_host) {
+            *sum += n;
+        }
+        self.killed.extend(other.killed);
+    }
+
+    fn row(self, scenario: Scenario, kind: Kind) -> Row {
+        Row {
+            scenario: scenario.name,
+            kind,
+            figures: figures::figures(&self.turns, self.prompt_n, self.cache_n, self.wall_s),
+            killed: self.killed,
+            per_host: self.per_host,
+        }
+    }
+}
+
+/// One run: fresh hosts, the front end, the whole workload once.
+fn run(scenario: Scenario, kind: Kind, n: usize, shape: &Shape, dir: &std::path::Path) -> Sample {
+    let sims: Vec<Sim> = (0..n)
+        .map(|_| {
+            Sim::start(SimConfig {
+                alias: MODEL.to_string(),
+                n_ctx: SLOT_CTX * SLOTS as u64,
+                slots: SLOTS,
+                prefill_us_per_token: PREFILL_US,
+                decode_us_per_token: DECODE_US,
+                ram_cache_tokens: scenario.ram_cache_tokens,
+                ..SimConfig::default()
+            })
+        })
+        .collect();
+    let running = Running::start(kind, &sims, SLOTS, dir)
+        .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
+    if let Running::Crossbar(Some(server), _) = &running {
+        wait_for_first_polls(server, n);
+    }
+    let killed = Mutex::new(None);
+    let at_half = || {
+        if scenario.kill {
+            // The busiest host so far: where a front end put most of its work, it loses most.
+            let busiest = (0..sims.len()).max_by_key(|&i| sims[i].stats().completions);
+            if let Some(i) = busiest {
+                sims[i].set_fault(Fault::Refuse);
+                *killed.lock() = Some(i);
+            }
+        }
+    };
+    let (turns, wall) = workload::play(shape, &running, &at_half);
+    drop(running);
+    let stats: Vec<_> = sims.iter().map(Sim::stats).collect();
+    let killed = killed.lock().take();
+    Sample {
+        turns,
+        prompt_n: stats.iter().map(|s| s.prompt_n).sum(),
+        cache_n: stats.iter().map(|s| s.cache_n).sum(),
+        wall_s: wall.as_secs_f64(),
+        per_host: stats.iter().map(|s| s.completions).collect(),
+        killed: killed.into_iter().collect(),
+    }
+}
+
+/// Until crossbar has polled a host it cannot know the host serves the model.
+fn wait_for_first_polls(server: &crossbar::server::Server, n: usize) {
+    let gw = server.gateway();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(0..n).all(|i| {
+        gw.health
+            .get(&format!("h{i}"))
+            .is_some_and(|s| s.last_poll > 0)
+    }) {
+        assert!(Instant::now() < deadline, "crossbar never polled its hosts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The benchmark's flags (after `--`); `cargo bench` adds `--bench` itself.
+#[derive(Debug)]
+struct Options {
+    hosts: usize,
+    conversations: usize,
+    turns: usize,
+    /// Run only this scenario (docs are then left alone).
+    only: Option<String>,
+    random_starts: bool,
+    seed: u64,
+    seeds: u64,
+}
+
+fn options() -> Result<Options, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut o = Options {
+        hosts: 3,
+        conversations: 12,
+        turns: 8,
+        only: None,
+        random_starts: false,
+        seed: 1,
+        seeds: 1,
+    };
+    let mut parser = lexopt::Parser::from_env();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("bench") => {}
+            Long("hosts") => o.hosts = parser.value()?.parse()?,
+            Long("conversations") => o.conversations = parser.value()?.parse()?,
+            Long("turns") => o.turns = parser.value()?.parse()?,
+            Long("only") => o.only = Some(parser.value()?.string()?),
+            Long("random-starts") => o.random_starts = true,
+            Long("seed") => o.seed = parser.value()?.parse()?,
+            Long("seeds") => o.seeds = parser.value()?.parse::<u64>()?.max(1),
+            _ => return Err(arg.unexpected()),
+        }
+    }
+    Ok(o)
+}
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("crossbar-affinity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}

@@ -1,0 +1,238 @@
+//! The workload: C agent conversations of T turns, played concurrently against one front end.
+//!
+//! Each conversation is a coding agent: a system prompt (every other one shares one long system
+//! prompt, as agents built on the same tool do), a task, then turns of tool output, each answered by
+//! a short streamed reply that goes back into the history. Text is generated from a fixed seed, so
+//! every front end sees exactly the same requests in the same order per conversation.
+//!
+//! A turn that fails (refused, 5xx, a stream cut before its end) is retried after a pause, as agents
+//! do; every failed attempt is counted.
+
+use std::io::{BufRead, BufReader};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fastrand::Rng;
+
+use serde_json::{json, Value};
+
+use crate::figures::TurnFacts;
+
+/// Sizes and pacing of the workload.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub conversations: usize,
+    pub turns: usize,
+    /// Tokens of the system prompt shared by the even-numbered conversations.
+    pub shared_system_tokens: usize,
+    /// Tokens of each odd-numbered conversation's own system prompt.
+    pub own_system_tokens: usize,
+    /// Tokens of a turn's new user content (tool output): uniform in this range.
+    pub user_tokens: (usize, usize),
+    /// Tokens generated per turn.
+    pub reply_tokens: u64,
+    /// Pause between a reply and the next turn: uniform in this range (ms).
+    pub think_ms: (u64, u64),
+    /// Conversations start one after another, in order, over this window (ms)...
+    pub start_spread_ms: u64,
+    /// ...or each at a random moment in it (then which conversations share a host varies by seed).
+    pub random_starts: bool,
+    /// Varies every text, pause and start time; the same seed replays the same workload.
+    pub seed: u64,
+}
+
+/// Where each conversation's requests go; the oracle also reacts to failures.
+pub trait Target: Sync {
+    /// Base URL for `conv` (the chat path is appended).
+    fn base(&self, conv: usize) -> String;
+    /// An attempt of `conv` failed.
+    fn failed(&self, _conv: usize) {}
+}
+
+const ATTEMPTS: u32 = 6;
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+/// The model name the clients ask for (every host serves it under this alias).
+pub const MODEL: &str = "qwen-coder";
+
+/// Plays every conversation against `target`; `at_half` runs once, in the client thread whose turn
+/// completes the first half of all turns. Returns the turns and the wall time.
+pub fn play(
+    shape: &Shape,
+    target: &dyn Target,
+    at_half: &(dyn Fn() + Sync),
+) -> (Vec<TurnFacts>, Duration) {
+    let done = AtomicUsize::new(0);
+    let half = shape.conversations * shape.turns / 2;
+    let start = Instant::now();
+    let turns = thread::scope(|s| {
+        let handles: Vec<_> = (0..shape.conversations)
+            .map(|conv| {
+                let done = &done;
+                s.spawn(move || {
+                    let mut rng = Rng::with_seed(shape.seed.rotate_left(32) ^ 0x5eed ^ conv as u64);
+                    let stagger = if shape.random_starts {
+                        rng.u64(0..=shape.start_spread_ms)
+                    } else {
+                        shape.start_spread_ms * conv as u64 / shape.conversations as u64
+                    };
+                    thread::sleep(Duration::from_millis(stagger));
+                    converse(shape, conv, &mut rng, target, &|| {
+                        if done.fetch_add(1, Ordering::SeqCst) + 1 == half {
+                            at_half();
+                        }
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client thread"))
+            .collect()
+    });
+    (turns, start.elapsed())
+}
+
+fn converse(
+    shape: &Shape,
+    conv: usize,
+    rng: &mut Rng,
+    target: &dyn Target,
+    turn_done: &dyn Fn(),
+) -> Vec<TurnFacts> {
+    let agent = ureq::AgentBuilder::new()
+        .max_idle_connections(0)
+        .timeout_connect(Duration::from_secs(2))
+        .timeout_read(Duration::from_secs(120))
+        .build();
+    let system = if conv % 2 == 0 {
+        words(&mut Rng::with_seed(shape.seed), shape.shared_system_tokens)
+    } else {
+        words(rng, shape.own_system_tokens)
+    };
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    let mut prev_prompt = 0;
+    let mut prev_host: Option<String> = None;
+    let mut out = Vec::with_capacity(shape.turns);
+    for turn in 0..shape.turns {
+        if turn > 0 {
+            let (lo, hi) = shape.think_ms;
+            thread::sleep(Duration::from_millis(rng.u64(lo..=hi)));
+        }
+        let (lo, hi) = shape.user_tokens;
+        let n = rng.usize(lo..=hi);
+        let text = format!("conversation {conv} turn {turn}: {}", words(rng, n));
+        messages.push(json!({"role": "user", "content": text}));
+        let body = json!({"model": MODEL, "messages": messages, "stream": true,
+                          "max_tokens": shape.reply_tokens})
+        .to_string();
+        let mut record = TurnFacts {
+            prev_prompt,
+            ..TurnFacts::default()
+        };
+        for _ in 0..ATTEMPTS {
+            let base = target.base(conv);
+            match attempt(&agent, &base, &body) {
+                Ok(a) => {
+                    let host = a.served_by.unwrap_or(base);
+                    record.moved = prev_host.as_ref().is_some_and(|p| *p != host);
+                    prev_host = Some(host);
+                    record.ok = true;
+                    record.ttft_ms = a.ttft_ms;
+                    record.prompt_n = a.prompt_n;
+                    record.cache_n = a.cache_n;
+                    prev_prompt = a.prompt_n + a.cache_n;
+                    messages.push(json!({"role": "assistant", "content": a.reply}));
+                    break;
+                }
+                Err(_) => {
+                    record.failed_attempts += 1;
+                    target.failed(conv);
+                    thread::sleep(RETRY_PAUSE);
+                }
+            }
+        }
+        if !record.ok {
+            // The agent gives up on this turn; its next turn carries on from the same history.
+            messages.pop();
+        }
+        out.push(record);
+        turn_done();
+    }
+    out
+}
+
+struct Answer {
+    /// The host that answered, when the front end says (crossbar's `X-Crossbar-Host`, the
+    /// benchmark's nginx `X-Upstream`); otherwise the URL asked is the host.
+    served_by: Option<String>,
+    ttft_ms: f64,
+    reply: String,
+    prompt_n: u64,
+    cache_n: u64,
+}
+
+/// One streamed chat request. Succeeds only when the stream ends with timings and `[DONE]`.
+fn attempt(agent: &ureq::Agent, base: &str, body: &str) -> Result<Answer, String> {
+    let sent = Instant::now();
+    let resp = agent
+        .post(&format!("{base}/v1/chat/completions"))
+        .set("Content-Type", "application/json")
+        .send_string(body)
+        .map_err(|e| e.to_string())?;
+    let served_by = ["X-Crossbar-Host", "X-Upstream"]
+        .iter()
+        .find_map(|h| resp.header(h))
+        .map(str::to_string);
+    let mut reader = BufReader::new(resp.into_reader());
+    let (mut ttft_ms, mut reply, mut timings) = (None, String::new(), None);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+            return Err("stream ended before [DONE]".into());
+        }
+        let Some(data) = line.trim_end().strip_prefix("data: ") else {
+            continue;
+        };
+        ttft_ms.get_or_insert_with(|| sent.elapsed().as_secs_f64() * 1e3);
+        if data == "[DONE]" {
+            break;
+        }
+        let event: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+        if let Some(text) = event
+            .pointer("/choices/0/delta/content")
+            .and_then(Value::as_str)
+        {
+            reply.push_str(text);
+        }
+        if let Some(t) = event.get("timings") {
+            let n = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
+            timings = Some((n("prompt_n"), n("cache_n")));
+        }
+    }
+    let (prompt_n, cache_n) = timings.ok_or("no timings in the stream")?;
+    Ok(Answer {
+        served_by,
+        ttft_ms: ttft_ms.unwrap_or(0.0),
+        reply,
+        prompt_n,
+        cache_n,
+    })
+}
+
+/// About `tokens` tokens (4 bytes each) of pseudo-words.
+fn words(rng: &mut Rng, tokens: usize) -> String {
+    const SYLLABLES: [&str; 16] = [
+        "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "du", "fi", "go", "he", "ja",
+        "qu",
+    ];
+    let mut s = String::with_capacity(tokens * 4 + 8);
+    while s.len() < tokens * 4 {
+        for _ in 0..rng.usize(1..=3) {
+            s.push_str(SYLLABLES[rng.usize(..SYLLABLES.len())]);
+        }
+        s.push(' ');
+    }
+    s
+}
