@@ -1,5 +1,5 @@
 //! `crossbar-sim`: runs one simulated llama-server (`crossbar::sim`) until the process is killed —
-//! for `make demo` and by-hand experiments. Flags are parsed by hand; errors are one line + exit 2.
+//! for `make demo` and by-hand experiments. Flags are parsed with lexopt; errors are one line + exit 2.
 //!
 //! Must not: do anything the library cannot do in-process (tests use the library directly).
 
@@ -52,48 +52,45 @@ fn main() -> ExitCode {
 }
 
 /// `Ok(None)` means `--help`.
-fn parse(args: impl Iterator<Item = String>) -> Result<Option<(String, SimConfig)>, String> {
+fn parse(args: impl Iterator<Item = String>) -> Result<Option<(String, SimConfig)>, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut listen = "127.0.0.1:9001".to_string();
     let mut cfg = SimConfig::default();
-    let mut args = args;
-    while let Some(flag) = args.next() {
-        if flag == "-h" || flag == "--help" {
-            return Ok(None);
-        }
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-            None => (flag.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let number = |v: String| {
-            v.parse::<u64>()
-                .map_err(|_| format!("{name} wants a whole number, got {v:?}"))
-        };
-        match name.as_str() {
-            "--listen" => listen = value()?,
-            "--alias" => cfg.alias = value()?,
-            "--ctx" => cfg.n_ctx = number(value()?)?,
-            "--slots" => {
-                cfg.slots = number(value()?)? as usize;
-                if cfg.slots == 0 {
-                    return Err("--slots must be at least 1".into());
-                }
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(None),
+            Long("listen") => listen = parser.value()?.string()?,
+            Long("alias") => cfg.alias = parser.value()?.string()?,
+            Long("ctx") => cfg.n_ctx = number(&mut parser, "--ctx")?,
+            Long("slots") => cfg.slots = number(&mut parser, "--slots")?,
+            Long("prefill-us") => cfg.prefill_us_per_token = number(&mut parser, "--prefill-us")?,
+            Long("decode-us") => cfg.decode_us_per_token = number(&mut parser, "--decode-us")?,
+            Long("ram-cache-tokens") => {
+                cfg.ram_cache_tokens = number(&mut parser, "--ram-cache-tokens")?
             }
-            "--prefill-us" => cfg.prefill_us_per_token = number(value()?)?,
-            "--decode-us" => cfg.decode_us_per_token = number(value()?)?,
-            "--ram-cache-tokens" => cfg.ram_cache_tokens = number(value()?)?,
-            "--api-key" => cfg.api_key = Some(value()?),
-            "--max-tokens" => cfg.default_max_tokens = number(value()?)?,
-            _ => return Err(format!("unknown flag {flag:?}")),
+            Long("api-key") => cfg.api_key = Some(parser.value()?.string()?),
+            Long("max-tokens") => cfg.default_max_tokens = number(&mut parser, "--max-tokens")?,
+            _ => return Err(arg.unexpected()),
         }
+    }
+    if cfg.slots == 0 {
+        return Err("--slots must be at least 1".into());
     }
     if cfg.n_ctx < cfg.slots as u64 {
         return Err("--ctx must be at least --slots".into());
     }
     Ok(Some((listen, cfg)))
+}
+
+/// The next value as a number; the error names the flag.
+fn number<T: std::str::FromStr>(
+    parser: &mut lexopt::Parser,
+    flag: &str,
+) -> Result<T, lexopt::Error> {
+    use lexopt::ValueExt;
+    let value = parser.value()?;
+    let text = value.string()?;
+    text.parse()
+        .map_err(|_| format!("{flag} wants a whole number, got {text:?}").into())
 }
