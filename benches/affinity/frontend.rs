@@ -47,7 +47,8 @@ impl Kind {
 /// A started front end; stops on drop.
 pub enum Running {
     Crossbar(Option<Box<Server>>, String),
-    Nginx(Child, String),
+    /// nginx's master process, its prefix directory (config, pid file, logs) and the base URL.
+    Nginx(Child, PathBuf, String),
     Oracle(Mutex<Vec<usize>>, Vec<String>),
 }
 
@@ -73,7 +74,7 @@ impl Running {
 impl Target for Running {
     fn base(&self, conv: usize) -> String {
         match self {
-            Running::Crossbar(_, base) | Running::Nginx(_, base) => base.clone(),
+            Running::Crossbar(_, base) | Running::Nginx(_, _, base) => base.clone(),
             Running::Oracle(moved, urls) => {
                 let shift = moved.lock().iter().filter(|&&c| c == conv).count();
                 urls[(conv + shift) % urls.len()].clone()
@@ -96,8 +97,22 @@ impl Drop for Running {
                     s.stop(Duration::from_secs(5));
                 }
             }
-            Running::Nginx(child, _) => {
-                let _ = child.kill();
+            Running::Nginx(child, prefix, _) => {
+                // `-s stop` makes the master stop its worker too; killing the master alone would
+                // leave the worker running, still holding the port.
+                let stopped = Command::new(nginx_binary())
+                    .arg("-p")
+                    .arg(&*prefix)
+                    .arg("-c")
+                    .arg(prefix.join("nginx.conf"))
+                    .arg("-s")
+                    .arg("stop")
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !stopped {
+                    let _ = child.kill();
+                }
                 let _ = child.wait();
             }
             Running::Oracle(..) => {}
@@ -156,12 +171,12 @@ fn start_nginx(kind: Kind, hosts: &[Sim], dir: &Path) -> Result<Running, String>
             return Err(format!("nginx exited ({status}):\n{log}"));
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
+            drop(Running::Nginx(child, prefix, String::new()));
             return Err("nginx did not start listening within 10 s".into());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(Running::Nginx(child, format!("http://{addr}")))
+    Ok(Running::Nginx(child, prefix, format!("http://{addr}")))
 }
 
 /// What a homelab puts in front of llama-server: streaming-safe proxying, long reads, and nginx's
