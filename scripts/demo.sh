@@ -49,7 +49,7 @@ say "building release binaries"
 cargo build --release --bins
 
 say "starting two simulated llama-servers"
-# titan: 2 slots of 16k context; mini: 1 slot of 4k. 300 us per uncached prompt token.
+# titan: 2 slots of 16k context; mini: 1 slot of 8k. 300 us per uncached prompt token.
 start_sim() {
   local name=$1; shift
   "$BIN/crossbar-sim" --listen 127.0.0.1:0 --alias qwen-coder --prefill-us 300 --decode-us 2000 \
