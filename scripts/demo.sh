@@ -3,8 +3,8 @@
 #
 # Builds the release binaries, starts two `crossbar-sim` hosts (different contexts, a simulated
 # prefill cost so cache hits show in the timings), writes a temporary config, runs `crossbar serve`,
-# plays a few multi-turn conversations with curl (one streamed), then prints crossbar's log lines and
-# `crossbar report`. Everything it starts is stopped and its temp dir removed, whatever happens.
+# plays a few multi-turn conversations (examples/demo_client.rs, one streamed), then prints crossbar's
+# log lines and `crossbar report`. Everything it starts is stopped and its temp dir removed, whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +46,7 @@ wait_line() {
 }
 
 say "building release binaries"
-cargo build --release --bins
+cargo build --release --bins --example demo_client
 
 say "starting two simulated llama-servers"
 # titan: 2 slots of 16k context; mini: 1 slot of 8k. 300 us per uncached prompt token.
@@ -101,49 +101,8 @@ LISTENING="$(wait_line "$WORK/crossbar.log" 'crossbar listening clients=')"
 GW="http://$(sed -E 's/.*clients=([^ ]+).*/\1/' <<<"$LISTENING")"
 echo "$LISTENING"
 
-# A conversation is a file of messages: a system prompt and a first question (these name it), then
-# each answer and a follow-up appended, as a chat client does — so each turn's prompt extends the last.
-system_prompt() { echo "You are a careful assistant on the $1 project. $(printf 'Follow the house style and explain each step. %.0s' $(seq 1 30))"; }
-
-# turn ROUTE TOPIC STREAM: sends the conversation's next turn; prints host, lease and cache figures.
-turn() {
-  local route=$1 topic=$2 stream=$3
-  local conv="$WORK/conv-$topic.json" headers="$WORK/headers" out="$WORK/out" n
-  if [[ ! -f "$conv" ]]; then
-    jq -n --arg s "$(system_prompt "$topic")" --arg q "Tell me about $topic." \
-      '[{role:"system",content:$s},{role:"user",content:$q}]' >"$conv"
-  fi
-  n=$(( ($(jq length "$conv") - 1) / 2 ))
-  jq -c --argjson stream "$stream" '{messages:., stream:$stream, max_tokens:24}' "$conv" >"$WORK/body"
-  curl -sS -N --max-time 10 -D "$headers" -o "$out" -H 'Content-Type: application/json' \
-    --data-binary @"$WORK/body" "$GW/$route/v1/chat/completions"
-  local host lease answer timings
-  host="$(grep -i '^x-crossbar-host:' "$headers" | tr -d '\r' | cut -d' ' -f2)"
-  lease="$(grep -i '^x-crossbar-lease:' "$headers" | tr -d '\r' | cut -d' ' -f2)"
-  if [[ "$stream" == true ]]; then
-    # SSE: join the deltas; the last event with timings carries the cache figures.
-    answer="$(sed -n 's/^data: //p' "$out" | grep -v '^\[DONE\]' |
-      jq -rj '.choices[0].delta.content // empty')"
-    timings="$(sed -n 's/^data: //p' "$out" | grep -v '^\[DONE\]' | jq -c 'select(.timings) | .timings' | tail -n1)"
-  else
-    answer="$(jq -r '.choices[0].message.content' "$out")"
-    timings="$(jq -c '.timings' "$out")"
-  fi
-  printf '  %-5s %-8s turn %d%-9s host=%-5s lease=%-6s prompt=%-4s cached=%-4s prefill_ms=%s\n' \
-    "$route" "$topic" "$n" "$([[ $stream == true ]] && echo ' (stream)')" "$host" "$lease" \
-    "$(jq '.prompt_n + .cache_n' <<<"$timings")" "$(jq .cache_n <<<"$timings")" \
-    "$(jq '.prompt_ms | floor' <<<"$timings")"
-  jq --arg a "$answer" --arg q "Go on about $topic, part $((n + 1)), with an example." \
-    '. + [{role:"assistant",content:$a},{role:"user",content:$q}]' "$conv" >"$conv.new"
-  mv "$conv.new" "$conv"
-}
-
 say "three conversations, four turns each (projB's streamed); cached grows turn by turn"
-for _ in 1 2 3 4; do
-  turn projA parsers false
-  turn projA sqlite false
-  turn projB lexers true
-done
+"$BIN/examples/demo_client" "$GW"
 
 say "crossbar's log"
 cat "$WORK/crossbar.log"
