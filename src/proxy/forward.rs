@@ -122,7 +122,10 @@ pub(super) fn relay(
         Err(err) => return client_gone(gw, row, clock, &err),
     };
     let mut buf = vec![0u8; READ_BUF];
-    while framing != Framing::Empty {
+    loop {
+        if framing == Framing::Empty {
+            break;
+        }
         let n = match upstream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
