@@ -87,6 +87,21 @@ pub enum Fault {
     },
     /// Inference paths answer this status with llama-server's error envelope.
     Status(u16),
+    /// Non-streamed answers send their head (with the full `Content-Length`) and only this many
+    /// bytes of the body, then close. Streams are not affected.
+    CutBody {
+        after_bytes: usize,
+    },
+    /// Streams send this many events, then the size line and half of the next event's chunk, then
+    /// close: the chunked body breaks off inside a chunk. Non-streamed answers are not affected.
+    CutMidChunk {
+        after_events: usize,
+    },
+    /// Streams send this many events, then end the chunked body cleanly (`0\r\n\r\n`) without the
+    /// rest: well framed, but no `[DONE]` or native `stop`. Non-streamed answers are not affected.
+    EndEarly {
+        after_events: usize,
+    },
 }
 
 /// Something observable happened; receive with [`Sim::events`].

@@ -2,9 +2,11 @@
 //!
 //! tiny_http's `Response` pushes bodies of unknown length through an 8 KiB buffer that is not flushed
 //! per write, which would hold SSE events back. So every answer crossbar sends goes out through
-//! `Request::into_writer()`: this module writes the status line and headers itself and frames the body
-//! (chunked for HTTP/1.1 when the length is unknown), flushing after every piece. It owns framing and
-//! hop-by-hop headers; it knows nothing about routes, leases or upstreams.
+//! `Request::into_writer()`: this module writes the status line and headers itself and frames the body,
+//! flushing after every piece. It owns framing and hop-by-hop headers; it knows nothing about routes,
+//! leases or upstreams. Only chunked and close-delimited bodies can end visibly broken
+//! ([`BodyWriter::abort`]); a body with a `Content-Length` cannot, so it is used for bodies crossbar
+//! holds whole.
 
 use std::io::{self, Write};
 
@@ -55,11 +57,13 @@ pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str
 /// How the body that follows a head is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
-    /// `Content-Length: n`; the body is written as is.
+    /// `Content-Length: n`; the body is written as is. Cannot be aborted visibly: only for bodies
+    /// already held whole.
     Length(u64),
     /// `Transfer-Encoding: chunked` (HTTP/1.1 clients).
     Chunked,
-    /// HTTP/1.0 client: no length known, the end of the body is the end of the connection.
+    /// HTTP/1.0 client that did not ask for keep-alive: the end of the body is the end of the
+    /// connection (tiny_http closes it once the response's writer is dropped).
     UntilClose,
     /// HEAD, 204, 304: no body at all.
     Empty,
@@ -137,14 +141,17 @@ impl BodyWriter {
 
     /// Ends the body so that the client cannot mistake it for a complete answer: a chunked body gets
     /// a malformed chunk line instead of the last chunk, which every HTTP client reports as an error.
+    /// A close-delimited body ends with the connection, closed when the writer is dropped here (the
+    /// best HTTP/1.0 allows: the cut shows as truncated JSON or a stream without its last event).
+    /// A `Length` body cannot be marked; see [`Framing::Length`].
     pub fn abort(mut self) {
         if self.framing == Framing::Chunked {
             // Not hex: the client's chunk parser fails and it drops the connection.
             let _ = self
                 .out
                 .write_all(b"!crossbar: upstream failed mid-body\r\n\r\n");
-            let _ = self.out.flush();
         }
+        let _ = self.out.flush();
     }
 }
 

@@ -76,8 +76,13 @@ pub(super) fn exchange(
 }
 
 /// Relays the upstream answer: head first, then every read as soon as it arrives. Once upstream
-/// is done the row is written and the slot freed before the last bytes go out, so a client that
+/// is done the row is written and the slot freed before the body's end goes out, so a client that
 /// has the whole answer finds its row in the db and the host's slot free for its next turn.
+///
+/// An answer that breaks off (a read error, a body shorter than its `Content-Length`, an SSE stream
+/// that ends before `[DONE]` or a native `stop`) ends the client's body visibly broken: never as a
+/// clean end, never left hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes
+/// inside are upstream's, unchanged), whose end can be spoiled. See [`framing`] for HTTP/1.0.
 pub(super) fn relay(
     gw: &Gateway,
     request: tiny_http::Request,
@@ -95,6 +100,17 @@ pub(super) fn relay(
     let headers = response_headers(&response, plan);
     let mut tee = Tee::new(&content_type);
     let mut upstream = response.into_reader();
+    let framing = match framing {
+        Out::Chunked => Framing::Chunked,
+        Out::UntilClose => Framing::UntilClose,
+        Out::Empty => Framing::Empty,
+        Out::Held => {
+            let held = read_held(upstream, &mut tee);
+            finish_row(row, clock, &tee);
+            drop(permit);
+            return send_held(gw, request, plan, headers, held, row);
+        }
+    };
     let mut out = match BodyWriter::start(
         request.into_writer(),
         incoming.http10,
@@ -105,76 +121,136 @@ pub(super) fn relay(
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };
-    let mut remaining = match framing {
-        Framing::Length(n) => Some(n),
-        _ => None,
-    };
     let mut buf = vec![0u8; READ_BUF];
     loop {
-        if remaining == Some(0) || framing == Framing::Empty {
+        if framing == Framing::Empty {
             break;
         }
         let n = match upstream.read(&mut buf) {
-            Ok(0) if remaining.is_none() => break,
-            Ok(0) => {
-                return upstream_broke(
-                    gw,
-                    row,
-                    clock,
-                    &tee,
-                    out,
-                    "upstream closed before the declared length",
-                )
-            }
+            Ok(0) => break,
             Ok(n) => n,
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
             Err(err) => return upstream_broke(gw, row, clock, &tee, out, &err.to_string()),
         };
-        let piece = &buf[..n.min(remaining.unwrap_or(u64::MAX) as usize)];
+        let piece = &buf[..n];
         tee.feed(piece);
-        if let Some(left) = remaining.as_mut() {
-            *left -= piece.len() as u64;
-            if *left == 0 {
-                // The last bytes: account and free the slot first.
-                finish_row(row, clock, &tee);
-                record(gw, row);
-                drop(permit);
-                if let Err(err) = out.write(piece) {
-                    log::debug!("client went away on the last write: {err}");
-                }
-                return;
-            }
-        }
         if let Err(err) = out.write(piece) {
             // Dropping `upstream` (on return) closes the upstream connection, so llama-server
             // cancels the generation and frees its slot.
             return client_gone(gw, row, clock, &err);
         }
     }
+    if let Some(detail) = cut_short(&tee) {
+        return upstream_broke(gw, row, clock, &tee, out, detail);
+    }
     finish_row(row, clock, &tee);
     record(gw, row);
     drop(permit);
     if let Err(err) = out.finish() {
-        log::debug!("client went away before the last chunk: {err}");
+        log::debug!("client went away before the end of the body: {err}");
     }
 }
 
-/// The client's framing: keep upstream's length when it gave one, else chunk (HTTP/1.1) or close.
-fn framing(incoming: &Incoming, response: &ureq::Response) -> Framing {
+/// Largest answer held whole for an HTTP/1.0 keep-alive client (see [`framing`]).
+const HELD_MAX: u64 = 64 << 20;
+
+/// How the client's body goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Out {
+    /// HTTP/1.1: chunked, whatever upstream used.
+    Chunked,
+    /// HTTP/1.0 without keep-alive: tiny_http closes the connection after the answer.
+    UntilClose,
+    /// HTTP/1.0 with `Connection: keep-alive`: tiny_http keeps the connection and crossbar has no
+    /// way to close it, so neither a close-delimited body (the client would wait for a close that
+    /// never comes) nor a length that may prove false will do: the answer is read whole first, then
+    /// sent with its length, or replaced by a 502 if it broke off.
+    Held,
+    /// HEAD, 1xx, 204, 304: no body.
+    Empty,
+}
+
+/// The client's framing: see [`Out`].
+fn framing(incoming: &Incoming, response: &ureq::Response) -> Out {
     let status = response.status();
     if incoming.method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status) {
-        return Framing::Empty;
+        return Out::Empty;
     }
-    let chunked = response
-        .header("Transfer-Encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let length = response
-        .header("Content-Length")
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    match length {
-        Some(n) if !chunked => Framing::Length(n),
-        _ if incoming.http10 => Framing::UntilClose,
-        _ => Framing::Chunked,
+    if !incoming.http10 {
+        return Out::Chunked;
+    }
+    let tokens = wire::connection_tokens(incoming.header("Connection"));
+    let has = |t: &str| tokens.iter().any(|k| k == t);
+    // tiny_http's own rule for keeping an HTTP/1.0 connection.
+    if has("keep-alive") && !has("close") {
+        Out::Held
+    } else {
+        Out::UntilClose
+    }
+}
+
+/// Why an answer that upstream ended without a read error is still incomplete, if it is: an SSE
+/// stream without its last event (`[DONE]` or a native `stop`). A stream ended by an error event is
+/// complete: that is how llama-server ends a failed stream, and the row has the error.
+fn cut_short(tee: &Tee) -> Option<&'static str> {
+    (!tee.finished() && tee.upstream_error().is_none())
+        .then_some("upstream ended the stream before its last event")
+}
+
+/// [`Out::Held`]: the whole answer, or why it broke off.
+fn read_held(upstream: Box<dyn Read + Send + Sync>, tee: &mut Tee) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    let read = upstream.take(HELD_MAX + 1).read_to_end(&mut body);
+    tee.feed(&body);
+    read.map_err(|err| err.to_string())?;
+    if body.len() as u64 > HELD_MAX {
+        return Err(format!(
+            "answer over {HELD_MAX} bytes for an HTTP/1.0 keep-alive client"
+        ));
+    }
+    match cut_short(tee) {
+        Some(detail) => Err(detail.to_string()),
+        None => Ok(body),
+    }
+}
+
+/// [`Out::Held`]: records the row, then sends the answer with its length, or a 502 with crossbar's
+/// `upstream error` body if it broke off. The connection stays open, as the client asked.
+fn send_held(
+    gw: &Gateway,
+    request: tiny_http::Request,
+    plan: &Plan<'_>,
+    mut headers: Vec<(String, String)>,
+    held: Result<Vec<u8>, String>,
+    row: &mut RequestRow,
+) {
+    let body = match held {
+        Ok(body) => body,
+        Err(detail) => {
+            row.err = format!("upstream failed mid-body: {detail}");
+            row.status = 502;
+            let host = plan.host.name.clone();
+            headers = vec![
+                ("Content-Type".to_string(), "application/json".to_string()),
+                (HOST_HEADER.to_string(), host.clone()),
+            ];
+            ProxyError::Upstream { host, detail }
+                .body()
+                .to_string()
+                .into_bytes()
+        }
+    };
+    headers.push(("Connection".to_string(), "keep-alive".to_string()));
+    record(gw, row);
+    if let Err(err) = wire::send(
+        request.into_writer(),
+        true,
+        false,
+        row.status,
+        &headers,
+        &body,
+    ) {
+        log::debug!("client went away before its held answer: {err}");
     }
 }
 

@@ -2,7 +2,8 @@
 //! llama-server), simulate prefill and decode, and answer in the exact shapes of
 //! `/v1/chat/completions`, `/v1/completions` and native `/completion`, streamed or not.
 //!
-//! Streams honour lock-step permits, `Fault::DieMidStream` and client disconnects (checked before
+//! Streams honour lock-step permits, the mid-answer faults (`Fault::DieMidStream`, `CutMidChunk`,
+//! `EndEarly`; `CutBody` for plain answers) and client disconnects (checked before
 //! every event: the slot is freed at once). The slot is given back before the last event is written,
 //! so a client that has read a whole answer always finds the slot idle again.
 
@@ -139,6 +140,13 @@ pub(super) fn run(
         lease.finish();
         sh.record_work(prompt_n, cache_n, n_predict);
         let answer = done(n_predict).full(&text);
+        if let Fault::CutBody { after_bytes } = fault {
+            let bytes = answer.to_string().into_bytes();
+            let ct = "application/json; charset=utf-8";
+            let _ = http::write_part(sock, 200, ct, &bytes, after_bytes, keep);
+            let _ = sock.shutdown(Shutdown::Both);
+            return false;
+        }
         let ok = reply(sock, 200, &answer, req);
         sh.emit(finished(path, prompt_n, cache_n));
         return ok;
@@ -260,7 +268,7 @@ enum End {
     Stopped,
 }
 
-/// The event writer of one stream, applying lock-step, `DieMidStream` and disconnect checks.
+/// The event writer of one stream, applying lock-step, the stream faults and disconnect checks.
 #[derive(Debug)]
 struct Out<'a> {
     sh: &'a Shared,
@@ -275,11 +283,21 @@ impl Out<'_> {
         if !self.sh.permit() {
             return Err(End::Stopped);
         }
-        if let Fault::DieMidStream { after_events } = self.fault {
-            if self.sent >= after_events {
+        match self.fault {
+            Fault::DieMidStream { after_events } if self.sent >= after_events => {
                 let _ = self.sock.shutdown(Shutdown::Both);
                 return Err(End::Died);
             }
+            Fault::CutMidChunk { after_events } if self.sent >= after_events => {
+                let _ = self.stream.half_event(payload);
+                let _ = self.sock.shutdown(Shutdown::Both);
+                return Err(End::Died);
+            }
+            Fault::EndEarly { after_events } if self.sent >= after_events => {
+                let _ = self.stream.finish();
+                return Err(End::Died);
+            }
+            _ => {}
         }
         if http::peer_gone(self.sock) || self.stream.event(payload).is_err() {
             return Err(End::Gone);

@@ -195,10 +195,23 @@ pub(super) fn reason(status: u16) -> &'static str {
 
 /// Writes a complete answer with a Content-Length. Like llama-server it announces keep-alive.
 pub(super) fn write_full(
+    w: &TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    keep_alive: bool,
+) -> io::Result<()> {
+    write_part(w, status, content_type, body, body.len(), keep_alive)
+}
+
+/// Writes the head of an answer with `body`'s full Content-Length, but only its first `sent` bytes
+/// (`Fault::CutBody`; the caller then closes).
+pub(super) fn write_part(
     mut w: &TcpStream,
     status: u16,
     content_type: &str,
     body: &[u8],
+    sent: usize,
     keep_alive: bool,
 ) -> io::Result<()> {
     let conn = if keep_alive {
@@ -213,7 +226,7 @@ pub(super) fn write_full(
         body.len()
     );
     let mut out = head.into_bytes();
-    out.extend_from_slice(body);
+    out.extend_from_slice(&body[..sent.min(body.len())]);
     w.write_all(&out)?;
     w.flush()
 }
@@ -246,8 +259,18 @@ impl<'a> EventStream<'a> {
         w.flush()
     }
 
+    /// Sends the size line of `data: <payload>\n\n`'s chunk and half its bytes (`Fault::CutMidChunk`;
+    /// the caller then closes).
+    pub fn half_event(&mut self, payload: &str) -> io::Result<()> {
+        let data = format!("data: {payload}\n\n");
+        let chunk = format!("{:x}\r\n{}", data.len(), &data[..data.len() / 2]);
+        let mut w = self.sock;
+        w.write_all(chunk.as_bytes())?;
+        w.flush()
+    }
+
     /// Ends the chunked body.
-    pub fn finish(self) -> io::Result<()> {
+    pub fn finish(&mut self) -> io::Result<()> {
         let mut w = self.sock;
         w.write_all(b"0\r\n\r\n")?;
         w.flush()

@@ -2,6 +2,7 @@
 
 mod admin;
 mod affinity;
+mod broken;
 mod examples;
 mod guard;
 mod proxy;
