@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::lease::LeaseError;
+use crate::logfmt::val;
 use crate::metrics::Gauges;
 use crate::page;
 use crate::state::Gateway;
@@ -65,7 +66,12 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         }
     };
     if answer.status >= 400 {
-        log::info!("admin {method} {path} status={}", answer.status);
+        log::info!(
+            "admin {} {} status={}",
+            val(&method),
+            val(path),
+            answer.status
+        );
     }
     if let Some(request) = slot.take() {
         let http10 = request.http_version() == &tiny_http::HTTPVersion(1, 0);

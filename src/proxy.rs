@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::fingerprint;
 use crate::lease::{Key, LeaseError};
 use crate::limiter::LimitError;
+use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::wire;
@@ -316,7 +317,11 @@ fn refuse(
         row.err = format!("upstream error: {detail}");
     } else if let ProxyError::Internal(detail) = &err {
         row.err = detail.clone();
-        log::error!("internal error route={} error=\"{detail}\"", row.route);
+        log::error!(
+            "internal error route={} error={}",
+            val(&row.route),
+            val(detail)
+        );
     } else {
         row.err = err.to_string();
     }

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::health::Health;
 use crate::lease::{self, Key};
 use crate::limiter::Limiter;
+use crate::logfmt::val;
 use crate::metrics::Metrics;
 use crate::store::{LeaseEvent, LeaseRow, Store, StoreError};
 
@@ -112,8 +113,12 @@ impl Gateway {
         let old = self.config();
         for gone in old.hosts.keys().filter(|h| !new.hosts.contains_key(*h)) {
             match self.leases.drop_host(gone, now) {
-                Ok(n) => log::info!("host removed host={gone} leases_dropped={n}"),
-                Err(err) => log::error!("host removed host={gone} error=\"{err}\""),
+                Ok(n) => log::info!("host removed host={} leases_dropped={n}", val(gone)),
+                Err(err) => log::error!(
+                    "host removed host={} error={}",
+                    val(gone),
+                    val(&err.to_string())
+                ),
             }
             self.drains.set(gone, false);
         }
