@@ -5,5 +5,6 @@ mod affinity;
 mod examples;
 mod guard;
 mod proxy;
+mod restart;
 mod signals;
 mod support;
