@@ -133,6 +133,8 @@ impl From<LimitError> for ProxyError {
             LimitError::QueueFull => ProxyError::QueueFull,
             LimitError::Timeout => ProxyError::QueueTimeout,
             LimitError::Closed => ProxyError::ShuttingDown,
+            // Not reached: `prepare` refuses a model the host does not serve.
+            LimitError::NotConfigured => ProxyError::NoHealthyHost,
         }
     }
 }
@@ -258,6 +260,11 @@ fn prepare<'c>(
     };
     row.fp = key.fp.clone();
     row.model = key.model.clone();
+    // A model no candidate serves has no usable host (spec §2), pinned route or not. Refused
+    // before the lease so a client's made-up names create no lease, slot or metric series.
+    if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
+        return Err(ProxyError::NoHealthyHost);
+    }
     let now = row.started;
     let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
     row.host = acquired.host.clone();

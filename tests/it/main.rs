@@ -4,6 +4,7 @@ mod admin;
 mod affinity;
 mod examples;
 mod guard;
+mod models;
 mod proxy;
 mod restart;
 mod signals;
