@@ -87,6 +87,19 @@ impl Limiter {
         slot.wake_if_admissible();
     }
 
+    /// Forgets every idle host+model that `keep` rejects (a reload removed the host or model), so
+    /// its slot stats and gauges go. A pair with a request in flight or waiting stays until a
+    /// later call finds it idle.
+    pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
+        let mut inner = self.shared.inner.lock();
+        for (host, models) in inner.slots.iter_mut() {
+            models.retain(|model, slot| {
+                keep(host, model) || slot.in_flight > 0 || !slot.waiting.is_empty()
+            });
+        }
+        inner.slots.retain(|_, models| !models.is_empty());
+    }
+
     /// Changes the queue bound and timeout for requests that arrive from now on; requests already
     /// waiting keep their deadline.
     pub fn set_queue(&self, queue_max: usize, queue_timeout: Duration) {
@@ -123,7 +136,9 @@ impl Limiter {
         let cond = Arc::clone(&slot.cond);
         loop {
             let closed = inner.closed;
-            let slot = inner.slot(host, model).expect("slots are never removed");
+            let slot = inner
+                .slot(host, model)
+                .expect("a slot with waiters is never removed");
             if closed {
                 slot.leave(ticket);
                 return Err(LimitError::Closed);
@@ -203,7 +218,7 @@ impl Limiter {
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut inner = self.shared.inner.lock();
-        // A permit is only made for an existing slot, and slots are never removed.
+        // A permit is only made for an existing slot, and a held slot is never removed.
         if let Some(slot) = inner.slot(&self.host, &self.model) {
             slot.in_flight = slot.in_flight.saturating_sub(1);
             slot.wake_if_admissible();
@@ -217,8 +232,8 @@ struct Shared {
 }
 
 /// Invariants, all under the one mutex:
-/// - a `Slot` is created only by `set_capacity` (the config) and never removed, so a `Permit`
-///   always finds its own;
+/// - a `Slot` is created only by `set_capacity` (the config) and removed only by `retain` when
+///   no permit holds it and no one waits for it, so a `Permit` or a waiter always finds its own;
 /// - `in_flight` counts exactly the live `Permit`s for that host+model (it may exceed `parallel`
 ///   after a lowering, until they drain);
 /// - `waiting` holds the tickets of the threads blocked in `acquire`, oldest first; only the front

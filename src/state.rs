@@ -135,6 +135,7 @@ impl Gateway {
                 self.limiter.set_capacity(&host.name, model, *parallel);
             }
         }
+        self.limiter.retain(|host, model| new.serves(host, model));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
         self.leases.set_idle(new.lease_idle);
         for route in new.routes.values() {

@@ -308,6 +308,35 @@ fn an_unconfigured_host_model_is_refused_and_not_remembered() {
 }
 
 #[test]
+fn retain_forgets_idle_pairs_and_keeps_busy_ones_until_idle() {
+    let lim = configured(4, LONG);
+    let (holder, _) = lim.acquire("titan", "qwen").unwrap();
+    let configured_now = |host: &str, model: &str| (host, model) == ("mini", "qwen");
+    lim.retain(configured_now);
+    let pairs = |lim: &Limiter| -> Vec<(String, String)> {
+        lim.snapshot()
+            .into_iter()
+            .map(|s| (s.host, s.model))
+            .collect()
+    };
+    assert_eq!(
+        pairs(&lim),
+        vec![
+            ("mini".into(), "qwen".into()),
+            ("titan".into(), "qwen".into())
+        ],
+        "titan/qwen is busy, so it stays"
+    );
+    drop(holder);
+    lim.retain(configured_now);
+    assert_eq!(pairs(&lim), vec![("mini".into(), "qwen".into())]);
+    assert_eq!(
+        lim.acquire("titan", "qwen").unwrap_err(),
+        LimitError::NotConfigured
+    );
+}
+
+#[test]
 fn snapshot_is_sorted_and_counts_waiters() {
     let lim = Arc::new(Limiter::new(4, LONG));
     lim.set_capacity("titan", "qwen", 2);
