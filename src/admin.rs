@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
+use crate::config::{Config, Route};
 use crate::lease::LeaseError;
 use crate::logfmt::val;
 use crate::metrics::Gauges;
@@ -170,16 +171,17 @@ struct DrainRequest {
     on: bool,
 }
 
-fn known_route(gw: &Gateway, route: &str) -> Result<(), Answer> {
-    if gw.config().routes.contains_key(route) {
-        Ok(())
-    } else {
-        Err(Answer::error(404, format!("unknown route {route:?}")))
-    }
+/// The route as `config` has it. Callers pass one snapshot and look nothing up in another: a
+/// reload between two `gw.config()` calls could remove what the first one found.
+fn known_route<'c>(config: &'c Config, route: &str) -> Result<&'c Route, Answer> {
+    config
+        .routes
+        .get(route)
+        .ok_or_else(|| Answer::error(404, format!("unknown route {route:?}")))
 }
 
-fn known_host(gw: &Gateway, host: &str) -> Result<(), Answer> {
-    if gw.config().hosts.contains_key(host) {
+fn known_host(config: &Config, host: &str) -> Result<(), Answer> {
+    if config.hosts.contains_key(host) {
         Ok(())
     } else {
         Err(Answer::error(404, format!("unknown host {host:?}")))
@@ -196,10 +198,15 @@ fn lease_failure(err: LeaseError) -> Answer {
 }
 
 fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(gw, &req.route).and_then(|_| known_host(gw, &req.host)) {
+    let config = gw.config();
+    let route = match known_route(&config, &req.route) {
+        Ok(route) => route,
+        Err(answer) => return answer,
+    };
+    if let Err(answer) = known_host(&config, &req.host) {
         return answer;
     }
-    if !gw.config().routes[&req.route].hosts.contains(&req.host) {
+    if !route.hosts.contains(&req.host) {
         return Answer::error(
             404,
             format!(
@@ -225,7 +232,7 @@ fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
 }
 
 fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(gw, &req.route) {
+    if let Err(answer) = known_route(&gw.config(), &req.route) {
         return answer;
     }
     match gw.leases.unpin(&req.route, now) {
@@ -238,7 +245,7 @@ fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
 }
 
 fn release(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(gw, &req.route) {
+    if let Err(answer) = known_route(&gw.config(), &req.route) {
         return answer;
     }
     match gw.leases.release(&req.route, now) {
@@ -251,7 +258,7 @@ fn release(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
 }
 
 fn drain(gw: &Gateway, req: DrainRequest) -> Answer {
-    if let Err(answer) = known_host(gw, &req.host) {
+    if let Err(answer) = known_host(&gw.config(), &req.host) {
         return answer;
     }
     let changed = gw.drains.set(&req.host, req.on);
