@@ -59,7 +59,7 @@ pub(super) fn warn_on_cold_cache(gw: &Gateway, key: &Key, row: &RequestRow, reus
     };
     let previous = gw.swap_last_prompt(key, prompt);
     if let (true, Some(previous)) = (reused, previous) {
-        if cached * 2 < previous {
+        if cached.saturating_mul(2) < previous {
             log::warn!(
                 "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
                 val(&row.route),
