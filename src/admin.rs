@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
+use crate::config::{Config, Route};
 use crate::lease::LeaseError;
+use crate::logfmt::val;
 use crate::metrics::Gauges;
 use crate::page;
 use crate::state::Gateway;
@@ -65,7 +67,12 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         }
     };
     if answer.status >= 400 {
-        log::info!("admin {method} {path} status={}", answer.status);
+        log::info!(
+            "admin {} {} status={}",
+            val(&method),
+            val(path),
+            answer.status
+        );
     }
     if let Some(request) = slot.take() {
         let http10 = request.http_version() == &tiny_http::HTTPVersion(1, 0);
@@ -164,16 +171,17 @@ struct DrainRequest {
     on: bool,
 }
 
-fn known_route(gw: &Gateway, route: &str) -> Result<(), Answer> {
-    if gw.config().routes.contains_key(route) {
-        Ok(())
-    } else {
-        Err(Answer::error(404, format!("unknown route {route:?}")))
-    }
+/// The route as `config` has it. Callers pass one snapshot and look nothing up in another: a
+/// reload between two `gw.config()` calls could remove what the first one found.
+fn known_route<'c>(config: &'c Config, route: &str) -> Result<&'c Route, Answer> {
+    config
+        .routes
+        .get(route)
+        .ok_or_else(|| Answer::error(404, format!("unknown route {route:?}")))
 }
 
-fn known_host(gw: &Gateway, host: &str) -> Result<(), Answer> {
-    if gw.config().hosts.contains_key(host) {
+fn known_host(config: &Config, host: &str) -> Result<(), Answer> {
+    if config.hosts.contains_key(host) {
         Ok(())
     } else {
         Err(Answer::error(404, format!("unknown host {host:?}")))
@@ -190,10 +198,15 @@ fn lease_failure(err: LeaseError) -> Answer {
 }
 
 fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(gw, &req.route).and_then(|_| known_host(gw, &req.host)) {
+    let config = gw.config();
+    let route = match known_route(&config, &req.route) {
+        Ok(route) => route,
+        Err(answer) => return answer,
+    };
+    if let Err(answer) = known_host(&config, &req.host) {
         return answer;
     }
-    if !gw.config().routes[&req.route].hosts.contains(&req.host) {
+    if !route.hosts.contains(&req.host) {
         return Answer::error(
             404,
             format!(
@@ -219,7 +232,7 @@ fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
 }
 
 fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(gw, &req.route) {
+    if let Err(answer) = known_route(&gw.config(), &req.route) {
         return answer;
     }
     match gw.leases.unpin(&req.route, now) {
@@ -232,7 +245,7 @@ fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
 }
 
 fn release(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(gw, &req.route) {
+    if let Err(answer) = known_route(&gw.config(), &req.route) {
         return answer;
     }
     match gw.leases.release(&req.route, now) {
@@ -245,7 +258,7 @@ fn release(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
 }
 
 fn drain(gw: &Gateway, req: DrainRequest) -> Answer {
-    if let Err(answer) = known_host(gw, &req.host) {
+    if let Err(answer) = known_host(&gw.config(), &req.host) {
         return answer;
     }
     let changed = gw.drains.set(&req.host, req.on);

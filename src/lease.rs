@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::logfmt::val;
 use crate::store::{LeaseEvent, LeaseRow, LeaseState, Reason, Store, StoreError};
 
 mod acquire;
@@ -136,9 +137,9 @@ impl Table {
             if row.state == LeaseState::Pinned {
                 log::warn!(
                     "lease row pinned but keyed like a lease, kept as a lease route={} fp={} model={}",
-                    row.route,
-                    short(&row.fp),
-                    row.model
+                    val(&row.route),
+                    val(short(&row.fp)),
+                    val(&row.model)
                 );
             }
             let key = Key {

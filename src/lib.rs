@@ -10,6 +10,7 @@ pub mod fingerprint;
 pub mod health;
 pub mod lease;
 pub mod limiter;
+pub mod logfmt;
 pub mod metrics;
 pub mod page;
 pub mod proxy;

@@ -22,6 +22,8 @@ pub enum LimitError {
     Timeout,
     /// The limiter was closed for shutdown.
     Closed,
+    /// The config gives this host+model no slots: a request for it must not get here.
+    NotConfigured,
 }
 
 impl fmt::Display for LimitError {
@@ -30,6 +32,7 @@ impl fmt::Display for LimitError {
             LimitError::QueueFull => "queue full",
             LimitError::Timeout => "queue timeout",
             LimitError::Closed => "shutting down",
+            LimitError::NotConfigured => "host and model not configured",
         })
     }
 }
@@ -79,9 +82,22 @@ impl Limiter {
     /// at once; lowering it lets the requests in flight finish and admits no one until below.
     pub fn set_capacity(&self, host: &str, model: &str, parallel: usize) {
         let mut inner = self.shared.inner.lock();
-        let slot = inner.slot(host, model);
+        let slot = inner.slot_or_insert(host, model);
         slot.parallel = parallel;
         slot.wake_if_admissible();
+    }
+
+    /// Forgets every idle host+model that `keep` rejects (a reload removed the host or model), so
+    /// its slot stats and gauges go. A pair with a request in flight or waiting stays until a
+    /// later call finds it idle.
+    pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
+        let mut inner = self.shared.inner.lock();
+        for (host, models) in inner.slots.iter_mut() {
+            models.retain(|model, slot| {
+                keep(host, model) || slot.in_flight > 0 || !slot.waiting.is_empty()
+            });
+        }
+        inner.slots.retain(|_, models| !models.is_empty());
     }
 
     /// Changes the queue bound and timeout for requests that arrive from now on; requests already
@@ -93,7 +109,8 @@ impl Limiter {
     }
 
     /// Takes a slot for `host`+`model`, waiting in line when all are busy. Returns the permit and
-    /// how long the caller waited for it.
+    /// how long the caller waited for it. A pair [`Limiter::set_capacity`] never named is refused,
+    /// so client-chosen model names cannot grow the table.
     pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
         let started = Instant::now();
         let mut inner = self.shared.inner.lock();
@@ -101,7 +118,9 @@ impl Limiter {
             return Err(LimitError::Closed);
         }
         let (queue_max, wait_until) = (inner.queue_max, started + inner.queue_timeout);
-        let slot = inner.slot(host, model);
+        let Some(slot) = inner.slot(host, model) else {
+            return Err(LimitError::NotConfigured);
+        };
         // A free slot with people in line belongs to the one in front, not to a newcomer.
         if slot.waiting.is_empty() && slot.in_flight < slot.parallel {
             slot.in_flight += 1;
@@ -117,7 +136,9 @@ impl Limiter {
         let cond = Arc::clone(&slot.cond);
         loop {
             let closed = inner.closed;
-            let slot = inner.slot(host, model);
+            let slot = inner
+                .slot(host, model)
+                .expect("a slot with waiters is never removed");
             if closed {
                 slot.leave(ticket);
                 return Err(LimitError::Closed);
@@ -148,7 +169,7 @@ impl Limiter {
         self.read(host, model, |s| s.waiting.len())
     }
 
-    /// Every host+model configured or used so far, sorted by host then model.
+    /// Every host+model configured so far, sorted by host then model.
     pub fn snapshot(&self) -> Vec<SlotStats> {
         let inner = self.shared.inner.lock();
         let mut out = Vec::new();
@@ -197,14 +218,13 @@ impl Limiter {
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut inner = self.shared.inner.lock();
-        let slot = inner.slot(&self.host, &self.model);
-        slot.in_flight = slot.in_flight.saturating_sub(1);
-        slot.wake_if_admissible();
+        // A permit is only made for an existing slot, and a held slot is never removed.
+        if let Some(slot) = inner.slot(&self.host, &self.model) {
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+            slot.wake_if_admissible();
+        }
     }
 }
-
-/// Slots given to a host+model that the config never named.
-const DEFAULT_PARALLEL: usize = 1;
 
 #[derive(Debug)]
 struct Shared {
@@ -212,7 +232,8 @@ struct Shared {
 }
 
 /// Invariants, all under the one mutex:
-/// - a `Slot` is never removed once created, so a `Permit` always finds its own;
+/// - a `Slot` is created only by `set_capacity` (the config) and removed only by `retain` when
+///   no permit holds it and no one waits for it, so a `Permit` or a waiter always finds its own;
 /// - `in_flight` counts exactly the live `Permit`s for that host+model (it may exceed `parallel`
 ///   after a lowering, until they drain);
 /// - `waiting` holds the tickets of the threads blocked in `acquire`, oldest first; only the front
@@ -237,7 +258,11 @@ struct Slot {
 }
 
 impl Inner {
-    fn slot(&mut self, host: &str, model: &str) -> &mut Slot {
+    fn slot(&mut self, host: &str, model: &str) -> Option<&mut Slot> {
+        self.slots.get_mut(host).and_then(|m| m.get_mut(model))
+    }
+
+    fn slot_or_insert(&mut self, host: &str, model: &str) -> &mut Slot {
         // Looked up before inserting so the common case allocates nothing.
         if !self.slots.contains_key(host) {
             self.slots.insert(host.to_string(), BTreeMap::new());
@@ -253,7 +278,7 @@ impl Inner {
 impl Slot {
     fn new() -> Slot {
         Slot {
-            parallel: DEFAULT_PARALLEL,
+            parallel: 0,
             in_flight: 0,
             next_ticket: 0,
             waiting: VecDeque::new(),

@@ -70,9 +70,13 @@ impl Metrics {
             .tokens
             .entry((route.to_string(), host.to_string()))
             .or_default();
-        tokens.prompt += row.prompt_tokens.unwrap_or(0).max(0) as u64;
-        tokens.cached += row.cached_tokens.unwrap_or(0).max(0) as u64;
-        tokens.completion += row.completion_tokens.unwrap_or(0).max(0) as u64;
+        // Upstream numbers: any size may arrive, and a counter must not panic on them.
+        let add = |total: &mut u64, n: Option<i64>| {
+            *total = total.saturating_add(n.unwrap_or(0).max(0) as u64);
+        };
+        add(&mut tokens.prompt, row.prompt_tokens);
+        add(&mut tokens.cached, row.cached_tokens);
+        add(&mut tokens.completion, row.completion_tokens);
         let hist = inner.durations.entry(route.to_string()).or_default();
         if hist.counts.is_empty() {
             hist.counts = vec![0; BUCKETS.len()];
@@ -299,6 +303,33 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+
+    /// Review finding: upstream-reported counts were added unchecked (a panic in debug builds).
+    #[test]
+    fn huge_upstream_token_counts_saturate() {
+        let metrics = Metrics::default();
+        let row = RequestRow {
+            route: "projA".into(),
+            host: "titan".into(),
+            status: 200,
+            prompt_tokens: Some(i64::MAX),
+            cached_tokens: Some(i64::MAX),
+            completion_tokens: Some(i64::MAX),
+            ..RequestRow::default()
+        };
+        for _ in 0..3 {
+            metrics.observe_request(&row);
+        }
+        let text = metrics.render(&Gauges::default());
+        let line = format!(
+            "crossbar_prompt_tokens_total{{route=\"projA\",host=\"titan\"}} {}",
+            u64::MAX
+        );
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::fingerprint;
 use crate::lease::{Key, LeaseError};
 use crate::limiter::LimitError;
+use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::wire;
@@ -132,6 +133,8 @@ impl From<LimitError> for ProxyError {
             LimitError::QueueFull => ProxyError::QueueFull,
             LimitError::Timeout => ProxyError::QueueTimeout,
             LimitError::Closed => ProxyError::ShuttingDown,
+            // Not reached: `prepare` refuses a model the host does not serve.
+            LimitError::NotConfigured => ProxyError::NoHealthyHost,
         }
     }
 }
@@ -257,6 +260,11 @@ fn prepare<'c>(
     };
     row.fp = key.fp.clone();
     row.model = key.model.clone();
+    // A model no candidate serves has no usable host (spec §2), pinned route or not. Refused
+    // before the lease so a client's made-up names create no lease, slot or metric series.
+    if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
+        return Err(ProxyError::NoHealthyHost);
+    }
     let now = row.started;
     let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
     row.host = acquired.host.clone();
@@ -316,7 +324,11 @@ fn refuse(
         row.err = format!("upstream error: {detail}");
     } else if let ProxyError::Internal(detail) = &err {
         row.err = detail.clone();
-        log::error!("internal error route={} error=\"{detail}\"", row.route);
+        log::error!(
+            "internal error route={} error={}",
+            val(&row.route),
+            val(detail)
+        );
     } else {
         row.err = err.to_string();
     }

@@ -105,12 +105,14 @@ pub fn summarize(rows: &[RequestRow]) -> Vec<Line> {
         } else {
             ttfbs.push(row.ttfb_ms);
         }
-        line.prompt_tokens += row.prompt_tokens.unwrap_or(0);
-        line.cached_tokens += row.cached_tokens.unwrap_or(0);
-        line.completion_tokens += row.completion_tokens.unwrap_or(0);
+        // Upstream numbers: any size may be stored, and a report must not panic on them.
+        let add = |total: &mut i64, n: Option<i64>| *total = total.saturating_add(n.unwrap_or(0));
+        add(&mut line.prompt_tokens, row.prompt_tokens);
+        add(&mut line.cached_tokens, row.cached_tokens);
+        add(&mut line.completion_tokens, row.completion_tokens);
         if let (Some(p), Some(c)) = (row.prompt_tokens, row.cached_tokens) {
-            *share_prompt += p;
-            *share_cached += c;
+            add(share_prompt, Some(p));
+            add(share_cached, Some(c));
         }
     }
     groups
@@ -239,6 +241,22 @@ mod tests {
             (b.host.as_str(), b.errors, b.cached_share, b.ttfb_p50_ms),
             ("-", 1, None, None)
         );
+    }
+
+    /// Review finding: upstream-reported counts were summed unchecked (a panic in debug builds).
+    #[test]
+    fn huge_token_counts_saturate() {
+        let big = Some((i64::MAX, i64::MAX, i64::MAX));
+        let lines = summarize(&[row("a", "t", 200, 1, big), row("a", "t", 200, 1, big)]);
+        assert_eq!(
+            (
+                lines[0].prompt_tokens,
+                lines[0].cached_tokens,
+                lines[0].completion_tokens
+            ),
+            (i64::MAX, i64::MAX, i64::MAX)
+        );
+        assert_eq!(lines[0].cached_share, Some(1.0));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -14,8 +15,9 @@ use crate::config::Config;
 use crate::health::Health;
 use crate::lease::{self, Key};
 use crate::limiter::Limiter;
+use crate::logfmt::val;
 use crate::metrics::Metrics;
-use crate::store::{LeaseEvent, LeaseRow, Store, StoreError};
+use crate::store::{unix_ms, LeaseEvent, LeaseRow, Store, StoreError};
 
 /// Everything a request needs, shared by all threads.
 pub struct Gateway {
@@ -84,6 +86,19 @@ impl Gateway {
             metrics: metrics.clone(),
         });
         let leases = lease::Table::new(persister, view.clone(), view, idle)?;
+        // Hosts edited out of the config while crossbar was stopped: their stored leases and
+        // pins go now, as a reload would have dropped them (a pin on one would 503 its route).
+        let stored: BTreeSet<String> = leases
+            .snapshot()
+            .into_iter()
+            .map(|l| l.host)
+            .chain(leases.pins().into_iter().map(|(_, host)| host))
+            .collect();
+        let now = unix_ms(SystemTime::now());
+        let current = config.read().clone();
+        for gone in stored.iter().filter(|h| !current.hosts.contains_key(*h)) {
+            drop_removed_host(&leases, gone, now);
+        }
         for route in config.read().routes.values() {
             // Operators may pin a route to any of its hosts before it sees traffic.
             leases.add_candidates(&route.name, &route.hosts);
@@ -111,10 +126,7 @@ impl Gateway {
     pub fn apply_config(&self, new: Config, now: i64) {
         let old = self.config();
         for gone in old.hosts.keys().filter(|h| !new.hosts.contains_key(*h)) {
-            match self.leases.drop_host(gone, now) {
-                Ok(n) => log::info!("host removed host={gone} leases_dropped={n}"),
-                Err(err) => log::error!("host removed host={gone} error=\"{err}\""),
-            }
+            drop_removed_host(&self.leases, gone, now);
             self.drains.set(gone, false);
         }
         self.health.set_hosts(&new.hosts);
@@ -123,6 +135,7 @@ impl Gateway {
                 self.limiter.set_capacity(&host.name, model, *parallel);
             }
         }
+        self.limiter.retain(|host, model| new.serves(host, model));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
         self.leases.set_idle(new.lease_idle);
         for route in new.routes.values() {
@@ -230,5 +243,17 @@ impl lease::Persister for Counted {
         let id = self.store.record_event(ev)?;
         self.metrics.observe_lease_event(ev.reason.as_str());
         Ok(id)
+    }
+}
+
+/// Drops the leases and pins of a host the config no longer has, with an event each and a line.
+fn drop_removed_host(leases: &lease::Table, gone: &str, now: i64) {
+    match leases.drop_host(gone, now) {
+        Ok(n) => log::info!("host removed host={} leases_dropped={n}", val(gone)),
+        Err(err) => log::error!(
+            "host removed host={} error={}",
+            val(gone),
+            val(&err.to_string())
+        ),
     }
 }

@@ -158,6 +158,35 @@ fn duplicate_listen_addresses_are_refused() {
     );
 }
 
+/// Review finding: only identical addresses were refused, so `serve` failed to bind a config that
+/// `check` passed.
+#[test]
+fn listen_addresses_sharing_a_port_with_an_unspecified_address_are_refused() {
+    for (listen, admin) in [
+        ("0.0.0.0:8080", "127.0.0.1:8080"),
+        ("127.0.0.1:8080", "0.0.0.0:8080"),
+        ("[::]:8080", "127.0.0.1:8080"),
+        ("192.168.1.5:8080", "[::]:8080"),
+    ] {
+        let text = format!("listen = \"{listen}\"\nadmin_listen = \"{admin}\"\n{MINIMAL}");
+        check_problem(
+            &text,
+            &format!(
+                "admin_listen: overlaps listen ({listen}): same port, and an unspecified address \
+                 takes every address"
+            ),
+        );
+    }
+    for (listen, admin) in [
+        ("0.0.0.0:8080", "127.0.0.1:8081"),
+        ("127.0.0.1:8080", "192.168.1.5:8080"),
+        ("0.0.0.0:0", "127.0.0.1:0"),
+    ] {
+        let text = format!("listen = \"{listen}\"\nadmin_listen = \"{admin}\"\n{MINIMAL}");
+        assert!(Config::from_toml(&text).is_ok(), "{listen} {admin}");
+    }
+}
+
 #[test]
 fn urls_are_checked() {
     assert_eq!(check_url("http://h:80/").as_deref(), Ok("http://h:80"));

@@ -94,6 +94,11 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             "admin_listen",
             format!("is the same address as listen ({listen})"),
         ));
+    } else if overlaps(listen, admin_listen) {
+        problems.push(Problem::new(
+            "admin_listen",
+            format!("overlaps listen ({listen}): same port, and an unspecified address takes every address"),
+        ));
     }
     let workers = raw.workers.unwrap_or(64);
     if workers == 0 {
@@ -318,4 +323,10 @@ pub(super) fn check_url(url: &str) -> Result<String, String> {
         return Err(format!("{url:?} must not carry a query or fragment"));
     }
     Ok(url.trim_end_matches('/').to_string())
+}
+
+/// Whether two different listen addresses cannot both be bound: the same (non-zero) port where
+/// either side is unspecified (`0.0.0.0` or `[::]`, which take that port on every address).
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && a.port() != 0 && (a.ip().is_unspecified() || b.ip().is_unspecified())
 }

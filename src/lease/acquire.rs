@@ -4,6 +4,7 @@
 //! written is logged, not returned (returning it would fail a request whose lease is in place).
 
 use super::{chain, short, Acquired, Candidate, Inner, Key, Lease, LeaseError, Table};
+use crate::logfmt::val;
 use crate::store::{LeaseEvent, Reason, StoreError};
 
 impl Table {
@@ -87,7 +88,10 @@ impl Table {
         let host = match self.chooser.choose(&usable, &key.model) {
             Some(host) if usable.iter().any(|c| c.host == host) => host,
             Some(host) => {
-                log::debug!("lease chooser picked a host it was not offered host={host}");
+                log::debug!(
+                    "lease chooser picked a host it was not offered host={}",
+                    val(&host)
+                );
                 return Err(LeaseError::NoHost);
             }
             None => return Err(LeaseError::NoHost),
@@ -145,11 +149,11 @@ impl Table {
         };
         let line = format!(
             "{verb} route={} fp={} model={} from={} to={} reason={reason}",
-            key.route,
-            short(&key.fp),
-            or_dash(&key.model),
-            or_dash(from),
-            or_dash(to),
+            val(&key.route),
+            val(short(&key.fp)),
+            val(or_dash(&key.model)),
+            val(or_dash(from)),
+            val(or_dash(to)),
         );
         if reason == Reason::New {
             log::debug!("{line}");
@@ -169,8 +173,8 @@ impl Table {
         if let Err(e) = self.persister.record_event(&ev) {
             log::warn!(
                 "lease event not recorded route={} reason={reason} error={}",
-                key.route,
-                chain(&e)
+                val(&key.route),
+                val(&chain(&e))
             );
         }
     }

@@ -3,6 +3,7 @@
 //! error is returned and memory holds exactly the steps that were written.
 
 use super::{chain, short, Key, LeaseError, Table};
+use crate::logfmt::val;
 use crate::store::{LeaseRow, LeaseState, Reason};
 
 impl Table {
@@ -27,10 +28,10 @@ impl Table {
                 Ok(None) => {}
                 Err(e) => log::warn!(
                     "lease expiry failed route={} fp={} model={} error={}",
-                    key.route,
-                    short(&key.fp),
-                    key.model,
-                    chain(&e)
+                    val(&key.route),
+                    val(short(&key.fp)),
+                    val(&key.model),
+                    val(&chain(&e))
                 ),
             }
         }

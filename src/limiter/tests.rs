@@ -27,6 +27,15 @@ fn check_counts(lim: &Limiter, in_flight: usize, queued: usize) {
     );
 }
 
+/// A limiter with one slot each for mini/qwen, mini/other and titan/qwen, as a config would give.
+fn configured(queue_max: usize, timeout: Duration) -> Limiter {
+    let lim = Limiter::new(queue_max, timeout);
+    for (host, model) in [("mini", "qwen"), ("mini", "other"), ("titan", "qwen")] {
+        lim.set_capacity(host, model, 1);
+    }
+    lim
+}
+
 type Outcome = (usize, Result<(), LimitError>);
 
 /// Starts a thread that waits for a slot of mini/qwen, reports `id` with the outcome, then holds
@@ -81,7 +90,7 @@ fn slot_is_freed_when_the_permit_drops() {
 
 #[test]
 fn a_panic_while_holding_a_permit_frees_the_slot() {
-    let lim = Arc::new(Limiter::new(0, LONG));
+    let lim = Arc::new(configured(0, LONG));
     let inner = Arc::clone(&lim);
     let joined = thread::spawn(move || {
         let (_permit, _) = inner.acquire("mini", "qwen").unwrap();
@@ -127,7 +136,7 @@ fn waiters_are_admitted_in_arrival_order() {
 
 #[test]
 fn a_full_queue_refuses_at_once() {
-    let lim = Arc::new(Limiter::new(1, LONG));
+    let lim = Arc::new(configured(1, LONG));
     let (holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (release_tx, release_rx) = unbounded();
     let (handle, admitted) = waiter(&lim, 1, release_rx);
@@ -155,7 +164,7 @@ fn a_full_queue_refuses_at_once() {
 #[test]
 fn a_waiter_times_out_and_leaves_the_queue() {
     let timeout = Duration::from_millis(50);
-    let lim = Limiter::new(4, timeout);
+    let lim = configured(4, timeout);
     let (_holder, _) = lim.acquire("mini", "qwen").unwrap();
     let started = Instant::now();
     assert_eq!(
@@ -170,7 +179,7 @@ fn a_waiter_times_out_and_leaves_the_queue() {
 fn a_timed_out_front_waiter_lets_the_next_one_in() {
     // The front waiter has a short deadline, the one behind it a long one; a slot frees after the
     // front one gave up, and must go to the one behind.
-    let lim = Arc::new(Limiter::new(4, Duration::from_millis(50)));
+    let lim = Arc::new(configured(4, Duration::from_millis(50)));
     let (holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (_keep_tx, release_rx) = unbounded::<()>();
     let (front, front_rx) = waiter(&lim, 1, release_rx.clone());
@@ -193,7 +202,7 @@ fn a_timed_out_front_waiter_lets_the_next_one_in() {
 
 #[test]
 fn close_wakes_every_waiter_and_refuses_later_acquires() {
-    let lim = Arc::new(Limiter::new(8, LONG));
+    let lim = Arc::new(configured(8, LONG));
     let (holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (_keep_tx, release_rx) = unbounded::<()>();
     let (a, a_rx) = waiter(&lim, 1, release_rx.clone());
@@ -275,17 +284,55 @@ fn lowering_capacity_lets_running_requests_finish() {
     assert!(lim.acquire("mini", "qwen").is_ok());
 }
 
+/// Review finding: a slot was created (with one default slot) for any host+model asked for, so
+/// clients cycling model names grew the table, and the metrics scraped from it, without bound.
 #[test]
-fn an_unconfigured_host_model_gets_one_slot() {
-    let lim = Limiter::new(0, LONG);
+fn an_unconfigured_host_model_is_refused_and_not_remembered() {
+    let lim = configured(0, LONG);
+    let before = lim.snapshot();
+    for model in ["ghost-1", "ghost-2", "qwen "] {
+        assert_eq!(
+            lim.acquire("mini", model).unwrap_err(),
+            LimitError::NotConfigured
+        );
+    }
     assert_eq!(
-        (lim.in_flight("ghost", "m"), lim.queued("ghost", "m")),
+        lim.acquire("ghost", "qwen").unwrap_err(),
+        LimitError::NotConfigured
+    );
+    assert_eq!(
+        (lim.in_flight("ghost", "qwen"), lim.queued("ghost", "qwen")),
         (0, 0)
     );
-    let (_p, _) = lim.acquire("ghost", "m").unwrap();
+    assert_eq!(lim.snapshot(), before);
+}
+
+#[test]
+fn retain_forgets_idle_pairs_and_keeps_busy_ones_until_idle() {
+    let lim = configured(4, LONG);
+    let (holder, _) = lim.acquire("titan", "qwen").unwrap();
+    let configured_now = |host: &str, model: &str| (host, model) == ("mini", "qwen");
+    lim.retain(configured_now);
+    let pairs = |lim: &Limiter| -> Vec<(String, String)> {
+        lim.snapshot()
+            .into_iter()
+            .map(|s| (s.host, s.model))
+            .collect()
+    };
     assert_eq!(
-        lim.acquire("ghost", "m").unwrap_err(),
-        LimitError::QueueFull
+        pairs(&lim),
+        vec![
+            ("mini".into(), "qwen".into()),
+            ("titan".into(), "qwen".into())
+        ],
+        "titan/qwen is busy, so it stays"
+    );
+    drop(holder);
+    lim.retain(configured_now);
+    assert_eq!(pairs(&lim), vec![("mini".into(), "qwen".into())]);
+    assert_eq!(
+        lim.acquire("titan", "qwen").unwrap_err(),
+        LimitError::NotConfigured
     );
 }
 

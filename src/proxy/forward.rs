@@ -6,6 +6,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::health::DownReason;
 use crate::limiter::Permit;
+use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
@@ -66,7 +67,11 @@ pub(super) fn exchange(
             let host = plan.host.name.clone();
             gw.health
                 .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
-            log::warn!("forward failed host={host} error=\"{err}\"");
+            log::warn!(
+                "forward failed host={} error={}",
+                val(&host),
+                val(&err.to_string())
+            );
             Err(ProxyError::Upstream {
                 host,
                 detail: err.to_string(),

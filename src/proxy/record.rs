@@ -2,6 +2,7 @@
 
 use crate::fingerprint;
 use crate::lease::Key;
+use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::RequestRow;
 
@@ -10,9 +11,10 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
     gw.metrics.observe_request(row);
     if let Err(err) = gw.store.record_request(row) {
         log::error!(
-            "accounting row lost route={} host={} error=\"{err}\"",
-            row.route,
-            row.host
+            "accounting row lost route={} host={} error={}",
+            val(&row.route),
+            val(&row.host),
+            val(&err.to_string())
         );
     }
 }
@@ -28,10 +30,10 @@ pub(super) fn log_request(row: &RequestRow, reused: Option<bool>, ctx_est: Optio
     };
     let mut line = format!(
         "route={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
-        or_dash(&row.route),
-        or_dash(&row.host),
-        or_dash(&row.model),
-        or_dash(fingerprint::short(&row.fp)),
+        val(or_dash(&row.route)),
+        val(or_dash(&row.host)),
+        val(or_dash(&row.model)),
+        val(or_dash(fingerprint::short(&row.fp))),
         row.status,
         row.queued_ms,
         row.ttfb_ms,
@@ -44,7 +46,7 @@ pub(super) fn log_request(row: &RequestRow, reused: Option<bool>, ctx_est: Optio
         line.push_str(&format!(" ctx_est={est}"));
     }
     if !row.err.is_empty() {
-        line.push_str(&format!(" err=\"{}\"", row.err.replace('"', "'")));
+        line.push_str(&format!(" err={}", val(&row.err)));
     }
     log::info!("{line}");
 }
@@ -57,12 +59,12 @@ pub(super) fn warn_on_cold_cache(gw: &Gateway, key: &Key, row: &RequestRow, reus
     };
     let previous = gw.swap_last_prompt(key, prompt);
     if let (true, Some(previous)) = (reused, previous) {
-        if cached * 2 < previous {
+        if cached.saturating_mul(2) < previous {
             log::warn!(
                 "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
-                row.route,
-                row.host,
-                fingerprint::short(&row.fp)
+                val(&row.route),
+                val(&row.host),
+                val(fingerprint::short(&row.fp))
             );
         }
     }

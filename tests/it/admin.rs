@@ -3,6 +3,7 @@
 //! Prometheus parser, and the status page. The CLI verbs are in `admin/cli.rs`.
 
 mod cli;
+mod race;
 
 use serde_json::{json, Value};
 

@@ -5,6 +5,8 @@ mod affinity;
 mod broken;
 mod examples;
 mod guard;
+mod models;
 mod proxy;
+mod restart;
 mod signals;
 mod support;

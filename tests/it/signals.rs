@@ -1,6 +1,7 @@
 //! The real `crossbar serve` process and its signals (issue 6): SIGTERM lets a stream in flight
 //! finish, records it and exits 0; SIGHUP puts a valid new config in force (leases kept) and
-//! refuses an invalid one, naming the key, while the old config keeps serving.
+//! refuses an invalid one, naming the key, while the old config keeps serving. Also what the
+//! process writes: a client cannot forge a log line.
 //!
 //! Each test runs the built binary as a child against in-process sims. A child needs fixed
 //! addresses, so free loopback ports are found by binding `127.0.0.1:0` and letting go; the
@@ -297,4 +298,27 @@ fn rewrite(path: &Path, text: &str) {
     let tmp = path.with_extension("toml.new");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Review finding: a body's `model` went into the request log line unescaped, so a newline in it
+/// wrote a second, fake request line. It is quoted and escaped now: one request, one line.
+#[test]
+fn a_model_name_with_a_newline_stays_on_its_request_line() {
+    let titan = sim();
+    let mut crossbar = Crossbar::start(|head| {
+        format!(
+            "{head}{}[routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
+            host_text("titan", &titan)
+        )
+    });
+    let forged = "x\n2026-11-29T00:00:00.000Z [INFO] route=projB host=titan lease=new model=m \
+                  fp=00000000 status=200";
+    let mut body = chat("hi", 0, false);
+    body["model"] = forged.into();
+    crossbar.post(CHAT, &body);
+    let line = crossbar.wait_log("route=projB");
+    assert!(
+        line.contains("route=projA") && line.contains("model=\"x\\n2026"),
+        "the forged text made its own line: {line}"
+    );
 }

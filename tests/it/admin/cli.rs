@@ -236,3 +236,43 @@ fn a_serving_crossbar_never_logs_its_admin_token() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 2's "Done when": `crossbar check` on the shipped example prints `ok`; a config with five
+/// different mistakes prints five lines, each naming its key, and exits 1.
+#[test]
+fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
+    let dir = temp_dir();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("crossbar.toml");
+    let run = crossbar(&dir, &["check", "-c", example.to_str().unwrap()]);
+    assert_eq!(check_ok(&run), "ok\n");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "colour = \"blue\"\nlease_idle = \"forever\"\n\
+         [hosts.titan]\nurl = \"ftp://titan\"\n[hosts.titan.models.m]\nparallel = 0\n\
+         [routes.projA]\nhosts = [\"titan\", \"ghost\"]\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let run = crossbar(&dir, &["check", "-c", bad.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert_eq!(run.stdout, "", "{run:#?}");
+    let mut keys: Vec<&str> = run
+        .stderr
+        .lines()
+        .map(|l| l.split_once(": ").map_or(l, |(key, _)| key))
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "colour",
+            "hosts.titan.models.m.parallel",
+            "hosts.titan.url",
+            "lease_idle",
+            "routes.projA.hosts",
+        ],
+        "{run:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
