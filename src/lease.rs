@@ -183,6 +183,15 @@ impl Table {
         result
     }
 
+    /// The host for a request that takes no lease (metadata: model lists, health, tokenizer): the
+    /// pin, the key's own lease, or the chooser's pick — without creating or touching anything, so
+    /// a chat UI listing models does not steer the route's new conversations (seed 000's rule 3
+    /// would make them inherit a route-level lease).
+    pub fn lookup(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
+        let inner = self.inner.lock();
+        self.lookup_locked(&inner, key, candidates)
+    }
+
     /// The host `route` is pinned to, if any.
     pub fn pinned(&self, route: &str) -> Option<String> {
         self.inner.lock().pins.get(route).cloned()

@@ -183,13 +183,32 @@ impl Incoming {
     }
 }
 
-/// A request that passed every check and holds a lease and a slot.
+/// A request that passed every check: its host, and (unless it is metadata) its lease.
 struct Plan<'a> {
     host: &'a crate::config::Host,
     rest: String,
     body: Vec<u8>,
-    reused: bool,
+    lease: LeaseUse,
     ctx_moved: Option<String>,
+}
+
+/// What a request did with the lease table, as `X-Crossbar-Lease` and the log line say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseUse {
+    New,
+    Reused,
+    /// Metadata (`route::is_metadata`): no lease and no slot.
+    None,
+}
+
+impl LeaseUse {
+    fn as_str(self) -> &'static str {
+        match self {
+            LeaseUse::New => "new",
+            LeaseUse::Reused => "reused",
+            LeaseUse::None => "none",
+        }
+    }
 }
 
 /// Serves one client request completely. Never panics on client input; every outcome is answered
@@ -211,20 +230,26 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         Ok(ready) => ready,
         Err(err) => return refuse(gw, slot, &incoming, err, row, clock, ctx_est),
     };
-    let permit = match gw.limiter.acquire(&plan.host.name, &key.model) {
-        Ok((permit, waited)) => {
-            row.queued_ms = waited.as_millis() as i64;
-            permit
-        }
-        Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
+    // Metadata uses no slot upstream, so it never waits behind generations for one here.
+    let permit = match plan.lease {
+        LeaseUse::None => None,
+        LeaseUse::New | LeaseUse::Reused => match gw.limiter.acquire(&plan.host.name, &key.model) {
+            Ok((permit, waited)) => {
+                row.queued_ms = waited.as_millis() as i64;
+                Some(permit)
+            }
+            Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
+        },
     };
     match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
         Ok(answer) => {
             if let Some(request) = slot.take() {
                 forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             }
-            log_request(&row, Some(plan.reused), ctx_est);
-            warn_on_cold_cache(gw, &key, &row, plan.reused);
+            log_request(&row, plan.lease.as_str(), ctx_est);
+            if plan.lease != LeaseUse::None {
+                warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
+            }
         }
         Err(err) => refuse(gw, slot, &incoming, err, row, clock, ctx_est),
     }
@@ -265,6 +290,9 @@ fn prepare<'c>(
     if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
         return Err(ProxyError::NoHealthyHost);
     }
+    if route::is_metadata(&incoming.method, &rest) {
+        return metadata_plan(gw, config, key, &route.hosts, rest, body, row);
+    }
     let now = row.started;
     let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
     row.host = acquired.host.clone();
@@ -283,8 +311,43 @@ fn prepare<'c>(
         rest,
         body,
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
-        reused: acquired.reused && moved.is_none(),
+        lease: if acquired.reused && moved.is_none() {
+            LeaseUse::Reused
+        } else {
+            LeaseUse::New
+        },
         ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
+    };
+    Ok((plan, key))
+}
+
+/// A metadata request's plan: the route-level key's host by lookup (pin, existing lease, or the
+/// chooser), no lease created, so a chat UI listing models never steers new conversations.
+fn metadata_plan<'c>(
+    gw: &Gateway,
+    config: &'c Config,
+    key: Key,
+    candidates: &[String],
+    rest: String,
+    body: Vec<u8>,
+    row: &mut RequestRow,
+) -> Result<(Plan<'c>, Key), ProxyError> {
+    let key = Key {
+        fp: String::new(),
+        ..key
+    };
+    row.fp.clear();
+    row.host = gw.leases.lookup(&key, candidates)?;
+    let host = config
+        .hosts
+        .get(&row.host)
+        .ok_or_else(|| ProxyError::Internal(format!("host {} is not configured", row.host)))?;
+    let plan = Plan {
+        host,
+        rest,
+        body,
+        lease: LeaseUse::None,
+        ctx_moved: None,
     };
     Ok((plan, key))
 }
@@ -355,5 +418,5 @@ fn refuse(
             body.as_bytes(),
         );
     }
-    log_request(&row, None, ctx_est);
+    log_request(&row, "-", ctx_est);
 }

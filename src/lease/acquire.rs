@@ -74,28 +74,7 @@ impl Table {
         }
 
         // 4. Choose among usable candidates; nothing is created when there is none.
-        let usable: Vec<Candidate> = candidates
-            .iter()
-            .filter(|h| Some(h.as_str()) != moving_from.as_deref())
-            .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
-            .map(|h| Candidate {
-                host: h.clone(),
-                leases: (inner.leases.values())
-                    .filter(|l| l.host == *h && l.key.model == key.model)
-                    .count(),
-            })
-            .collect();
-        let host = match self.chooser.choose(&usable, &key.model) {
-            Some(host) if usable.iter().any(|c| c.host == host) => host,
-            Some(host) => {
-                log::debug!(
-                    "lease chooser picked a host it was not offered host={}",
-                    val(&host)
-                );
-                return Err(LeaseError::NoHost);
-            }
-            None => return Err(LeaseError::NoHost),
-        };
+        let host = self.choose_locked(inner, key, candidates, moving_from.as_deref())?;
         self.put(inner, Lease::fresh(key, &host, now))?;
         match moving_from {
             Some(from) => self.note(now, key, Reason::Unhealthy, &from, &host),
@@ -105,6 +84,60 @@ impl Table {
             host,
             reused: false,
         })
+    }
+
+    /// Where a request that holds no lease goes (metadata, see `proxy::route::is_metadata`): the
+    /// route's pin (an error when it is down), else the key's own lease on a healthy host, else the
+    /// chooser's pick. Reads only: nothing is created, touched or recorded.
+    pub(super) fn lookup_locked(
+        &self,
+        inner: &Inner,
+        key: &Key,
+        candidates: &[String],
+    ) -> Result<String, LeaseError> {
+        if let Some(pin) = inner.pins.get(&key.route) {
+            if !self.hosts.healthy(pin) {
+                return Err(LeaseError::PinnedDown { host: pin.clone() });
+            }
+            return Ok(pin.clone());
+        }
+        match inner.leases.get(key) {
+            Some(lease) if self.hosts.healthy(&lease.host) => Ok(lease.host.clone()),
+            _ => self.choose_locked(inner, key, candidates, None),
+        }
+    }
+
+    /// Rule 4's choice: the chooser's pick among healthy, non-draining candidates other than
+    /// `excluded`, each offered with its lease count for the model.
+    fn choose_locked(
+        &self,
+        inner: &Inner,
+        key: &Key,
+        candidates: &[String],
+        excluded: Option<&str>,
+    ) -> Result<String, LeaseError> {
+        let usable: Vec<Candidate> = candidates
+            .iter()
+            .filter(|h| Some(h.as_str()) != excluded)
+            .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
+            .map(|h| Candidate {
+                host: h.clone(),
+                leases: (inner.leases.values())
+                    .filter(|l| l.host == *h && l.key.model == key.model)
+                    .count(),
+            })
+            .collect();
+        match self.chooser.choose(&usable, &key.model) {
+            Some(host) if usable.iter().any(|c| c.host == host) => Ok(host),
+            Some(host) => {
+                log::debug!(
+                    "lease chooser picked a host it was not offered host={}",
+                    val(&host)
+                );
+                Err(LeaseError::NoHost)
+            }
+            None => Err(LeaseError::NoHost),
+        }
     }
 
     /// Saves `lease`, then puts it in memory (replacing the key's previous lease).

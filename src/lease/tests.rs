@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::*;
 
+mod lookup;
 mod operator;
 
 const HOUR: i64 = 3_600_000;

@@ -17,10 +17,10 @@ use super::{record, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_H
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
 
-/// An upstream answer whose head has arrived, with the slot it occupies.
+/// An upstream answer whose head has arrived, with the slot it occupies (none for metadata).
 pub(super) struct Answer {
     response: ureq::Response,
-    permit: Permit,
+    permit: Option<Permit>,
 }
 
 /// Sends the request upstream and waits for the response head. A connection or read failure before
@@ -30,7 +30,7 @@ pub(super) fn exchange(
     gw: &Gateway,
     incoming: &Incoming,
     plan: &Plan<'_>,
-    permit: Permit,
+    permit: Option<Permit>,
     row: &mut RequestRow,
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
@@ -272,8 +272,7 @@ fn response_headers(response: &ureq::Response, plan: &Plan<'_>) -> Vec<(String, 
         }
     }
     headers.push((HOST_HEADER.to_string(), plan.host.name.clone()));
-    let lease = if plan.reused { "reused" } else { "new" };
-    headers.push((LEASE_HEADER.to_string(), lease.to_string()));
+    headers.push((LEASE_HEADER.to_string(), plan.lease.as_str().to_string()));
     if let Some(moved) = &plan.ctx_moved {
         headers.push((CTX_HEADER.to_string(), moved.clone()));
     }

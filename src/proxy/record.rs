@@ -19,15 +19,10 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
     }
 }
 
-/// The one plain line per request (never the body). `reused` is None when crossbar answered
-/// itself before a lease was in play.
-pub(super) fn log_request(row: &RequestRow, reused: Option<bool>, ctx_est: Option<u64>) {
+/// The one plain line per request (never the body). `lease` is `new`, `reused`, `none`
+/// (metadata) or `-` when crossbar answered itself before a lease was in play.
+pub(super) fn log_request(row: &RequestRow, lease: &str, ctx_est: Option<u64>) {
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
-    let lease = match reused {
-        Some(true) => "reused",
-        Some(false) => "new",
-        None => "-",
-    };
     let mut line = format!(
         "route={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
         val(or_dash(&row.route)),

@@ -19,6 +19,21 @@ const NATIVE: &[&str] = &[
     "/apply-template",
 ];
 
+/// Paths llama-server answers without a slot: server metadata and the tokenizer.
+const METADATA: &[&str] = &[
+    "/health",
+    "/props",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+];
+
+/// A request that uses no inference slot upstream and carries no conversation: a `GET`/`HEAD`
+/// (`/v1/models`, `/health`, `/props`...) or a tokenizer call. It takes no lease and no limiter slot.
+pub fn is_metadata(method: &str, rest: &str) -> bool {
+    method == "GET" || method == "HEAD" || METADATA.contains(&rest)
+}
+
 /// Splits a request path (without its query) into the route and the rest to forward upstream,
 /// following the path form `/<route>/<rest>` or the `X-Crossbar-Route` header.
 pub fn resolve(
@@ -85,6 +100,22 @@ mod tests {
             "#,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn metadata_is_what_needs_no_slot() {
+        for (method, rest, want) in [
+            ("GET", "/v1/models", true),
+            ("HEAD", "/health", true),
+            ("GET", "/props", true),
+            ("POST", "/tokenize", true),
+            ("POST", "/apply-template", true),
+            ("POST", "/v1/chat/completions", false),
+            ("POST", "/completion", false),
+            ("POST", "/v1/embeddings", false),
+        ] {
+            assert_eq!(is_metadata(method, rest), want, "{method} {rest}");
+        }
     }
 
     #[track_caller]

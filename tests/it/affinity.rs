@@ -4,7 +4,7 @@
 #[path = "../../benches/affinity/figures.rs"]
 mod figures;
 
-use crate::support::{chat, host, Harness, HostSpec};
+use crate::support::{chat, host, wait_until, Harness, HostSpec};
 use figures::{figures, history_reprefilled, ratio, show_ratio, TurnFacts};
 
 const CHAT: &str = "/projA/v1/chat/completions";
@@ -46,6 +46,47 @@ fn a_heavier_host_takes_more_conversations_in_proportion() {
         big, 4,
         "weight 2 against 1 holds twice the leases: {placed:?}"
     );
+}
+
+#[test]
+fn a_model_listing_neither_steers_new_conversations_nor_waits_for_a_slot() {
+    let h = Harness::start(vec![host("a", 1), host("b", 1)], "queue_timeout = \"1s\"");
+    let gw = h.server().gateway().clone();
+    let models = h.get("/projA/v1/models");
+    assert_eq!(models.status, 200, "{}", models.text());
+    assert_eq!(models.header("X-Crossbar-Lease"), Some("none"));
+    assert!(gw.leases.snapshot().is_empty(), "a listing holds no lease");
+    // Had the listing left a route-level lease, both conversations would inherit its host.
+    let first = h.post(CHAT, &chat("task one", 0, false));
+    let second = h.post(CHAT, &chat("task two", 0, false));
+    assert_ne!(
+        first.header("X-Crossbar-Host"),
+        second.header("X-Crossbar-Host"),
+        "new conversations still spread"
+    );
+
+    // With every slot held by a stream, a listing is answered at once, not queued (it would get
+    // 503 queue timeout after 1 s).
+    for sim in ["a", "b"] {
+        h.sim(sim).set_lockstep(true);
+    }
+    let mut streams: Vec<_> = ["task one", "task two"]
+        .iter()
+        .map(|t| h.open_chat(CHAT, &chat(t, 1, true)))
+        .collect();
+    wait_until("both slots are busy", || {
+        gw.limiter.in_flight("a", "m") + gw.limiter.in_flight("b", "m") == 2
+    });
+    let models = h.get("/projA/v1/models");
+    assert_eq!(models.status, 200, "{}", models.text());
+    let row = h.rows().into_iter().last().expect("a row for the listing");
+    assert_eq!((row.status, row.queued_ms), (200, 0));
+    for sim in ["a", "b"] {
+        h.sim(sim).set_lockstep(false);
+    }
+    for s in &mut streams {
+        assert_eq!(s.read_answer().status, 200);
+    }
 }
 
 fn turn(prev_prompt: u64, prompt_n: u64, cache_n: u64) -> TurnFacts {
