@@ -115,8 +115,16 @@ fn bad_admin_input_is_answered_naming_what_is_wrong() {
     let wrong_type = post(&h, "/admin/pin", json!({"route": 7, "host": "titan"}));
     check_error(&wrong_type, 400, "route");
     // Not an object at all: the answer says what it expected.
-    check_error(&post(&h, "/admin/release", json!("projA")), 400, "bad body: invalid type");
-    check_error(&admin(&h, "POST", "/admin/pin", &[], &Value::Null), 400, "bad body");
+    check_error(
+        &post(&h, "/admin/release", json!("projA")),
+        400,
+        "bad body: invalid type",
+    );
+    check_error(
+        &admin(&h, "POST", "/admin/pin", &[], &Value::Null),
+        400,
+        "bad body",
+    );
     let unknown_host = post(&h, "/admin/drain", json!({"host": "nope", "on": true}));
     check_error(&unknown_host, 404, "nope");
     let unknown_host = post(&h, "/admin/pin", json!({"route": "projA", "host": "nope"}));

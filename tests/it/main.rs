@@ -5,6 +5,7 @@ mod affinity;
 mod broken;
 mod examples;
 mod guard;
+mod limits;
 mod models;
 mod proxy;
 mod restart;
