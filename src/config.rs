@@ -67,15 +67,44 @@ impl Config {
         Config::from_toml(&text)
     }
 
-    /// Parses and validates config text, reporting every problem found.
+    /// Parses and validates config text, reporting every problem found: TOML that does not parse
+    /// is one error; otherwise every wrongly typed value, unknown key and invalid setting is a
+    /// problem of its own, each naming its key.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|err: toml::de::Error| ConfigError::Syntax(err.to_string()))?;
         let mut problems = Vec::new();
-        let deserializer = toml::Deserializer::new(text);
-        let raw: RawConfig = serde_ignored::deserialize(deserializer, |path| {
-            problems.push(Problem::new(path.to_string(), "unknown key"))
-        })
-        .map_err(|err| ConfigError::Syntax(err.to_string().trim_end().to_string()))?;
-        let config = validate(raw, &mut problems);
+        let mut mistyped = Vec::new();
+        // A wrongly typed value stops deserialization: note it, take it out, and go again, so one
+        // mistake does not hide the others. Each round removes a key, so this ends.
+        let raw: RawConfig = loop {
+            let mut unknown = Vec::new();
+            let mut track = serde_path_to_error::Track::new();
+            let value = toml::Value::Table(table.clone());
+            let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
+            match serde_ignored::deserialize(tracked, |path| unknown.push(path.to_string())) {
+                Ok(raw) => {
+                    problems.extend(unknown.into_iter().map(|k| Problem::new(k, "unknown key")));
+                    break raw;
+                }
+                Err(err) => {
+                    let key = track.path().to_string();
+                    // toml adds "in `key`" on a second line; the key is already the problem's.
+                    let message = err.to_string();
+                    let message = message.lines().next().unwrap_or_default().to_string();
+                    problems.push(Problem::new(key.clone(), message));
+                    if !remove_key(&mut table, &key) {
+                        return Err(ConfigError::Invalid(problems));
+                    }
+                    mistyped.push(key);
+                }
+            }
+        };
+        let mut settings = Vec::new();
+        let config = validate(raw, &mut settings);
+        // A removed value may also be reported as missing; its type problem says it better.
+        problems.extend(settings.into_iter().filter(|p| !mistyped.contains(&p.key)));
         if problems.is_empty() {
             Ok(config)
         } else {
@@ -98,6 +127,23 @@ impl Config {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// Removes the value at a dotted `key` path (as serde_path_to_error prints it); false when there is
+/// none (the problem is with the whole file).
+fn remove_key(table: &mut toml::Table, key: &str) -> bool {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let Some(last) = parts.pop() else {
+        return false;
+    };
+    let mut current = table;
+    for part in parts {
+        match current.get_mut(part) {
+            Some(toml::Value::Table(inner)) => current = inner,
+            _ => return false,
+        }
+    }
+    current.remove(last).is_some()
 }
 
 /// One problem in a config, tied to the key it concerns.

@@ -208,11 +208,32 @@ fn urls_are_checked() {
 }
 
 #[test]
-fn wrong_types_are_a_syntax_error_naming_the_key() {
-    let text = format!("workers = \"many\"\n{MINIMAL}");
+fn wrong_types_are_each_a_problem_naming_the_key_and_hide_nothing() {
+    let text = format!(
+        "workers = \"many\"\nlease_idle = 5\nbogus = 1\n{MINIMAL}\n\
+         [hosts.extra]\nurl = \"http://10.0.0.9:8080\"\nweight = \"heavy\"\n\
+         [hosts.extra.models.m]\nparallel = \"two\"\n"
+    );
     let lines = problems(&text);
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("workers"), "{lines:?}");
+    assert_eq!(
+        lines,
+        [
+            "hosts.extra.models.m.parallel: invalid type: string \"two\", expected i64",
+            "hosts.extra.weight: invalid type: string \"heavy\", expected u32",
+            "lease_idle: invalid type: integer `5`, expected a string",
+            "workers: invalid type: string \"many\", expected usize",
+            "bogus: unknown key",
+        ]
+    );
+}
+
+#[test]
+fn toml_that_does_not_parse_is_one_error_with_its_line() {
+    let err = Config::from_toml("workers = [1,\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("config is not valid TOML:"), "{err}");
+    assert!(err.contains("line"), "{err}");
 }
 
 #[test]
