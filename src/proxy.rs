@@ -7,23 +7,23 @@
 //! limiter and health table are called between reads and writes, never around them.
 
 mod ctxguard;
+mod error;
 mod forward;
 mod record;
 mod route;
 
-use std::fmt;
 use std::io::Read;
 use std::time::Instant;
 
 use crate::config::Config;
 use crate::fingerprint;
-use crate::lease::{Key, LeaseError};
-use crate::limiter::LimitError;
+use crate::lease::Key;
 use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::wire;
 
+pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::resolve;
 
@@ -33,111 +33,6 @@ pub const HOST_HEADER: &str = "X-Crossbar-Host";
 pub const LEASE_HEADER: &str = "X-Crossbar-Lease";
 pub const ROUTE_HEADER: &str = "X-Crossbar-Route";
 pub const CTX_HEADER: &str = "X-Crossbar-Ctx";
-
-/// Why crossbar answers a request itself instead of forwarding it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProxyError {
-    MissingRoute,
-    ConflictingRoute,
-    UnknownRoute(String),
-    NotFound,
-    BodyTooLarge,
-    PromptTooLarge { estimate: u64, max: u64 },
-    NoHealthyHost,
-    PinnedDown(String),
-    QueueFull,
-    QueueTimeout,
-    ShuttingDown,
-    Upstream { host: String, detail: String },
-    Internal(String),
-}
-
-impl ProxyError {
-    pub fn status(&self) -> u16 {
-        match self {
-            ProxyError::MissingRoute | ProxyError::ConflictingRoute => 400,
-            ProxyError::PromptTooLarge { .. } => 400,
-            ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
-            ProxyError::BodyTooLarge => 413,
-            ProxyError::NoHealthyHost
-            | ProxyError::PinnedDown(_)
-            | ProxyError::QueueFull
-            | ProxyError::QueueTimeout
-            | ProxyError::ShuttingDown => 503,
-            ProxyError::Upstream { .. } => 502,
-            ProxyError::Internal(_) => 500,
-        }
-    }
-
-    /// The JSON answer: `{"error": "..."}` plus the fields the spec names.
-    pub fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::json!({ "error": self.to_string() });
-        match self {
-            ProxyError::PromptTooLarge { estimate, max } => {
-                body["estimate"] = (*estimate).into();
-                body["max"] = (*max).into();
-            }
-            ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
-            ProxyError::PinnedDown(host) => body["host"] = host.clone().into(),
-            _ => {}
-        }
-        body
-    }
-
-    /// Seconds a client should wait before retrying a 503.
-    fn retry_after(&self, health_interval_s: u64) -> Option<u64> {
-        match self {
-            ProxyError::NoHealthyHost | ProxyError::PinnedDown(_) => Some(health_interval_s.max(1)),
-            ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
-            ProxyError::QueueTimeout => Some(5),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for ProxyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProxyError::MissingRoute => "missing route",
-            ProxyError::ConflictingRoute => "conflicting route",
-            ProxyError::UnknownRoute(_) => "unknown route",
-            ProxyError::NotFound => "not found",
-            ProxyError::BodyTooLarge => "body too large",
-            ProxyError::PromptTooLarge { .. } => "prompt too large",
-            ProxyError::NoHealthyHost => "no healthy host",
-            ProxyError::PinnedDown(_) => "pinned host down",
-            ProxyError::QueueFull => "queue full",
-            ProxyError::QueueTimeout => "queue timeout",
-            ProxyError::ShuttingDown => "shutting down",
-            ProxyError::Upstream { .. } => "upstream error",
-            ProxyError::Internal(_) => "internal error",
-        })
-    }
-}
-
-impl std::error::Error for ProxyError {}
-
-impl From<LeaseError> for ProxyError {
-    fn from(err: LeaseError) -> ProxyError {
-        match err {
-            LeaseError::NoHost => ProxyError::NoHealthyHost,
-            LeaseError::PinnedDown { host } => ProxyError::PinnedDown(host),
-            other => ProxyError::Internal(other.to_string()),
-        }
-    }
-}
-
-impl From<LimitError> for ProxyError {
-    fn from(err: LimitError) -> ProxyError {
-        match err {
-            LimitError::QueueFull => ProxyError::QueueFull,
-            LimitError::Timeout => ProxyError::QueueTimeout,
-            LimitError::Closed => ProxyError::ShuttingDown,
-            // Not reached: `prepare` refuses a model the host does not serve.
-            LimitError::NotConfigured => ProxyError::NoHealthyHost,
-        }
-    }
-}
 
 /// What the client asked, copied out of the tiny_http request before its body is read.
 #[derive(Debug)]
@@ -365,7 +260,7 @@ fn read_body(request: &mut tiny_http::Request, incoming: &Incoming) -> Result<Ve
         .as_reader()
         .take(MAX_BODY as u64 + 1)
         .read_to_end(&mut body)
-        .map_err(|err| ProxyError::Internal(format!("reading the request body: {err}")))?;
+        .map_err(|err| ProxyError::BadBody(err.to_string()))?;
     if body.len() > MAX_BODY {
         return Err(ProxyError::BodyTooLarge);
     }
@@ -385,6 +280,8 @@ fn refuse(
     if let ProxyError::Upstream { host, detail } = &err {
         row.host = host.clone();
         row.err = format!("upstream error: {detail}");
+    } else if let ProxyError::BadBody(detail) = &err {
+        row.err = format!("{err}: {detail}");
     } else if let ProxyError::Internal(detail) = &err {
         row.err = detail.clone();
         log::error!(

@@ -1,4 +1,5 @@
-//! What a client may send: a body over 16 MiB is refused whether or not it declares its length.
+//! What a client may send: a body over 16 MiB is refused whether or not it declares its length;
+//! a body that cannot be read is the client's error, not crossbar's.
 
 use std::io::Write;
 
@@ -35,4 +36,23 @@ fn a_chunked_body_over_16_mib_is_refused_without_a_length_to_go_by() {
     );
     let rows = h.rows();
     assert_eq!(rows.last().map(|r| r.status), Some(413), "{rows:#?}");
+}
+
+#[test]
+fn a_malformed_chunked_body_is_a_400_not_an_internal_error() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let mut conn = Conn::open(h.addr());
+    conn.reader
+        .get_mut()
+        .write_all(
+            b"POST /projA/v1/chat/completions HTTP/1.1\r\nHost: crossbar\r\n\
+              Transfer-Encoding: chunked\r\n\r\nzz\r\nnot hex\r\n0\r\n\r\n",
+        )
+        .unwrap();
+    let answer = conn.read_answer();
+    assert_eq!(answer.status, 400, "{}", answer.text());
+    assert_eq!(answer.json()["error"], "unreadable body");
+    let row = h.rows().into_iter().last().expect("a row");
+    assert_eq!(row.status, 400);
+    assert!(row.err.starts_with("unreadable body: "), "{}", row.err);
 }
