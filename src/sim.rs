@@ -43,6 +43,8 @@ pub struct SimConfig {
     pub decode_us_per_token: u64,
     /// Bounded RAM prompt cache (`--cache-ram`) in tokens; 0 = none.
     pub ram_cache_tokens: u64,
+    /// `--slot-prompt-similarity` (default 0.10); 0 = choose idle slots by LRU only.
+    pub slot_prompt_similarity: f64,
     /// When set, everything but `/health`, `/models`, `/v1/models` needs this key.
     pub api_key: Option<String>,
     /// Router mode: `(model id, status.value)` listed at `GET /models` and `GET /v1/models`.
@@ -60,6 +62,7 @@ impl Default for SimConfig {
             prefill_us_per_token: 0,
             decode_us_per_token: 0,
             ram_cache_tokens: 0,
+            slot_prompt_similarity: cache::SIMILARITY,
             api_key: None,
             router_models: None,
             default_max_tokens: 8,
@@ -176,7 +179,8 @@ impl Sim {
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             pool: Mutex::new(PoolState {
-                pool: cache::Pool::new(cfg.slots, cfg.ram_cache_tokens),
+                pool: cache::Pool::new(cfg.slots, cfg.ram_cache_tokens)
+                    .with_similarity(cfg.slot_prompt_similarity),
                 closed: false,
             }),
             cfg,

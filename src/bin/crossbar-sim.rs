@@ -20,6 +20,8 @@ OPTIONS:
   --prefill-us N           simulated microseconds per uncached prompt token [default: 0]
   --decode-us N            simulated microseconds per generated token [default: 0]
   --ram-cache-tokens N     RAM prompt cache size in tokens, 0 = none [default: 0]
+  --slot-prompt-similarity F
+                           pick a slot by common prefix above this share, 0 = LRU only [default: 0.1]
   --api-key KEY            require this API key (Bearer or X-Api-Key)
   --max-tokens N           tokens generated when a request sets no limit [default: 8]
   -h, --help               print this help
@@ -68,6 +70,16 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<(String, SimConfig
             Long("decode-us") => cfg.decode_us_per_token = number(&mut parser, "--decode-us")?,
             Long("ram-cache-tokens") => {
                 cfg.ram_cache_tokens = number(&mut parser, "--ram-cache-tokens")?
+            }
+            Long("slot-prompt-similarity") => {
+                let text = parser.value()?.string()?;
+                cfg.slot_prompt_similarity = text
+                    .parse()
+                    .ok()
+                    .filter(|f: &f64| (0.0..=1.0).contains(f))
+                    .ok_or(format!(
+                        "--slot-prompt-similarity wants 0 to 1, got {text:?}"
+                    ))?;
             }
             Long("api-key") => cfg.api_key = Some(parser.value()?.string()?),
             Long("max-tokens") => cfg.default_max_tokens = number(&mut parser, "--max-tokens")?,

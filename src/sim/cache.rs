@@ -1,6 +1,8 @@
 //! The simulated prompt cache: slots that remember their last prompt (+ generated text) and a bounded
-//! RAM cache of evicted slot states, chosen the way llama-server chooses (longest common prefix above
-//! 10 % similarity, else the least recently used idle slot).
+//! RAM cache of slot states, chosen the way llama-server (b11434) chooses: the idle slot with the
+//! longest common prefix above `--slot-prompt-similarity` (0.10; 0 turns this off), else the least
+//! recently used idle slot; and, as its default `--cache-idle-slots` does, a copy of every other idle
+//! slot saved to the RAM cache each time a task starts.
 //!
 //! Pure bookkeeping: no I/O, no clocks, no waiting — the caller holds the lock and waits for a slot.
 //! Tokens are a deterministic stand-in for a tokenizer: 4 bytes of rendered prompt per token.
@@ -19,7 +21,7 @@ fn common_tokens(a: &[u8], b: &[u8]) -> u64 {
 }
 
 /// `--slot-prompt-similarity` default.
-const SIMILARITY: f64 = 0.10;
+pub(super) const SIMILARITY: f64 = 0.10;
 
 /// Where a request landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,8 @@ pub(super) struct Pool {
     slots: Vec<Slot>,
     ram: Vec<Entry>,
     ram_limit: u64,
+    /// Slot choice by common prefix needs more than this share of the prompt; 0 = LRU only.
+    similarity: f64,
     tick: u64,
 }
 
@@ -60,8 +64,15 @@ impl Pool {
             slots: (0..slots.max(1)).map(|_| Slot::default()).collect(),
             ram: Vec::new(),
             ram_limit: ram_limit_tokens,
+            similarity: SIMILARITY,
             tick: 0,
         }
+    }
+
+    /// Sets `--slot-prompt-similarity` (0 disables choosing a slot by prefix).
+    pub fn with_similarity(mut self, similarity: f64) -> Pool {
+        self.similarity = similarity;
+        self
     }
 
     /// Busy flag of every slot, by slot id.
@@ -74,9 +85,11 @@ impl Pool {
     pub fn try_take(&mut self, prompt: &[u8], use_cache: bool) -> Option<Taken> {
         let prompt_tokens = tokens(prompt.len());
         let idle = || self.slots.iter().enumerate().filter(|(_, s)| !s.busy);
+        let similarity = self.similarity;
         let by_prefix = idle()
+            .filter(|_| similarity > 0.0)
             .map(|(i, s)| (i, common_tokens(&s.cached, prompt)))
-            .filter(|&(_, n)| n > 0 && n as f64 / prompt_tokens.max(1) as f64 > SIMILARITY)
+            .filter(|&(_, n)| n > 0 && n as f64 / prompt_tokens.max(1) as f64 > similarity)
             .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
             .map(|(i, _)| i);
         // As llama-server's get_available_slot: a slot chosen by similarity is saved to RAM only if
@@ -94,8 +107,11 @@ impl Pool {
 
         let mut text = std::mem::take(&mut self.slots[id].cached);
         let mut reused = common_tokens(&text, prompt);
-        if update_cache && !text.is_empty() && self.ram_limit > 0 {
-            self.save(text.clone());
+        if update_cache && self.ram_limit > 0 {
+            // An empty slot has nothing to save, but may still load a state from RAM.
+            if !text.is_empty() {
+                self.save(text.clone());
+            }
             if let Some((i, n)) = self.best_in_ram(prompt) {
                 if n > reused {
                     self.ram[i].last_used = tick;
@@ -108,6 +124,16 @@ impl Pool {
         slot.cached = text;
         slot.busy = true;
         slot.last_used = tick;
+        // `--cache-idle-slots`: the other idle slots' states are copied to RAM as the task starts.
+        if self.ram_limit > 0 {
+            let idle: Vec<Vec<u8>> = (self.slots.iter())
+                .filter(|s| !s.busy && !s.cached.is_empty())
+                .map(|s| s.cached.clone())
+                .collect();
+            for text in idle {
+                self.save(text);
+            }
+        }
         let cache_n = if use_cache {
             reused.min(prompt_tokens.saturating_sub(1))
         } else {
@@ -262,5 +288,49 @@ mod tests {
         assert_eq!(pool.try_take(B.as_bytes(), true), None);
         pool.put_back(t.slot, Vec::new());
         assert!(pool.try_take(B.as_bytes(), true).is_some());
+    }
+
+    /// Measured on llama-server b11434 (4 slots): two conversations sharing a system prompt both
+    /// land on the first one's slot, and each turn gets back only the shared prefix.
+    #[test]
+    fn siblings_sharing_a_system_prompt_take_turns_losing_their_histories() {
+        let sys = "system: you are a careful assistant who always answers in short sentences\n";
+        let a1 = format!("{sys}user: rome?\n");
+        let b1 = format!("{sys}user: a poem\n");
+        let a2 = format!("{a1}assistant: it fell\nuser: why?\n");
+        let b2 = format!("{b1}assistant: roses\nuser: more\n");
+        let shared = (format!("{sys}user: ").len() / TOKEN_BYTES) as u64;
+        let mut pool = Pool::new(4, 100_000);
+        let slot = turn(&mut pool, &a1).0;
+        assert_eq!(turn(&mut pool, &b1), (slot, shared), "b takes a's slot");
+        assert_eq!(turn(&mut pool, &a2), (slot, shared), "a's history is gone");
+        assert_eq!(turn(&mut pool, &b2), (slot, shared), "and then b's");
+    }
+
+    /// With `--slot-prompt-similarity 0` (and the RAM cache) each turn finds its history again.
+    #[test]
+    fn without_similarity_each_turn_gets_its_history_back_from_ram() {
+        let sys = "system: you are a careful assistant who always answers in short sentences\n";
+        let a1 = format!("{sys}user: rome?\n");
+        let b1 = format!("{sys}user: a poem\n");
+        let a2 = format!("{a1}assistant: it fell\nuser: why?\n");
+        let b2 = format!("{b1}assistant: roses\nuser: more\n");
+        let mut pool = Pool::new(4, 100_000).with_similarity(0.0);
+        turn(&mut pool, &a1);
+        assert_eq!(turn(&mut pool, &b1).1, 0, "no prefix sharing across slots");
+        // Whole tokens of the previous turn's text (what was generated is part of it in real use).
+        assert_eq!(turn(&mut pool, &a2).1, (a1.len() / TOKEN_BYTES) as u64);
+        assert_eq!(turn(&mut pool, &b2).1, (b1.len() / TOKEN_BYTES) as u64);
+    }
+
+    #[test]
+    fn idle_slots_are_copied_to_ram_when_a_task_starts() {
+        let mut pool = Pool::new(2, 1000);
+        turn(&mut pool, A);
+        turn(&mut pool, B);
+        // A's slot was idle when B started: its copy is in RAM, so A survives C and D.
+        turn(&mut pool, C);
+        turn(&mut pool, &format!("{C}{C}"));
+        assert_eq!(turn(&mut pool, A).1, tokens(A.len()) - 1);
     }
 }
