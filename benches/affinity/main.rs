@@ -31,6 +31,8 @@ use workload::{Shape, MODEL};
 pub struct Scenario {
     pub name: &'static str,
     pub ram_cache_tokens: u64,
+    /// llama-server's `--slot-prompt-similarity` on every host.
+    pub similarity: f64,
     /// Kill the busiest host once half of all turns are done.
     pub kill: bool,
 }
@@ -39,21 +41,33 @@ pub struct Scenario {
 const ROOMY: u64 = 150_000;
 /// Room for one or two of these conversations.
 const SMALL: u64 = 8_192;
-const SCENARIOS: [Scenario; 3] = [
+/// llama-server's default `--slot-prompt-similarity`.
+const SPS: f64 = 0.10;
+const SCENARIOS: [Scenario; 4] = [
     Scenario {
         name: "roomy",
         ram_cache_tokens: ROOMY,
+        similarity: SPS,
         kill: false,
     },
     Scenario {
         name: "small",
         ram_cache_tokens: SMALL,
+        similarity: SPS,
         kill: false,
     },
     Scenario {
         name: "killed",
         ram_cache_tokens: ROOMY,
+        similarity: SPS,
         kill: true,
+    },
+    // The operator's fix for conversations that share a system prompt (docs/OPERATIONS.md).
+    Scenario {
+        name: "sps0",
+        ram_cache_tokens: ROOMY,
+        similarity: 0.0,
+        kill: false,
     },
 ];
 
@@ -189,6 +203,7 @@ fn run(scenario: Scenario, kind: Kind, n: usize, shape: &Shape, dir: &std::path:
                 prefill_us_per_token: PREFILL_US,
                 decode_us_per_token: DECODE_US,
                 ram_cache_tokens: scenario.ram_cache_tokens,
+                slot_prompt_similarity: scenario.similarity,
                 ..SimConfig::default()
             })
         })
