@@ -9,7 +9,7 @@ use crossbar::sim::{Fault, Sim, SimConfig};
 use crossbar::store::{LeaseEvent, Reason};
 use serde_json::{json, Value};
 
-use crate::support::{chat, request, temp_dir, wait_until, Answer, Harness};
+use crate::support::{self, chat, request, temp_dir, wait_until, Answer, Harness};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -327,4 +327,30 @@ fn an_idle_lease_is_swept_and_the_next_turn_gets_a_new_one() {
         ("titan", "")
     );
     check_answer(&h.post(CHAT, &chat(first, 1, false)), "titan", "new", None);
+}
+
+#[test]
+fn a_pinned_host_that_is_down_answers_503_pinned_host_down() {
+    let h = Harness::start(
+        vec![support::host("titan", 1), support::host("mini", 1)],
+        "",
+    );
+    let gw = h.server().gateway().clone();
+    gw.leases.pin("projA", "mini", 0).unwrap();
+    // The box dies; the health poller notices it (no request has to fail first).
+    h.sim("mini").set_fault(Fault::Refuse);
+    wait_until("mini is polled down", || !gw.health.healthy("mini"));
+    let refused = h.post(CHAT, &chat("hello", 0, false));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.json()["error"], "pinned host down");
+    assert!(refused.header("Retry-After").is_some());
+    assert_eq!(refused.json()["host"], "mini");
+    // Back up: the pin holds and the route is served by mini again, never by titan.
+    h.sim("mini").set_fault(Fault::None);
+    wait_until("mini is polled up", || gw.health.healthy("mini"));
+    assert_eq!(
+        h.post(CHAT, &chat("hello", 0, false))
+            .header("X-Crossbar-Host"),
+        Some("mini")
+    );
 }

@@ -324,25 +324,6 @@ fn an_upstream_that_refuses_is_a_502_then_the_host_is_down_503() {
 }
 
 #[test]
-fn a_pinned_host_that_is_down_answers_503_pinned_host_down() {
-    // One poll only (at start), and mark_down after it: a later poll would mark mini up again.
-    let h = Harness::start(
-        vec![host("titan", 1), host("mini", 1)],
-        "health_interval = \"1h\"",
-    );
-    assert_eq!(h.post(CHAT, &chat("hello", 0, false)).status, 200);
-    let gw = h.server().gateway().clone();
-    gw.leases.pin("projA", "mini", 0).unwrap();
-    gw.health
-        .mark_down("mini", crossbar::health::DownReason::Unreachable, 0);
-    check_error(
-        &h.post(CHAT, &chat("hello", 0, false)),
-        503,
-        "pinned host down",
-    );
-}
-
-#[test]
 fn upstream_error_statuses_pass_through_unchanged() {
     let h = Harness::start(vec![host("titan", 1)], "");
     h.sim("titan").set_fault(Fault::Status(500));
