@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use crossbar::config::Config;
 use crossbar::server::Server;
-use crossbar::sim::Sim;
 use parking_lot::Mutex;
 
+use crate::hosts::Host;
 use crate::workload::{Target, MODEL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub enum Running {
 }
 
 impl Running {
-    pub fn start(kind: Kind, hosts: &[Sim], slots: usize, dir: &Path) -> Result<Running, String> {
+    pub fn start(kind: Kind, hosts: &[Host], slots: usize, dir: &Path) -> Result<Running, String> {
         match kind {
             Kind::Crossbar => {
                 let text = crossbar_config(hosts, slots, dir);
@@ -64,7 +64,7 @@ impl Running {
             }
             Kind::RoundRobin | Kind::LeastConn => start_nginx(kind, hosts, dir),
             Kind::Oracle => {
-                let urls: Vec<String> = hosts.iter().map(Sim::url).collect();
+                let urls: Vec<String> = hosts.iter().map(Host::url).collect();
                 Ok(Running::Oracle(Mutex::new(Vec::new()), urls))
             }
         }
@@ -122,7 +122,7 @@ impl Drop for Running {
 
 /// crossbar as an operator would set it up for these hosts: one route over all of them, the
 /// hosts' real slot counts, a health poll every second.
-fn crossbar_config(hosts: &[Sim], slots: usize, dir: &Path) -> String {
+fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path) -> String {
     let db = dir.join("crossbar.db");
     let _ = std::fs::remove_file(&db);
     let mut t = format!(
@@ -145,7 +145,7 @@ fn crossbar_config(hosts: &[Sim], slots: usize, dir: &Path) -> String {
     t
 }
 
-fn start_nginx(kind: Kind, hosts: &[Sim], dir: &Path) -> Result<Running, String> {
+fn start_nginx(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Running, String> {
     let port = free_port()?;
     let prefix = dir.join(kind.name());
     std::fs::create_dir_all(&prefix).map_err(|e| format!("{}: {e}", prefix.display()))?;
@@ -181,7 +181,7 @@ fn start_nginx(kind: Kind, hosts: &[Sim], dir: &Path) -> Result<Running, String>
 
 /// What a homelab puts in front of llama-server: streaming-safe proxying, long reads, and nginx's
 /// defaults for failures (`max_fails=1 fail_timeout=10s`, retry the next server on errors).
-fn nginx_config(kind: Kind, hosts: &[Sim], port: u16, prefix: &Path) -> String {
+fn nginx_config(kind: Kind, hosts: &[Host], port: u16, prefix: &Path) -> String {
     let balance = if kind == Kind::LeastConn {
         "least_conn;"
     } else {

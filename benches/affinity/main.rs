@@ -13,18 +13,19 @@
 
 mod figures;
 mod frontend;
+mod hosts;
 mod report;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crossbar::sim::{Fault, Sim, SimConfig};
 use parking_lot::Mutex;
 
 use figures::{Figures, TurnFacts};
 use frontend::{Kind, Running};
-use workload::{Shape, MODEL};
+use hosts::{Host, Real, Setup, Work};
+use workload::Shape;
 
 /// One way of running the hosts.
 #[derive(Debug, Clone, Copy)]
@@ -98,10 +99,10 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO --random-starts --seed S --seeds N)");
+        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO --random-starts --seed S --seeds N --llama-server BIN --model GGUF)");
         std::process::exit(2)
     });
-    let hosts = opts.hosts.max(1);
+    let hosts = opts.hosts;
     let shape = Shape {
         conversations: opts.conversations.max(1),
         turns: opts.turns.max(1),
@@ -115,9 +116,13 @@ fn main() {
         seed: opts.seed,
     };
     let dir = temp_dir();
+    let kind_of_host = match &opts.real {
+        Some(real) => format!("real llama-server {}", real.binary.display()),
+        None => format!("simulated, prefill {PREFILL_US} us/token, decode {DECODE_US} us/token"),
+    };
     println!(
         "crossbar cache-affinity benchmark: {hosts} hosts x {SLOTS} slots, {} conversations x {} \
-         turns, prefill {PREFILL_US} us/token, decode {DECODE_US} us/token\n",
+         turns; hosts {kind_of_host}\n",
         shape.conversations, shape.turns
     );
     println!("{}", report::header());
@@ -133,7 +138,7 @@ fn main() {
                     seed,
                     ..shape.clone()
                 };
-                sum.add(run(scenario, kind, hosts, &shape, &dir));
+                sum.add(run(scenario, kind, &opts, &shape, &dir));
             }
             let row = sum.row(scenario, kind);
             println!("{}", report::line(&row, &rows));
@@ -145,7 +150,8 @@ fn main() {
     for line in report::ratios(&rows) {
         println!("{line}");
     }
-    if opts.only.is_none() {
+    // The committed figures are the simulated ones; a real-server run only prints.
+    if opts.only.is_none() && opts.real.is_none() {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let seeds = opts.seed..opts.seed + opts.seeds;
         match report::write_docs(&root, &rows, hosts, &shape, seeds) {
@@ -193,47 +199,57 @@ impl Sample {
 }
 
 /// One run: fresh hosts, the front end, the whole workload once.
-fn run(scenario: Scenario, kind: Kind, n: usize, shape: &Shape, dir: &std::path::Path) -> Sample {
-    let sims: Vec<Sim> = (0..n)
-        .map(|_| {
-            Sim::start(SimConfig {
-                alias: MODEL.to_string(),
-                n_ctx: SLOT_CTX * SLOTS as u64,
-                slots: SLOTS,
-                prefill_us_per_token: PREFILL_US,
-                decode_us_per_token: DECODE_US,
-                ram_cache_tokens: scenario.ram_cache_tokens,
-                slot_prompt_similarity: scenario.similarity,
-                ..SimConfig::default()
-            })
-        })
-        .collect();
-    let running = Running::start(kind, &sims, SLOTS, dir)
+fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path) -> Sample {
+    let setup = Setup {
+        slots: SLOTS,
+        slot_ctx: SLOT_CTX,
+        prefill_us: PREFILL_US,
+        decode_us: DECODE_US,
+        ram_cache_tokens: scenario.ram_cache_tokens,
+        similarity: scenario.similarity,
+        reply_tokens: shape.reply_tokens,
+    };
+    let hosts: Vec<Host> = (0..opts.hosts)
+        .map(|_| Host::start(&setup, opts.real.as_ref()))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("cannot start a host: {e}"));
+    let running = Running::start(kind, &hosts, SLOTS, dir)
         .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
     if let Running::Crossbar(Some(server), _) = &running {
-        wait_for_first_polls(server, n);
+        wait_for_first_polls(server, opts.hosts);
     }
     let killed = Mutex::new(None);
     let at_half = || {
         if scenario.kill {
             // The busiest host so far: where a front end put most of its work, it loses most.
-            let busiest = (0..sims.len()).max_by_key(|&i| sims[i].stats().completions);
+            let busiest = (0..hosts.len()).max_by_key(|&i| hosts[i].completions());
             if let Some(i) = busiest {
-                sims[i].set_fault(Fault::Refuse);
+                hosts[i].kill();
                 *killed.lock() = Some(i);
             }
         }
     };
     let (turns, wall) = workload::play(shape, &running, &at_half);
     drop(running);
-    let stats: Vec<_> = sims.iter().map(Sim::stats).collect();
+    let work: Option<Vec<Work>> = hosts.iter().map(Host::work).collect();
+    // A real server's own counts are not at hand: the clients' `timings` stand in.
+    let (prompt_n, cache_n) = match &work {
+        Some(w) => (
+            w.iter().map(|s| s.prompt_n).sum(),
+            w.iter().map(|s| s.cache_n).sum(),
+        ),
+        None => (
+            turns.iter().filter(|t| t.ok).map(|t| t.prompt_n).sum(),
+            turns.iter().filter(|t| t.ok).map(|t| t.cache_n).sum(),
+        ),
+    };
     let killed = killed.lock().take();
     Sample {
         turns,
-        prompt_n: stats.iter().map(|s| s.prompt_n).sum(),
-        cache_n: stats.iter().map(|s| s.cache_n).sum(),
+        prompt_n,
+        cache_n,
         wall_s: wall.as_secs_f64(),
-        per_host: stats.iter().map(|s| s.completions).collect(),
+        per_host: hosts.iter().map(Host::completions).collect(),
         killed: killed.into_iter().collect(),
     }
 }
@@ -258,11 +274,13 @@ struct Options {
     hosts: usize,
     conversations: usize,
     turns: usize,
-    /// Run only this scenario (docs are then left alone).
+    /// Run only this scenario (docs are then left alone, as with `real`).
     only: Option<String>,
     random_starts: bool,
     seed: u64,
     seeds: u64,
+    /// Real llama-server processes instead of sims (`--llama-server BIN --model GGUF`).
+    real: Option<Real>,
 }
 
 fn options() -> Result<Options, lexopt::Error> {
@@ -275,21 +293,30 @@ fn options() -> Result<Options, lexopt::Error> {
         random_starts: false,
         seed: 1,
         seeds: 1,
+        real: None,
     };
+    let (mut binary, mut model) = (None, None);
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
             Long("bench") => {}
-            Long("hosts") => o.hosts = parser.value()?.parse()?,
+            Long("hosts") => o.hosts = parser.value()?.parse::<usize>()?.max(1),
             Long("conversations") => o.conversations = parser.value()?.parse()?,
             Long("turns") => o.turns = parser.value()?.parse()?,
             Long("only") => o.only = Some(parser.value()?.string()?),
             Long("random-starts") => o.random_starts = true,
             Long("seed") => o.seed = parser.value()?.parse()?,
             Long("seeds") => o.seeds = parser.value()?.parse::<u64>()?.max(1),
+            Long("llama-server") => binary = Some(PathBuf::from(parser.value()?)),
+            Long("model") => model = Some(PathBuf::from(parser.value()?)),
             _ => return Err(arg.unexpected()),
         }
     }
+    o.real = match (binary, model) {
+        (Some(binary), Some(model)) => Some(Real { binary, model }),
+        (None, None) => None,
+        _ => return Err("--llama-server and --model go together".into()),
+    };
     Ok(o)
 }
 
