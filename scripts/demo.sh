@@ -50,15 +50,18 @@ cargo build --release --bins --example demo_client
 
 say "starting two simulated llama-servers"
 # titan: 2 slots of 16k context; mini: 1 slot of 8k. 300 us per uncached prompt token.
+# Started in this shell (not in a `$(...)` subshell), so their pids reach PIDS and the cleanup.
 start_sim() {
   local name=$1; shift
   "$BIN/crossbar-sim" --listen 127.0.0.1:0 --alias qwen-coder --prefill-us 300 --decode-us 2000 \
     --max-tokens 16 "$@" >"$WORK/$name.out" 2>&1 &
   PIDS+=($!)
-  wait_line "$WORK/$name.out" '^sim listening on ' | sed -e 's/^sim listening on //'
 }
-TITAN_URL="$(start_sim titan --ctx 32768 --slots 2)"
-MINI_URL="$(start_sim mini --ctx 8192 --slots 1)"
+sim_url() { wait_line "$WORK/$1.out" '^sim listening on ' | sed -e 's/^sim listening on //'; }
+start_sim titan --ctx 32768 --slots 2
+start_sim mini --ctx 8192 --slots 1
+TITAN_URL="$(sim_url titan)"
+MINI_URL="$(sim_url mini)"
 echo "titan: $TITAN_URL (2 slots x 16384 ctx)"
 echo "mini:  $MINI_URL (1 slot x 8192 ctx)"
 
