@@ -197,10 +197,7 @@ fn prepare<'c>(
     if let Some(moved) = &moved {
         row.host = moved.to.clone();
     }
-    let host = config
-        .hosts
-        .get(&row.host)
-        .ok_or_else(|| ProxyError::Internal(format!("host {} is not configured", row.host)))?;
+    let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
         rest,
@@ -233,10 +230,7 @@ fn metadata_plan<'c>(
     };
     row.fp.clear();
     row.host = gw.leases.lookup(&key, candidates)?;
-    let host = config
-        .hosts
-        .get(&row.host)
-        .ok_or_else(|| ProxyError::Internal(format!("host {} is not configured", row.host)))?;
+    let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
         rest,
@@ -245,6 +239,17 @@ fn metadata_plan<'c>(
         ctx_moved: None,
     };
     Ok((plan, key))
+}
+
+/// The config entry of a host the lease table named (it only names configured hosts).
+fn configured_host<'c>(
+    config: &'c Config,
+    name: &str,
+) -> Result<&'c crate::config::Host, ProxyError> {
+    config
+        .hosts
+        .get(name)
+        .ok_or_else(|| ProxyError::Internal(format!("host {name} is not configured")))
 }
 
 /// Reads the body, refusing more than [`MAX_BODY`] bytes.
