@@ -260,25 +260,6 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_system_prompt_pulls_a_new_conversation_into_the_same_slot() {
-        // Real llama-server behaviour: similarity (0.6 here) beats the idle empty slot, and as more
-        // than half of the old state is kept, nothing is saved: the first conversation's tail is lost.
-        let sys = "system: you are a careful assistant who always answers in short sentences\n";
-        let a = format!("{sys}user: rome?\n");
-        let b = format!("{sys}user: a poem\n");
-        let mut pool = Pool::new(2, 1000);
-        let (slot_a, _) = turn(&mut pool, &a);
-        let (slot_b, cache_n) = turn(&mut pool, &b);
-        let shared = format!("{sys}user: ").len() / TOKEN_BYTES;
-        assert_eq!((slot_b, cache_n), (slot_a, shared as u64));
-        let (_, cache_n) = turn(&mut pool, &a);
-        assert!(
-            cache_n < tokens(a.len()) - 1,
-            "only the shared prefix is reused"
-        );
-    }
-
-    #[test]
     fn busy_slots_are_not_taken_and_cache_prompt_false_reuses_nothing() {
         let mut pool = Pool::new(1, 0);
         turn(&mut pool, A);
@@ -290,16 +271,24 @@ mod tests {
         assert!(pool.try_take(B.as_bytes(), true).is_some());
     }
 
-    /// Measured on llama-server b11434 (4 slots): two conversations sharing a system prompt both
-    /// land on the first one's slot, and each turn gets back only the shared prefix.
-    #[test]
-    fn siblings_sharing_a_system_prompt_take_turns_losing_their_histories() {
-        let sys = "system: you are a careful assistant who always answers in short sentences\n";
-        let a1 = format!("{sys}user: rome?\n");
-        let b1 = format!("{sys}user: a poem\n");
+    const SYS: &str = "system: you are a careful assistant who always answers in short sentences\n";
+
+    /// Two conversations sharing [`SYS`], two turns each: `[a1, b1, a2, b2]`.
+    fn siblings() -> [String; 4] {
+        let a1 = format!("{SYS}user: rome?\n");
+        let b1 = format!("{SYS}user: a poem\n");
         let a2 = format!("{a1}assistant: it fell\nuser: why?\n");
         let b2 = format!("{b1}assistant: roses\nuser: more\n");
-        let shared = (format!("{sys}user: ").len() / TOKEN_BYTES) as u64;
+        [a1, b1, a2, b2]
+    }
+
+    /// Measured on llama-server b11434 (4 slots): two conversations sharing a system prompt both
+    /// land on the first one's slot (similarity beats an empty slot), and as more than half of the
+    /// old state is kept nothing is saved: each turn gets back only the shared prefix.
+    #[test]
+    fn siblings_sharing_a_system_prompt_take_turns_losing_their_histories() {
+        let [a1, b1, a2, b2] = siblings();
+        let shared = (format!("{SYS}user: ").len() / TOKEN_BYTES) as u64;
         let mut pool = Pool::new(4, 100_000);
         let slot = turn(&mut pool, &a1).0;
         assert_eq!(turn(&mut pool, &b1), (slot, shared), "b takes a's slot");
@@ -310,11 +299,7 @@ mod tests {
     /// With `--slot-prompt-similarity 0` (and the RAM cache) each turn finds its history again.
     #[test]
     fn without_similarity_each_turn_gets_its_history_back_from_ram() {
-        let sys = "system: you are a careful assistant who always answers in short sentences\n";
-        let a1 = format!("{sys}user: rome?\n");
-        let b1 = format!("{sys}user: a poem\n");
-        let a2 = format!("{a1}assistant: it fell\nuser: why?\n");
-        let b2 = format!("{b1}assistant: roses\nuser: more\n");
+        let [a1, b1, a2, b2] = siblings();
         let mut pool = Pool::new(4, 100_000).with_similarity(0.0);
         turn(&mut pool, &a1);
         assert_eq!(turn(&mut pool, &b1).1, 0, "no prefix sharing across slots");
@@ -328,7 +313,7 @@ mod tests {
         let mut pool = Pool::new(2, 1000);
         turn(&mut pool, A);
         turn(&mut pool, B);
-        // A's slot was idle when B started: its copy is in RAM, so A survives C and D.
+        // A's slot was idle when B started: its copy is in RAM, so A survives two more prompts.
         turn(&mut pool, C);
         turn(&mut pool, &format!("{C}{C}"));
         assert_eq!(turn(&mut pool, A).1, tokens(A.len()) - 1);
