@@ -7,20 +7,24 @@
 //! that is down is an error, never a silent move.
 //!
 //! The table does no I/O of its own and never looks at a clock (`now` is a parameter, unix ms).
-//! Every change is written through a [`Persister`] first and applied to memory only after the
-//! write succeeded, so memory never holds what the database does not. It must not do network I/O:
-//! health and choice come in through [`HostView`] and [`Chooser`], which must answer from memory
-//! and must never call back into the table (the table's lock is held while they run).
+//! Every change is queued to a [`Persister`] (the store's writer thread) and applied to memory only
+//! after its commit; a request waits for that commit with the table's lock released, holding a
+//! reservation for its key so that a concurrent first turn of the same conversation waits for it
+//! and the chooser counts it. A reused lease's `last_used` is written behind (not waited for).
+//! Per-host lease counts and a last-used index are kept as leases come and go, so no request walks
+//! the whole table; `max_leases` bounds it (least recently used idle lease evicted). Health and
+//! choice come in through [`HostView`] and [`Chooser`], which must answer from memory and must
+//! never call back into the table (the table's lock is held while they run).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::logfmt::val;
-use crate::store::{LeaseEvent, LeaseRow, LeaseState, Reason, Store, StoreError};
+use crate::store::{LeaseRow, LeaseState, Reason, Store, StoreError, Ticket, Write};
 
 mod acquire;
 mod operator;
@@ -65,12 +69,13 @@ pub enum LeaseError {
     Store(StoreError),
 }
 
-/// Where leases are written through to. [`Store`] is the real one.
+/// Where leases are written through to: the store's writer thread is the real one.
 pub trait Persister: Send + Sync {
-    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError>;
-    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError>;
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError>;
-    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError>;
+    /// Queues `writes` after every earlier submission; the ticket answers at their commit.
+    fn submit(&self, writes: Vec<Write>) -> Ticket;
+    /// Queues a write nobody waits for.
+    fn submit_behind(&self, write: Write);
 }
 
 /// What the table needs to know about hosts, answered from memory.
@@ -97,21 +102,66 @@ pub struct Table {
     persister: Arc<dyn Persister>,
     hosts: Arc<dyn HostView>,
     chooser: Arc<dyn Chooser>,
+    shared: Arc<Shared>,
+}
+
+/// The lock, and the condvar a request waits on while another holds its key's reservation.
+struct Shared {
     inner: Mutex<Inner>,
+    settled: Condvar,
+}
+
+/// One lease as the table keeps it (the key is the map's).
+#[derive(Debug, Clone)]
+struct Entry {
+    host: String,
+    created: i64,
+    last_used: i64,
+    /// Requests holding a [`Hold`] on this lease; only leases with none are evicted.
+    in_flight: u32,
 }
 
 /// Invariants:
-/// - `leases` and `pins` equal what the persister holds (as of this table's own writes): each is
-///   changed only after the matching write succeeded.
+/// - `leases` and `pins` equal what the persister holds as of this table's committed writes.
 /// - `leases` never holds a pin; a key's lease is on exactly one host.
+/// - `by_use` holds `(last_used, key)` for exactly the entries of `leases`.
+/// - `counts[model][host]` = leases of `model` on `host` plus pending reservations there.
+/// - a key in `pending` has a write in flight; only its writer changes its entry.
 /// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
 ///   minus hosts dropped by [`Table::drop_host`]. It is knowledge, not persisted state.
 struct Inner {
-    leases: BTreeMap<Key, Lease>,
+    leases: HashMap<Arc<Key>, Entry>,
+    by_use: BTreeSet<(i64, Arc<Key>)>,
+    counts: HashMap<String, HashMap<String, usize>>,
+    pending: HashMap<Key, String>,
     pins: BTreeMap<String, String>,
     seen: BTreeMap<String, BTreeSet<String>>,
     idle: Duration,
+    max_leases: usize,
 }
+
+/// A request's claim on its lease: while held, eviction passes the lease by.
+pub struct Hold {
+    shared: Arc<Shared>,
+    key: Arc<Key>,
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold").field("key", &self.key).finish()
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(e) = self.shared.inner.lock().leases.get_mut(&self.key) {
+            e.in_flight = e.in_flight.saturating_sub(1);
+        }
+    }
+}
+
+/// The default for `max_leases`.
+pub const MAX_LEASES: usize = 100_000;
 
 impl Table {
     /// Loads the persisted leases and pins. Rows with `fp == model == ""` and state pinned are pins;
@@ -123,10 +173,14 @@ impl Table {
         idle: Duration,
     ) -> Result<Table, StoreError> {
         let mut inner = Inner {
-            leases: BTreeMap::new(),
+            leases: HashMap::new(),
+            by_use: BTreeSet::new(),
+            counts: HashMap::new(),
+            pending: HashMap::new(),
             pins: BTreeMap::new(),
             seen: BTreeMap::new(),
             idle,
+            max_leases: MAX_LEASES,
         };
         for row in persister.list_leases()? {
             inner.see(&row.route, &row.host);
@@ -147,20 +201,21 @@ impl Table {
                 fp: row.fp,
                 model: row.model,
             };
-            let lease = Lease {
-                key: key.clone(),
-                host: row.host,
-                created: row.created,
-                last_used: row.last_used,
-            };
-            inner.leases.insert(key, lease);
+            inner.insert(key, row.host, row.created, row.last_used);
         }
         Ok(Table {
             persister,
             hosts,
             chooser,
-            inner: Mutex::new(inner),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                settled: Condvar::new(),
+            }),
         })
+    }
+
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.shared.inner.lock()
     }
 
     /// The host for `key` (seed 000, rules in order): the route's pin; the key's own lease on a
@@ -173,9 +228,9 @@ impl Table {
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
-        let mut inner = self.inner.lock();
-        let result = self.acquire_locked(&mut inner, key, candidates, now);
+        let result = self.acquire_inner(key, candidates, now);
         if !matches!(result, Err(LeaseError::Store(_))) {
+            let mut inner = self.lock();
             for host in candidates {
                 inner.see(&key.route, host);
             }
@@ -188,18 +243,18 @@ impl Table {
     /// a chat UI listing models does not steer the route's new conversations (seed 000's rule 3
     /// would make them inherit a route-level lease).
     pub fn lookup(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         self.lookup_locked(&inner, key, candidates)
     }
 
     /// The host `route` is pinned to, if any.
     pub fn pinned(&self, route: &str) -> Option<String> {
-        self.inner.lock().pins.get(route).cloned()
+        self.lock().pins.get(route).cloned()
     }
 
     /// Every pin as `(route, host)`, sorted.
     pub fn pins(&self) -> Vec<(String, String)> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner
             .pins
             .iter()
@@ -210,22 +265,21 @@ impl Table {
     /// Re-leases `key` onto `host` (the context guard: the prompt no longer fits where it was).
     /// Records a `ctx` event from the previous host ("" if none). Fails only on a write.
     pub fn move_to(&self, key: &Key, host: &str, now: i64) -> Result<(), LeaseError> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let from = inner
             .leases
             .get(key)
             .map(|l| l.host.clone())
             .unwrap_or_default();
-        self.put(&mut inner, Lease::fresh(key, host, now))?;
+        self.put(&mut inner, key, host, now, Reason::Ctx, &from)?;
         inner.see(&key.route, host);
-        self.note(now, key, Reason::Ctx, &from, host);
         Ok(())
     }
 
     /// Remembers `hosts` as candidates of `route` (a config's route list, at start or reload), so
     /// an operator can pin to them before any traffic arrived.
     pub fn add_candidates(&self, route: &str, hosts: &[String]) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         for host in hosts {
             inner.see(route, host);
         }
@@ -233,35 +287,76 @@ impl Table {
 
     /// Changes the idle time used by [`Table::expire_idle`] (config reload).
     pub fn set_idle(&self, idle: Duration) {
-        self.inner.lock().idle = idle;
+        self.lock().idle = idle;
+    }
+
+    /// Changes the lease cap (config); the next new lease evicts down to it.
+    pub fn set_max_leases(&self, max: usize) {
+        self.lock().max_leases = max.max(1);
+    }
+
+    /// Marks a request on `key`'s lease in flight until the returned hold drops.
+    pub fn hold(&self, key: &Key) -> Option<Hold> {
+        let mut inner = self.lock();
+        let k = inner.leases.get_key_value(key)?.0.clone();
+        inner.leases.get_mut(key)?.in_flight += 1;
+        Some(Hold {
+            shared: self.shared.clone(),
+            key: k,
+        })
+    }
+
+    /// Whether `key` holds a lease.
+    pub fn contains(&self, key: &Key) -> bool {
+        self.lock().leases.contains_key(key)
+    }
+
+    /// How many leases the table holds.
+    pub fn len(&self) -> usize {
+        self.lock().leases.len()
+    }
+
+    /// Whether the table holds no lease.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Leases per host (all models, reservations included), from the maintained counts.
+    pub fn per_host(&self) -> BTreeMap<String, usize> {
+        let inner = self.lock();
+        let mut out = BTreeMap::new();
+        for (host, n) in inner.counts.values().flatten() {
+            *out.entry(host.clone()).or_insert(0) += n;
+        }
+        out
     }
 
     /// Copies of every lease, sorted by key; pins are not leases and are not included.
     pub fn snapshot(&self) -> Vec<Lease> {
-        self.inner.lock().leases.values().cloned().collect()
+        let inner = self.lock();
+        let mut all: Vec<Lease> = (inner.leases.iter())
+            .map(|(k, e)| Lease {
+                key: Key::clone(k),
+                host: e.host.clone(),
+                created: e.created,
+                last_used: e.last_used,
+            })
+            .collect();
+        drop(inner);
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all
     }
 }
 
-impl Lease {
-    fn fresh(key: &Key, host: &str, now: i64) -> Lease {
-        Lease {
-            key: key.clone(),
-            host: host.to_string(),
-            created: now,
-            last_used: now,
-        }
-    }
-
-    fn row(&self) -> LeaseRow {
-        LeaseRow {
-            route: self.key.route.clone(),
-            fp: self.key.fp.clone(),
-            model: self.key.model.clone(),
-            host: self.host.clone(),
-            state: LeaseState::Active,
-            created: self.created,
-            last_used: self.last_used,
-        }
+fn lease_row(key: &Key, host: &str, created: i64, last_used: i64) -> LeaseRow {
+    LeaseRow {
+        route: key.route.clone(),
+        fp: key.fp.clone(),
+        model: key.model.clone(),
+        host: host.to_string(),
+        state: LeaseState::Active,
+        created,
+        last_used,
     }
 }
 
@@ -275,8 +370,68 @@ impl Inner {
         }
     }
 
-    fn route_leases<'a>(&'a self, route: &'a str) -> impl Iterator<Item = &'a Lease> + 'a {
-        self.leases.values().filter(move |l| l.key.route == route)
+    /// Puts a lease in memory (replacing the key's previous one), keeping index and counts.
+    fn insert(&mut self, key: Key, host: String, created: i64, last_used: i64) {
+        self.remove(&key);
+        let key = Arc::new(key);
+        self.count(&key.model, &host, 1);
+        self.by_use.insert((last_used, key.clone()));
+        let entry = Entry {
+            host,
+            created,
+            last_used,
+            in_flight: 0,
+        };
+        self.leases.insert(key, entry);
+    }
+
+    /// Takes a lease out of memory, keeping index and counts.
+    fn remove(&mut self, key: &Key) -> Option<Entry> {
+        let (k, entry) = self.leases.remove_entry(key)?;
+        self.by_use.remove(&(entry.last_used, k));
+        self.count(&key.model, &entry.host, -1);
+        Some(entry)
+    }
+
+    /// Moves a lease's `last_used` forward (never back: `now`s may arrive out of order).
+    fn touch(&mut self, key: &Key, now: i64) -> Option<i64> {
+        let (k, entry) = self.leases.get_key_value(key)?;
+        let (k, before) = (k.clone(), entry.last_used);
+        if now > before {
+            self.by_use.remove(&(before, k.clone()));
+            self.by_use.insert((now, k));
+            self.leases.get_mut(key)?.last_used = now;
+        }
+        Some(now.max(before))
+    }
+
+    fn count(&mut self, model: &str, host: &str, delta: isize) {
+        let hosts = match self.counts.get_mut(model) {
+            Some(hosts) => hosts,
+            None => self.counts.entry(model.to_string()).or_default(),
+        };
+        match hosts.get_mut(host) {
+            Some(n) => *n = n.saturating_add_signed(delta),
+            None if delta > 0 => {
+                hosts.insert(host.to_string(), delta.unsigned_abs());
+            }
+            None => {}
+        }
+    }
+
+    /// Leases (and reservations) of `model` on `host`.
+    fn leases_of(&self, model: &str, host: &str) -> usize {
+        (self.counts.get(model))
+            .and_then(|hosts| hosts.get(host))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn route_keys(&self, route: &str) -> Vec<Key> {
+        (self.leases.keys())
+            .filter(|k| k.route == route)
+            .map(|k| Key::clone(k))
+            .collect()
     }
 }
 
@@ -302,23 +457,20 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 impl Persister for Store {
-    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
-        Store::save_lease(self, row)
-    }
-    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
-        Store::delete_lease(self, route, fp, model)
-    }
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         Store::list_leases(self)
     }
-    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
-        Store::record_event(self, ev)
+    fn submit(&self, writes: Vec<Write>) -> Ticket {
+        Store::submit(self, writes)
+    }
+    fn submit_behind(&self, write: Write) {
+        Store::submit_behind(self, write);
     }
 }
 
 impl fmt::Debug for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         f.debug_struct("Table")
             .field("leases", &inner.leases.len())
             .field("pins", &inner.pins)

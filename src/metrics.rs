@@ -26,6 +26,10 @@ struct Inner {
     tokens: BTreeMap<(String, String), Tokens>,
     durations: BTreeMap<String, Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// Written-behind writes dropped because the writer's queue was full.
+    dropped_writes: u64,
+    /// Accounting rows the store could not write.
+    rows_lost: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -51,6 +55,9 @@ pub struct Gauges {
     pub slots: Vec<(String, String, usize, usize)>,
     /// (host, leases)
     pub leases: Vec<(String, usize)>,
+    /// Whether the store's last commit succeeded, and its failed commits since start.
+    pub store_ok: bool,
+    pub store_write_errors: u64,
 }
 
 impl Metrics {
@@ -96,6 +103,14 @@ impl Metrics {
             .lease_events
             .entry(reason.to_string())
             .or_default() += 1;
+    }
+
+    pub fn observe_dropped_write(&self) {
+        self.inner.lock().dropped_writes += 1;
+    }
+
+    pub fn observe_row_lost(&self) {
+        self.inner.lock().rows_lost += 1;
     }
 
     /// The exposition text.
@@ -193,7 +208,40 @@ impl Metrics {
                 labels(&[("reason", reason)])
             );
         }
+        for (name, help, n) in [
+            (
+                "crossbar_store_rows_lost_total",
+                "Accounting rows the store could not write.",
+                inner.rows_lost,
+            ),
+            (
+                "crossbar_store_dropped_writes_total",
+                "Written-behind lease touches dropped because the writer queue was full.",
+                inner.dropped_writes,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {n}");
+        }
         drop(inner);
+        header(
+            &mut out,
+            "crossbar_store_up",
+            "gauge",
+            "1 when the store's last commit succeeded; 0 while writes fail (disk full, read-only).",
+        );
+        let _ = writeln!(out, "crossbar_store_up {}", u8::from(gauges.store_ok));
+        header(
+            &mut out,
+            "crossbar_store_write_errors_total",
+            "counter",
+            "Failed store commits since start.",
+        );
+        let _ = writeln!(
+            out,
+            "crossbar_store_write_errors_total {}",
+            gauges.store_write_errors
+        );
         header(
             &mut out,
             "crossbar_host_up",

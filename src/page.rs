@@ -35,6 +35,16 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         config.routes.len(),
         snapshot.len()
     );
+    let store = gw.store.status();
+    if !store.ok {
+        let _ = write!(
+            out,
+            "<p><span class=down>store failing</span> since {}: {} — new conversations get 503 \
+             until a write succeeds</p>",
+            esc(&ago(now - store.since)),
+            esc(&store.cause)
+        );
+    }
 
     out.push_str(
         "<h2>Hosts</h2><table><tr><th>host</th><th>state</th><th>per-slot ctx</th><th>models loaded</th>\

@@ -85,6 +85,8 @@ struct Plan<'a> {
     body: Vec<u8>,
     lease: LeaseUse,
     ctx_moved: Option<String>,
+    /// Keeps the lease from eviction while the request runs.
+    _hold: Option<crate::lease::Hold>,
 }
 
 /// What a request did with the lease table, as `X-Crossbar-Lease` and the log line say it.
@@ -190,6 +192,7 @@ fn prepare<'c>(
     }
     let now = row.started;
     let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
+    let hold = gw.leases.hold(&key);
     row.host = acquired.host.clone();
     let estimate = ctxguard::estimate(incoming, body.len());
     *ctx_est = Some(estimate);
@@ -209,6 +212,7 @@ fn prepare<'c>(
             LeaseUse::New
         },
         ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
+        _hold: hold,
     };
     Ok((plan, key))
 }
@@ -237,6 +241,7 @@ fn metadata_plan<'c>(
         body,
         lease: LeaseUse::None,
         ctx_moved: None,
+        _hold: None,
     };
     Ok((plan, key))
 }

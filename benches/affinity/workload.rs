@@ -105,7 +105,7 @@ fn converse(
         .timeout_connect(Duration::from_secs(2))
         .timeout_read(Duration::from_secs(120))
         .build();
-    let system = if conv % 2 == 0 {
+    let system = if conv.is_multiple_of(2) {
         words(&mut Rng::with_seed(shape.seed), shape.shared_system_tokens)
     } else {
         words(rng, shape.own_system_tokens)

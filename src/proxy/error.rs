@@ -23,6 +23,8 @@ pub enum ProxyError {
     QueueFull,
     QueueTimeout,
     ShuttingDown,
+    /// The lease could not be written: the store fails (disk full, read-only file).
+    StoreUnavailable,
     Upstream {
         host: String,
         detail: String,
@@ -44,6 +46,7 @@ impl ProxyError {
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
             | ProxyError::QueueTimeout
+            | ProxyError::StoreUnavailable
             | ProxyError::ShuttingDown => 503,
             ProxyError::Upstream { .. } => 502,
             ProxyError::Internal(_) => 500,
@@ -70,7 +73,7 @@ impl ProxyError {
         match self {
             ProxyError::NoHealthyHost | ProxyError::PinnedDown(_) => Some(health_interval_s.max(1)),
             ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
-            ProxyError::QueueTimeout => Some(5),
+            ProxyError::QueueTimeout | ProxyError::StoreUnavailable => Some(5),
             _ => None,
         }
     }
@@ -90,6 +93,7 @@ impl fmt::Display for ProxyError {
             ProxyError::QueueFull => "queue full",
             ProxyError::QueueTimeout => "queue timeout",
             ProxyError::ShuttingDown => "shutting down",
+            ProxyError::StoreUnavailable => "store unavailable",
             ProxyError::Upstream { .. } => "upstream error",
             ProxyError::BadBody(_) => "unreadable body",
             ProxyError::Internal(_) => "internal error",
@@ -104,6 +108,8 @@ impl From<LeaseError> for ProxyError {
         match err {
             LeaseError::NoHost => ProxyError::NoHealthyHost,
             LeaseError::PinnedDown { host } => ProxyError::PinnedDown(host),
+            // The store logged the cause once for the burst; the client learns it may retry.
+            LeaseError::Store(_) => ProxyError::StoreUnavailable,
             other => ProxyError::Internal(other.to_string()),
         }
     }

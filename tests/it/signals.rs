@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbar::sim::{Sim, SimConfig, SimEvent};
-use crossbar::store::Store;
+use crossbar::store::Reader;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::support::{chat, request, temp_dir, wait_event, Answer, Conn};
@@ -136,8 +136,8 @@ impl Crossbar {
         request(self.addr, "POST", path, &[], body.to_string().as_bytes())
     }
 
-    fn db(&self) -> Store {
-        Store::open(&self.dir.join("crossbar.db")).unwrap()
+    fn db(&self) -> Reader {
+        Reader::open(&self.dir.join("crossbar.db")).unwrap()
     }
 }
 
