@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::*;
 use crate::store::LeaseEvent;
 
+mod bounded;
 mod lookup;
 mod operator;
 

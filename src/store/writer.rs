@@ -53,7 +53,8 @@ pub enum Write {
     PruneRequests { before: i64, limit: usize },
     /// Deletes up to `limit` of the oldest lease events before `before`.
     PruneEvents { before: i64, limit: usize },
-    /// Caps the file at its current size (`Some(0)`) or `n` pages, or lifts the cap (`None`):
+    /// Caps the file at `n` pages (never below its current size: `Some(1)` freezes it), or lifts
+    /// the cap (`None`):
     /// SQLite's own `max_page_count`, so tests get a real "database or disk is full".
     #[doc(hidden)]
     LimitPages(Option<u32>),
@@ -69,6 +70,12 @@ impl Ticket {
         let (tx, rx) = bounded(1);
         let _ = tx.send(result);
         Ticket(rx)
+    }
+
+    /// A ticket answered later through the returned sender (persisters other than the writer).
+    pub fn promise() -> (Sender<Result<(), StoreError>>, Ticket) {
+        let (tx, rx) = bounded(1);
+        (tx, Ticket(rx))
     }
 
     /// Waits for the commit, at most [`COMMIT_WAIT`].

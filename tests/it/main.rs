@@ -10,4 +10,5 @@ mod models;
 mod proxy;
 mod restart;
 mod signals;
+mod store;
 mod support;

@@ -46,25 +46,7 @@ impl Crossbar {
         );
         let path = dir.join("crossbar.toml");
         std::fs::write(&path, config(&head)).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_crossbar"))
-            .args(["serve", "-c"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run the crossbar binary");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, log) = crossbeam_channel::unbounded();
-        // Ends by itself when the child closes stderr (it exits or is killed).
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let (child, log) = spawn_serve(&path);
         let mut crossbar = Crossbar {
             child,
             log,
@@ -75,6 +57,14 @@ impl Crossbar {
         };
         crossbar.wait_log("crossbar listening");
         crossbar
+    }
+
+    /// Starts `crossbar serve` again on the same config (after the first one ended).
+    fn respawn(&mut self) {
+        let (child, log) = spawn_serve(&self.config);
+        self.child = child;
+        self.log = log;
+        self.wait_log("crossbar listening");
     }
 
     fn signal(&self, name: &str) {
@@ -149,6 +139,76 @@ impl Drop for Crossbar {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `crossbar serve -c path` as a child, its stderr lines on a channel.
+fn spawn_serve(path: &Path) -> (Child, Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .args(["serve", "-c"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run the crossbar binary");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, log) = crossbeam_channel::unbounded();
+    // Ends by itself when the child closes stderr (it exits or is killed).
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, log)
+}
+
+/// Issue 17: two `serve`s on one db each kept their own lease table and wrote the same file. The
+/// second is refused, naming the first's pid; a SIGKILLed first leaves no lock behind.
+#[test]
+fn issue17_a_second_serve_on_one_db_is_refused_and_a_killed_one_never_blocks_a_restart() {
+    let titan = sim();
+    let mut crossbar = Crossbar::start(|head| {
+        format!(
+            "{head}{}[routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
+            host_text("titan", &titan)
+        )
+    });
+    check_ok(&crossbar.post(CHAT, &chat("hi", 0, false)), "titan", "new");
+    // The second: other ports, same db.
+    let text = std::fs::read_to_string(&crossbar.config).unwrap();
+    let other = crossbar.dir.join("other.toml");
+    let rest: String = text.lines().skip(2).map(|l| format!("{l}\n")).collect();
+    let head = format!(
+        "listen = \"{}\"\nadmin_listen = \"{}\"\n",
+        free_port(),
+        free_port()
+    );
+    std::fs::write(&other, head + &rest).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .args(["serve", "-c"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let want = format!(
+        "database {} is in use by another crossbar (pid {})",
+        crossbar.dir.join("crossbar.db").display(),
+        crossbar.child.id()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+
+    crossbar.signal("KILL");
+    crossbar.wait_exit();
+    crossbar.respawn();
+    check_ok(
+        &crossbar.post(CHAT, &chat("hi", 0, false)),
+        "titan",
+        "reused",
+    );
 }
 
 /// A loopback port that was free a moment ago.
