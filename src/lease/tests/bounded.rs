@@ -6,10 +6,13 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::*;
 
+/// Where the test answers a pending commit.
+type Answer = Sender<Result<(), StoreError>>;
+
 /// Answers the first submission only when the test says so; every other one at once.
 struct Gated {
     mem: MemPersister,
-    first: Mutex<Option<Sender<Sender<Result<(), StoreError>>>>>,
+    first: Mutex<Option<Sender<Answer>>>,
     sizes: Mutex<Vec<usize>>,
 }
 
@@ -34,7 +37,7 @@ impl Persister for Gated {
     }
 }
 
-fn gated() -> (Table, Arc<Gated>, Receiver<Sender<Result<(), StoreError>>>) {
+fn gated() -> (Table, Arc<Gated>, Receiver<Answer>) {
     let (tx, rx) = unbounded();
     let p = Arc::new(Gated {
         mem: MemPersister::default(),
