@@ -31,7 +31,7 @@ static:
 	scripts/static.sh
 
 bench:
-	$(CARGO) bench --bench overhead
+	scripts/bench.sh
 
 bench-affinity:
 	scripts/bench-affinity.sh

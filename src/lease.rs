@@ -16,7 +16,7 @@
 //! choice come in through [`HostView`] and [`Chooser`], which must answer from memory and must
 //! never call back into the table (the table's lock is held while they run).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,6 +134,8 @@ struct Inner {
     by_use: BTreeSet<(i64, Arc<Key>)>,
     counts: HashMap<String, HashMap<String, usize>>,
     pending: HashMap<Key, String>,
+    /// Leases whose `last_used` in memory is ahead of the db's, until the next flush.
+    touched: HashSet<Arc<Key>>,
     pins: BTreeMap<String, String>,
     seen: BTreeMap<String, BTreeSet<String>>,
     idle: Duration,
@@ -177,6 +179,7 @@ impl Table {
             by_use: BTreeSet::new(),
             counts: HashMap::new(),
             pending: HashMap::new(),
+            touched: HashSet::new(),
             pins: BTreeMap::new(),
             seen: BTreeMap::new(),
             idle,
@@ -306,6 +309,32 @@ impl Table {
         })
     }
 
+    /// Writes the `last_used` of every lease touched since the last flush, as one job nobody
+    /// waits for (issue 12: touches are written behind; a crash loses at most the touches since
+    /// the last flush, which only makes those leases look idle a little early). Called by the
+    /// sweeper thread every tick and once at stop. Returns how many were queued.
+    pub fn flush_touches(&self) -> usize {
+        let mut inner = self.lock();
+        let touched = std::mem::take(&mut inner.touched);
+        let writes: Vec<Write> = (touched.iter())
+            .filter_map(|k| {
+                Some(Write::Touch {
+                    route: k.route.clone(),
+                    fp: k.fp.clone(),
+                    model: k.model.clone(),
+                    last_used: inner.leases.get(k)?.last_used,
+                })
+            })
+            .collect();
+        drop(inner);
+        let n = writes.len();
+        if n > 0 {
+            // Not waited for: the store logs a failure once per burst.
+            drop(self.persister.submit(writes));
+        }
+        n
+    }
+
     /// Whether `key` holds a lease.
     pub fn contains(&self, key: &Key) -> bool {
         self.lock().leases.contains_key(key)
@@ -388,6 +417,7 @@ impl Inner {
     /// Takes a lease out of memory, keeping index and counts.
     fn remove(&mut self, key: &Key) -> Option<Entry> {
         let (k, entry) = self.leases.remove_entry(key)?;
+        self.touched.remove(&k);
         self.by_use.remove(&(entry.last_used, k));
         self.count(&key.model, &entry.host, -1);
         Some(entry)
@@ -399,7 +429,8 @@ impl Inner {
         let (k, before) = (k.clone(), entry.last_used);
         if now > before {
             self.by_use.remove(&(before, k.clone()));
-            self.by_use.insert((now, k));
+            self.by_use.insert((now, k.clone()));
+            self.touched.insert(k);
             self.leases.get_mut(key)?.last_used = now;
         }
         Some(now.max(before))

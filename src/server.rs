@@ -207,6 +207,7 @@ impl Server {
         if let Some(poller) = self.poller.lock().take() {
             poller.stop();
         }
+        self.gateway.leases.flush_touches();
         log::info!("stopped");
     }
 }
@@ -260,7 +261,8 @@ fn listen_addr(server: &tiny_http::Server, configured: SocketAddr) -> SocketAddr
     server.server_addr().to_ip().unwrap_or(configured)
 }
 
-/// Expires idle leases often enough that none outlives `lease_idle` by more than a second, and
+/// Writes touched leases' `last_used` behind, expires idle leases often enough that none outlives
+/// `lease_idle` by more than a second, and
 /// every [`PRUNE_EVERY`] deletes a small batch of accounting rows and events older than
 /// `keep_requests` / `keep_events`.
 fn start_sweeper(gateway: Arc<Gateway>) -> (Sender<()>, JoinHandle<()>) {
@@ -275,6 +277,7 @@ fn start_sweeper(gateway: Arc<Gateway>) -> (Sender<()>, JoinHandle<()>) {
                 _ => return,
             }
             let now = unix_ms(SystemTime::now());
+            gateway.leases.flush_touches();
             if gateway.leases.expire_idle(now) > 0 {
                 gateway.prune_last_prompt();
             }

@@ -259,16 +259,9 @@ impl Table {
         Ok(Some(from))
     }
 
-    /// A later `last_used` in memory now, written behind.
+    /// A later `last_used` in memory now; [`Table::flush_touches`] writes it behind.
     fn touch(&self, inner: &mut Inner, key: &Key, now: i64) {
-        if let Some(last_used) = inner.touch(key, now) {
-            self.persister.submit_behind(Write::Touch {
-                route: key.route.clone(),
-                fp: key.fp.clone(),
-                model: key.model.clone(),
-                last_used,
-            });
-        }
+        inner.touch(key, now);
     }
 
     /// Over `max_leases`: drops the least recently used leases with no request in flight and no

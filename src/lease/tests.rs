@@ -255,6 +255,7 @@ fn a_lease_on_an_unhealthy_host_moves_and_stays_moved_when_it_recovers() {
     f.hosts.up("titan");
     check(&f.table, &k, 20, "mini", true);
     assert_eq!(f.p.events().len(), 2, "staying is not an event");
+    f.table.flush_touches();
     let row = &f.p.rows()[0];
     assert_eq!(
         (row.host.as_str(), row.created, row.last_used),
@@ -403,6 +404,7 @@ fn a_persister_that_fails_leaves_memory_exactly_as_it_was() {
     // Back to normal, the table carries on from where it was.
     f.p.fail.store(false, Ordering::SeqCst);
     check(&f.table, &key("projA", "c1"), 20, "titan", true);
+    assert_eq!(f.table.flush_touches(), 1, "15 and 20 are one touch");
     let row = |fp: &str| f.p.rows().into_iter().find(|r| r.fp == fp).unwrap();
     assert_eq!(row("c1").last_used, 20, "the next touch is written");
 }
