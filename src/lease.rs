@@ -74,8 +74,6 @@ pub trait Persister: Send + Sync {
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError>;
     /// Queues `writes` after every earlier submission; the ticket answers at their commit.
     fn submit(&self, writes: Vec<Write>) -> Ticket;
-    /// Queues a write nobody waits for.
-    fn submit_behind(&self, write: Write);
 }
 
 /// What the table needs to know about hosts, answered from memory.
@@ -493,9 +491,6 @@ impl Persister for Store {
     }
     fn submit(&self, writes: Vec<Write>) -> Ticket {
         Store::submit(self, writes)
-    }
-    fn submit_behind(&self, write: Write) {
-        Store::submit_behind(self, write);
     }
 }
 

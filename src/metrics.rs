@@ -26,8 +26,6 @@ struct Inner {
     tokens: BTreeMap<(String, String), Tokens>,
     durations: BTreeMap<String, Histogram>,
     lease_events: BTreeMap<String, u64>,
-    /// Written-behind writes dropped because the writer's queue was full.
-    dropped_writes: u64,
     /// Accounting rows the store could not write.
     rows_lost: u64,
 }
@@ -103,10 +101,6 @@ impl Metrics {
             .lease_events
             .entry(reason.to_string())
             .or_default() += 1;
-    }
-
-    pub fn observe_dropped_write(&self) {
-        self.inner.lock().dropped_writes += 1;
     }
 
     pub fn observe_row_lost(&self) {
@@ -208,21 +202,13 @@ impl Metrics {
                 labels(&[("reason", reason)])
             );
         }
-        for (name, help, n) in [
-            (
-                "crossbar_store_rows_lost_total",
-                "Accounting rows the store could not write.",
-                inner.rows_lost,
-            ),
-            (
-                "crossbar_store_dropped_writes_total",
-                "Written-behind lease touches dropped because the writer queue was full.",
-                inner.dropped_writes,
-            ),
-        ] {
-            header(&mut out, name, "counter", help);
-            let _ = writeln!(out, "{name} {n}");
-        }
+        header(
+            &mut out,
+            "crossbar_store_rows_lost_total",
+            "counter",
+            "Accounting rows the store could not write.",
+        );
+        let _ = writeln!(out, "crossbar_store_rows_lost_total {}", inner.rows_lost);
         drop(inner);
         header(
             &mut out,

@@ -243,13 +243,6 @@ impl lease::Persister for Counted {
         self.count(&writes);
         self.store.submit(writes)
     }
-
-    fn submit_behind(&self, write: Write) {
-        self.count(std::slice::from_ref(&write));
-        if !self.store.submit_behind(write) {
-            self.metrics.observe_dropped_write();
-        }
-    }
 }
 
 impl Counted {

@@ -199,12 +199,6 @@ impl Store {
         self.writer.submit(writes)
     }
 
-    /// Queues a write nobody waits for (batched with the next commit). Returns false if the
-    /// queue was full and the write was dropped.
-    pub fn submit_behind(&self, write: Write) -> bool {
-        self.writer.submit_behind(write)
-    }
-
     /// Writes and waits: one lease (or pin) saved.
     pub fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
         self.submit(vec![Write::SaveLease(row.clone())]).wait()

@@ -265,9 +265,10 @@ impl Table {
     }
 
     /// Over `max_leases`: drops the least recently used leases with no request in flight and no
-    /// write pending (event `evicted`, written behind: a lost delete only leaves a row the next
-    /// start loads and evicts again).
+    /// write pending (event `evicted`), written as one job nobody waits for: a lost delete only
+    /// leaves a row that the next start loads and evicts again.
     fn evict(&self, inner: &mut Inner, now: i64) {
+        let mut writes = Vec::new();
         while inner.leases.len() > inner.max_leases {
             let victim = (inner.by_use.iter())
                 .take(EVICT_SCAN)
@@ -282,19 +283,17 @@ impl Table {
                     "lease table over max_leases with no idle lease to evict leases={}",
                     inner.leases.len()
                 );
-                return;
+                break;
             };
             if let Some(old) = inner.remove(&victim) {
-                self.persister.submit_behind(delete(&victim));
-                self.persister.submit_behind(Write::Event(event(
-                    now,
-                    &victim,
-                    Reason::Evicted,
-                    &old.host,
-                    "",
-                )));
+                writes.push(delete(&victim));
+                let ev = event(now, &victim, Reason::Evicted, &old.host, "");
+                writes.push(Write::Event(ev));
                 log_change(&victim, Reason::Evicted, &old.host, "");
             }
+        }
+        if !writes.is_empty() {
+            drop(self.persister.submit(writes));
         }
     }
 }

@@ -136,10 +136,6 @@ impl Persister for MemPersister {
     fn submit(&self, writes: Vec<Write>) -> Ticket {
         Ticket::ready(self.apply(&writes))
     }
-    fn submit_behind(&self, write: Write) {
-        // Nobody waits: a failure is lost, as a failed write-behind batch is.
-        let _ = self.apply(std::slice::from_ref(&write));
-    }
 }
 
 struct Fix {

@@ -3,8 +3,8 @@
 //! Callers queue [`Write`]s and get a [`Ticket`] that says when their transaction committed;
 //! while one transaction commits, later submissions queue and the next loop commits them all in
 //! one transaction (group commit), so concurrent workers share one `fsync`-free WAL commit instead
-//! of taking turns on a connection lock. Writes nobody waits for (a reused lease's `last_used`
-//! touch) ride along in the same batches. This thread never takes another module's lock; a caller
+//! of taking turns on a connection lock. Writes nobody waits for (touches of reused leases,
+//! evictions) are jobs whose ticket was dropped; they ride along in the same batches. This thread never takes another module's lock; a caller
 //! waits on its ticket with no lock held.
 //!
 //! A batch that fails is retried job by job, so one bad write cannot fail its neighbours; the
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::health::StoreHealth;
@@ -22,7 +22,7 @@ use super::{LeaseEvent, LeaseRow, RequestRow, StoreError};
 
 /// Most jobs committed in one transaction.
 const MAX_BATCH: usize = 512;
-/// Most jobs queued for the writer; a full queue makes waited writes wait and drops touches.
+/// Most jobs queued for the writer; beyond it a submission fails at once (never blocks).
 const QUEUE: usize = 16_384;
 /// Longest a caller waits for its commit before answering "store unavailable".
 const COMMIT_WAIT: Duration = Duration::from_secs(30);
@@ -121,26 +121,16 @@ impl Writer {
             writes,
             done: Some(done),
         };
+        // Never blocks: callers may hold the lease table's lock. A full queue means the writer
+        // is stuck (a hung disk); the caller answers "store unavailable" at once.
         let sent = match &self.queue {
-            Some(queue) => queue.send_timeout(job, COMMIT_WAIT).is_ok(),
+            Some(queue) => queue.try_send(job).is_ok(),
             None => false,
         };
         if sent {
             Ticket(answer)
         } else {
             Ticket::ready(Err(StoreError::Stalled))
-        }
-    }
-
-    /// Queues a write nobody waits for; returns false when the queue was full and it was dropped.
-    pub(super) fn submit_behind(&self, write: Write) -> bool {
-        let job = Job {
-            writes: vec![write],
-            done: None,
-        };
-        match &self.queue {
-            Some(queue) => !matches!(queue.try_send(job), Err(TrySendError::Full(_))),
-            None => false,
         }
     }
 }

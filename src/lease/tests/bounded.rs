@@ -32,9 +32,6 @@ impl Persister for Gated {
             None => Ticket::ready(result),
         }
     }
-    fn submit_behind(&self, write: Write) {
-        self.mem.submit_behind(write);
-    }
 }
 
 fn gated() -> (Table, Arc<Gated>, Receiver<Answer>) {
