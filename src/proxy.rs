@@ -285,7 +285,7 @@ fn refuse(
     if let ProxyError::Upstream { host, detail } = &err {
         row.host = host.clone();
         row.err = format!("upstream error: {detail}");
-    } else if let ProxyError::BadBody(detail) = &err {
+    } else if let ProxyError::BadBody(detail) | ProxyError::BadRequest(detail) = &err {
         row.err = format!("{err}: {detail}");
     } else if let ProxyError::Internal(detail) = &err {
         row.err = detail.clone();

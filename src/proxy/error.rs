@@ -30,6 +30,10 @@ pub enum ProxyError {
     /// The request body could not be read: malformed chunked framing, or the client went away
     /// mid-upload. The client's fault, not crossbar's.
     BadBody(String),
+    /// The request itself is malformed or cannot be forwarded as sent: a dot segment, backslash,
+    /// encoded `/` or NUL in the path, a header name or value upstream would refuse (spec §2's
+    /// "bad request (+ what)"). The client's fault; it never counts against a host.
+    BadRequest(String),
     Internal(String),
 }
 
@@ -37,6 +41,7 @@ impl ProxyError {
     pub fn status(&self) -> u16 {
         match self {
             ProxyError::MissingRoute | ProxyError::ConflictingRoute | ProxyError::BadBody(_) => 400,
+            ProxyError::BadRequest(_) => 400,
             ProxyError::PromptTooLarge { .. } => 400,
             ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
             ProxyError::BodyTooLarge => 413,
@@ -60,6 +65,7 @@ impl ProxyError {
             }
             ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
             ProxyError::PinnedDown(host) => body["host"] = host.clone().into(),
+            ProxyError::BadRequest(detail) => body["detail"] = detail.clone().into(),
             _ => {}
         }
         body
@@ -92,6 +98,7 @@ impl fmt::Display for ProxyError {
             ProxyError::ShuttingDown => "shutting down",
             ProxyError::Upstream { .. } => "upstream error",
             ProxyError::BadBody(_) => "unreadable body",
+            ProxyError::BadRequest(_) => "bad request",
             ProxyError::Internal(_) => "internal error",
         })
     }

@@ -7,6 +7,7 @@ mod examples;
 mod guard;
 mod limits;
 mod models;
+mod paths;
 mod proxy;
 mod restart;
 mod signals;
