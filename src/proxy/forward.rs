@@ -37,6 +37,11 @@ pub(super) fn exchange(
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
     let mut request = gw.agent().request(&incoming.method, &url);
     let tokens = wire::connection_tokens(incoming.header("Connection"));
+    // Checked before anything is sent: ureq refuses such a header only once it is asked to send,
+    // and that refusal must not look like the host's failure (issue 10).
+    for (name, value) in &incoming.headers {
+        forwardable(name, value)?;
+    }
     for (name, value) in &incoming.headers {
         let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
         let replaced = plan.host.api_key.is_some()
@@ -63,6 +68,9 @@ pub(super) fn exchange(
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
         Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(Answer { response, permit }),
+        Err(ureq::Error::Transport(err)) if !counts_against_host(err.kind()) => {
+            Err(ProxyError::BadRequest(err.to_string()))
+        }
         Err(ureq::Error::Transport(err)) => {
             let host = plan.host.name.clone();
             gw.health
@@ -78,6 +86,37 @@ pub(super) fn exchange(
             })
         }
     }
+}
+
+/// A header ureq would send as is: a token for a name, visible ASCII, space and tab for a value
+/// (RFC 9110 §5.5 without obs-text, which ureq refuses). Anything else is the client's 400.
+fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if name.is_empty() || !name.as_bytes().iter().all(tchar) {
+        return Err(ProxyError::BadRequest(format!(
+            "header name {name:?} is not a token"
+        )));
+    }
+    if !value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        return Err(ProxyError::BadRequest(format!(
+            "header {name} holds a byte that cannot be forwarded"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a ureq failure before the response head is the host's (it cannot be reached, or
+/// answered something that is not HTTP) rather than a request ureq would not build. Only the
+/// host's failures mark it down.
+fn counts_against_host(kind: ureq::ErrorKind) -> bool {
+    use ureq::ErrorKind as K;
+    !matches!(
+        kind,
+        K::InvalidUrl | K::UnknownScheme | K::InsecureRequestHttpsOnly | K::HTTP
+    )
 }
 
 /// Relays the upstream answer: head first, then every read as soon as it arrives. Once upstream

@@ -70,3 +70,35 @@ fn the_host_gets_exactly_the_checked_path_issue_10() {
         "{seen:#?}"
     );
 }
+
+/// Issue 10: ureq refused to build these requests, and crossbar marked the host down for it.
+#[test]
+fn a_header_upstream_would_refuse_is_the_clients_400_and_the_host_stays_up_issue_10() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let gw = h.server().gateway().clone();
+    let body = chat("hi", 0, false).to_string();
+    for header in ["X-Foo: a\x01b", "Bad(Name): v"] {
+        let request = format!(
+            "POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n{header}\r\n\r\n{body}",
+            body.len()
+        );
+        let answer = raw(&h, request.as_bytes());
+        assert_eq!(answer.status, 400, "{header:?}: {}", answer.text());
+        assert!(
+            gw.health.healthy("titan"),
+            "{header:?} marked the host down"
+        );
+    }
+    let answer = h.post(CHAT, &chat("hi", 0, false));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(gw.health.healthy("titan"));
+    assert!(
+        h.sim("titan")
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count()
+            == 1,
+        "only the good request was forwarded"
+    );
+}
