@@ -34,6 +34,12 @@ pub enum ProxyError {
     /// encoded `/` or NUL in the path, a header name or value upstream would refuse (spec §2's
     /// "bad request (+ what)"). The client's fault; it never counts against a host.
     BadRequest(String),
+    /// The body did not arrive within its deadline (`client_body_timeout` plus its size at
+    /// `client_body_min_rate`).
+    BodyTimeout,
+    /// The client left before an answer could start (queued for a slot): recorded as 499, never
+    /// answered.
+    ClientGone(&'static str),
     Internal(String),
 }
 
@@ -45,6 +51,8 @@ impl ProxyError {
             ProxyError::PromptTooLarge { .. } => 400,
             ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
             ProxyError::BodyTooLarge => 413,
+            ProxyError::BodyTimeout => 408,
+            ProxyError::ClientGone(_) => 499,
             ProxyError::NoHealthyHost
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
@@ -99,6 +107,8 @@ impl fmt::Display for ProxyError {
             ProxyError::Upstream { .. } => "upstream error",
             ProxyError::BadBody(_) => "unreadable body",
             ProxyError::BadRequest(_) => "bad request",
+            ProxyError::BodyTimeout => "request timeout",
+            ProxyError::ClientGone(_) => "client gone",
             ProxyError::Internal(_) => "internal error",
         })
     }
@@ -122,6 +132,7 @@ impl From<LimitError> for ProxyError {
             LimitError::QueueFull => ProxyError::QueueFull,
             LimitError::Timeout => ProxyError::QueueTimeout,
             LimitError::Closed => ProxyError::ShuttingDown,
+            LimitError::Gone => ProxyError::ClientGone("client gone while queued"),
             // Not reached: `prepare` refuses a model the host does not serve.
             LimitError::NotConfigured => ProxyError::NoHealthyHost,
         }

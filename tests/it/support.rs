@@ -220,10 +220,19 @@ impl Conn {
     }
 
     pub fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
+        // The Host a real client sends: the address it connected to. Bodies are JSON unless the
+        // test says otherwise.
+        let peer = self.reader.get_ref().peer_addr().unwrap();
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: crossbar\r\nContent-Length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {peer}\r\nContent-Length: {}\r\n",
             body.len()
         );
+        let typed = headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("Content-Type"));
+        if !body.is_empty() && !typed {
+            head.push_str("Content-Type: application/json\r\n");
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
