@@ -22,7 +22,7 @@ use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::time::Duration;
 
-pub use body::{BodyError, BodyTiming};
+pub use body::{read as read_body, BodyError, BodyTiming};
 pub use head::{parse as parse_head, BodyKind, Head, HeadError, MAX_HEAD, MAX_HEADERS};
 pub use inbound::{Inbound, Wire};
 pub use pool::{Pool, Refused, Service};

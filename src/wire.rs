@@ -98,7 +98,7 @@ impl<'a> BodyWriter<'a> {
             framing,
             broken: None,
         };
-        writer.head(http10, status, headers)?;
+        writer.head(http10, status, headers, &[])?;
         Ok(writer)
     }
 
@@ -116,13 +116,20 @@ impl<'a> BodyWriter<'a> {
             framing,
             broken: Some(broken),
         };
-        writer.head(http10, status, headers)?;
+        writer.head(http10, status, headers, &[])?;
         Ok(writer)
     }
 
-    fn head(&mut self, http10: bool, status: u16, headers: &[(String, String)]) -> io::Result<()> {
+    /// Writes the head, and `body` (a whole `Length` body) with it in the same write.
+    fn head(
+        &mut self,
+        http10: bool,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> io::Result<()> {
         let framing = self.framing;
-        let mut head = Vec::with_capacity(256);
+        let mut head = Vec::with_capacity(256 + body.len());
         let version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
         write!(head, "{version} {status} {}\r\n", reason(status))?;
         for (name, value) in headers {
@@ -135,6 +142,7 @@ impl<'a> BodyWriter<'a> {
             Framing::Empty => {}
         }
         head.extend_from_slice(b"\r\n");
+        head.extend_from_slice(body);
         // Sent at once, before a long prefill. Accepted sockets have Nagle off (see `conn`), so
         // this small write and the body's do not wait on each other's ACKs.
         let sent = self.out.write_all(&head).and_then(|()| self.out.flush());
@@ -206,9 +214,22 @@ impl<'a> BodyWriter<'a> {
     }
 }
 
-/// Sends a whole response with a fixed body.
+/// Sends a whole response with a fixed body (none when `head_only`), head and body in one write.
 pub fn send<'a>(
     out: Box<dyn Write + Send + 'a>,
+    http10: bool,
+    head_only: bool,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> io::Result<()> {
+    send_tracked(out, None, http10, head_only, status, headers, body)
+}
+
+/// [`send`], raising `broken` if the write fails.
+pub fn send_tracked<'a>(
+    out: Box<dyn Write + Send + 'a>,
+    broken: Option<&'a AtomicBool>,
     http10: bool,
     head_only: bool,
     status: u16,
@@ -220,9 +241,13 @@ pub fn send<'a>(
     } else {
         Framing::Length(body.len() as u64)
     };
-    let mut writer = BodyWriter::start(out, http10, status, headers, framing)?;
-    writer.write(body)?;
-    writer.finish()
+    let mut writer = BodyWriter {
+        out,
+        framing,
+        broken,
+    };
+    let body = if head_only { &[][..] } else { body };
+    writer.head(http10, status, headers, body)
 }
 
 /// The standard reason phrase, or a neutral one for codes without a common phrase.

@@ -251,8 +251,8 @@ fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
 fn busy(sh: &Shared, conn: Conn) {
     let sock = conn.inb.wire();
     let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
-    refuse(sock, 503, "busy", None, Some(1));
     (sh.service.refused)(Refused::Busy);
+    refuse(sock, 503, "busy", None, Some(1));
     let n = sh.busy_since_log.fetch_add(1, Ordering::Relaxed) + 1;
     let mut logged = sh.busy_logged.lock();
     if logged.map_or(true, |at| at.elapsed() >= Duration::from_secs(1)) {
@@ -355,9 +355,10 @@ fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
         HeadError::Timeout => (408, "request timeout", None, Refused::HeadTimeout),
         HeadError::Closed => return,
     };
+    // Counted before the answer goes out, so a client that has the answer sees it counted.
+    (sh.service.refused)(reason);
     let sock = conn.inb.wire();
     refuse(sock, status, error, detail, None);
-    (sh.service.refused)(reason);
     let peer = sock
         .peer_addr()
         .map_or_else(|_| "-".to_string(), |a| a.to_string());

@@ -107,6 +107,44 @@ impl<'c> Request<'c> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'_>> {
+        let all = self.answer_headers(headers, framing);
+        BodyWriter::start_tracked(
+            Box::new(self.inb.wire()),
+            &self.close_after,
+            self.head.http10,
+            status,
+            &all,
+            framing,
+        )
+    }
+
+    /// A whole answer with a fixed body (none for `HEAD`), in one write.
+    pub fn send(
+        &mut self,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> io::Result<()> {
+        let head_only = self.head.method == "HEAD";
+        let all = self.answer_headers(headers, Framing::Length(body.len() as u64));
+        wire::send_tracked(
+            Box::new(self.inb.wire()),
+            Some(&self.close_after),
+            self.head.http10,
+            head_only,
+            status,
+            &all,
+            body,
+        )
+    }
+
+    /// `headers` plus the connection's own: `Keep-Alive` when it stays open, else `Connection:
+    /// close` (which close-delimited framing writes itself).
+    fn answer_headers(
+        &mut self,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> Vec<(String, String)> {
         self.answered = true;
         let keep = self.reusable() && framing != Framing::UntilClose;
         let mut all = headers.to_vec();
@@ -119,31 +157,7 @@ impl<'c> Request<'c> {
                 all.push(("Connection".into(), "close".into()));
             }
         }
-        BodyWriter::start_tracked(
-            Box::new(self.inb.wire()),
-            &self.close_after,
-            self.head.http10,
-            status,
-            &all,
-            framing,
-        )
-    }
-
-    /// A whole answer with a fixed body (none for `HEAD`).
-    pub fn send(
-        &mut self,
-        status: u16,
-        headers: &[(String, String)],
-        body: &[u8],
-    ) -> io::Result<()> {
-        let framing = if self.head.method == "HEAD" {
-            Framing::Empty
-        } else {
-            Framing::Length(body.len() as u64)
-        };
-        let mut out = self.start(status, headers, framing)?;
-        out.write(body)?;
-        out.finish()
+        all
     }
 
     /// Ends the request without an answer: the client has gone. The connection closes.

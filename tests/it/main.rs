@@ -4,6 +4,8 @@ mod admin;
 mod affinity;
 mod broken;
 mod examples;
+mod front;
+mod fuzz;
 mod guard;
 mod limits;
 mod models;

@@ -77,7 +77,7 @@ fn a_header_upstream_would_refuse_is_the_clients_400_and_the_host_stays_up_issue
     let h = Harness::start(vec![host("titan", 1)], "");
     let gw = h.server().gateway().clone();
     let body = chat("hi", 0, false).to_string();
-    for header in ["X-Foo: a\x01b", "Bad(Name): v"] {
+    for header in ["X-Foo: a\x01b", "Bad(Name): v", "X-Foo: caf\u{e9}"] {
         let request = format!(
             "POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n{header}\r\n\r\n{body}",
             body.len()

@@ -142,9 +142,12 @@ fn config_text(
     extra: &str,
 ) -> String {
     let mut text = format!(
-        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n",
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\n",
         dir.join("crossbar.db")
     );
+    if !extra.contains("workers") {
+        text.push_str("workers = 8\n");
+    }
     if !extra.contains("health_interval") {
         text.push_str("health_interval = \"1s\"\n");
     }
