@@ -53,7 +53,9 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
     let method = request.method().as_str().to_string();
     let url = request.url().to_string();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let answer = if !authorized(gw, request) {
+    let answer = if let Some(answer) = probe(gw, &method, path) {
+        answer
+    } else if !authorized(gw, request) {
         Answer::error(401, "missing or wrong admin token")
     } else {
         let mut body = Vec::new();
@@ -89,6 +91,40 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
             &headers,
             answer.body.as_bytes(),
         );
+    }
+}
+
+/// The gateway's own health, answered without the token for systemd and uptime checks:
+/// `/livez` (the process serves) and `/readyz` (at least one host polled and up, else 503). They
+/// say nothing a token would protect: counts only, no names.
+fn probe(gw: &Gateway, method: &str, path: &str) -> Option<Answer> {
+    if method != "GET" && method != "HEAD" {
+        return None;
+    }
+    match path {
+        "/livez" | "/health/live" => Some(Answer::json(200, json!({ "status": "live" }))),
+        "/readyz" | "/health/ready" => {
+            let config = gw.config();
+            let up = config
+                .hosts
+                .keys()
+                .filter(|h| {
+                    gw.health
+                        .get(h)
+                        .is_some_and(|s| s.healthy && s.last_poll > 0)
+                })
+                .count();
+            let (status, word) = if up > 0 {
+                (200, "ready")
+            } else {
+                (503, "not ready")
+            };
+            Some(Answer::json(
+                status,
+                json!({ "status": word, "hosts_up": up, "hosts": config.hosts.len() }),
+            ))
+        }
+        _ => None,
     }
 }
 

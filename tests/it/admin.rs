@@ -356,3 +356,32 @@ fn the_status_page_is_one_self_contained_page_that_refreshes() {
     );
     assert!(page.contains('%'), "a cached share is shown");
 }
+
+/// Issue 13: the gateway's own liveness and readiness, without the token, for systemd and
+/// uptime checks; readiness follows the hosts.
+#[test]
+fn liveness_and_readiness_answer_without_the_token() {
+    let h = Harness::start(
+        vec![host("titan", 1)],
+        "admin_token = \"s3cret\"\nhealth_interval = \"1h\"",
+    );
+    assert_eq!(get(&h, "/admin/status").status, 401);
+    let live = get(&h, "/livez");
+    assert_eq!(live.status, 200, "{}", live.text());
+    assert_eq!(live.json()["status"], "live");
+    let ready = get(&h, "/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert_eq!(
+        ready.json(),
+        json!({ "status": "ready", "hosts_up": 1, "hosts": 1 })
+    );
+    let gw = h.server().gateway();
+    gw.health
+        .mark_down("titan", crossbar::health::DownReason::ForwardFailed, 1);
+    let ready = get(&h, "/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["status"], "not ready");
+    assert_eq!(get(&h, "/health/live").status, 200);
+    // Only reads are open: anything else still needs the token.
+    assert_eq!(admin(&h, "POST", "/livez", &[], &Value::Null).status, 401);
+}
