@@ -70,7 +70,7 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
     };
     if answer.status >= 400 {
         log::info!(
-            "admin {} {} status={}",
+            "admin refused method={} path={} status={}",
             val(&method),
             val(path),
             answer.status

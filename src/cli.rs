@@ -214,7 +214,7 @@ fn serve(args: &Args) -> Result<(), CliError> {
             Err(err) => {
                 for line in err.problems() {
                     log::error!(
-                        "config reload refused problem={} (keeping the old config)",
+                        "config reload refused kept=old problem={}",
                         crate::logfmt::val(&line)
                     );
                 }

@@ -143,9 +143,7 @@ impl Server {
             || config.admin_listen != old.admin_listen
             || config.workers != old.workers
         {
-            log::warn!(
-                "config reload: listen, admin_listen and workers take effect at the next restart"
-            );
+            log::warn!("config reload needs a restart keys=listen,admin_listen,workers");
         }
         self.gateway
             .apply_config(config, unix_ms(SystemTime::now()));
@@ -160,10 +158,7 @@ impl Server {
     /// Stops taking requests, gives in-flight ones up to `grace` to finish, then joins every
     /// thread. Accounting rows are written by each request as it ends, so none is pending after.
     pub fn stop(mut self, grace: Duration) {
-        log::info!(
-            "stopping: waiting up to {}s for in-flight requests",
-            grace.as_secs()
-        );
+        log::info!("stopping grace_s={}", grace.as_secs());
         // Waiters for a slot will not get one now; they are answered 503.
         self.gateway.limiter.close();
         for _ in 0..self.workers.len() {
@@ -178,9 +173,7 @@ impl Server {
             }
         }
         if running > 0 {
-            log::warn!(
-                "stopping: {running} requests still running after the grace period; leaving them"
-            );
+            log::warn!("stopping grace over requests_left={running}");
         } else {
             for worker in self.workers.drain(..) {
                 let _ = worker.join();
@@ -217,7 +210,7 @@ fn serve(listener: &tiny_http::Server, handle: impl Fn(&mut Option<tiny_http::Re
     while let Ok(request) = listener.recv() {
         let mut slot = Some(request);
         if catch_unwind(AssertUnwindSafe(|| handle(&mut slot))).is_err() {
-            log::error!("a request handler panicked; answered 500");
+            log::error!("request handler panicked status=500");
             if let Some(request) = slot.take() {
                 let body = br#"{"error":"internal error"}"#;
                 let headers = [("Content-Type".to_string(), "application/json".to_string())];

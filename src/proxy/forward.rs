@@ -152,7 +152,10 @@ pub(super) fn relay(
     record(gw, row);
     drop(permit);
     if let Err(err) = out.finish() {
-        log::debug!("client went away before the end of the body: {err}");
+        log::debug!(
+            "client gone before the end of the body error={}",
+            val(&err.to_string())
+        );
     }
 }
 
@@ -255,7 +258,10 @@ fn send_held(
         &headers,
         &body,
     ) {
-        log::debug!("client went away before its held answer: {err}");
+        log::debug!(
+            "client gone before its held answer error={}",
+            val(&err.to_string())
+        );
     }
 }
 
