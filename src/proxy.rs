@@ -131,9 +131,18 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         LeaseUse::New | LeaseUse::Reused => match gw.limiter.acquire(&plan.host.name, &key.model) {
             Ok((permit, waited)) => {
                 row.queued_ms = waited.as_millis() as i64;
+                gw.metrics
+                    .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
                 Some(permit)
             }
-            Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
+            Err(err) => {
+                if err == crate::limiter::LimitError::Timeout {
+                    let waited = config.queue_timeout.as_millis() as i64;
+                    gw.metrics
+                        .observe_queue_wait(&row.route, &plan.host.name, waited);
+                }
+                return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est);
+            }
         },
     };
     match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {

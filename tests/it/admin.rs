@@ -298,6 +298,24 @@ fn metrics_parse_as_prometheus_text_with_every_family() {
         if b.iter().any(|b| b.less_than.is_infinite() && b.count == 2.0))),
         "{text}"
     );
+    // Issue 13: the two latencies LLM users watch, per route and host.
+    for name in ["crossbar_ttfb_seconds", "crossbar_queue_wait_seconds"] {
+        let samples = family(name, &["route", "host"]);
+        let titan = samples
+            .iter()
+            .find(|s| s.labels.get("host") == Some("titan"))
+            .unwrap_or_else(|| panic!("no titan {name}\n{text}"));
+        assert!(
+            matches!(&titan.value, V::Histogram(b)
+                if b.iter().any(|b| b.less_than.is_infinite() && b.count == 2.0)),
+            "{name}: {titan:?}"
+        );
+        assert!(
+            text.contains(&format!("{name}_count{{route=\"projA\",host=\"titan\"}} 2")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{name}_sum{{route=\"projA\",host=\"titan\"}} ")));
+    }
     for name in ["crossbar_in_flight", "crossbar_queued"] {
         let samples = family(name, &["host", "model"]);
         assert!(samples.iter().all(|s| matches!(s.value, V::Gauge(_))));
