@@ -403,3 +403,52 @@ fn liveness_and_readiness_answer_without_the_token() {
     // Only reads are open: anything else still needs the token.
     assert_eq!(admin(&h, "POST", "/livez", &[], &Value::Null).status, 401);
 }
+
+/// Issue 13: the status page leads with the prefill saved (tokens, and minutes at the host's
+/// prefill rate measured from `timings`) and draws the last hour per host as inline SVG.
+#[test]
+fn the_status_page_shows_prefill_saved_and_charts_of_the_last_hour() {
+    let mut titan = host("titan", 1);
+    titan.sim.prefill_us_per_token = 200; // 5000 tokens/s
+    let h = Harness::start(vec![titan], "");
+    for turns in 0..3 {
+        turn(
+            &h,
+            "a conversation long enough to measure the host's prefill rate by",
+            turns,
+        );
+    }
+    wait_until("three rows", || h.rows().len() >= 3);
+    let cached: i64 = h.rows().iter().filter_map(|r| r.cached_tokens).sum();
+    assert!(cached > 0, "later turns hit the cache");
+    let page = get(&h, "/").text();
+    let headline = format!("prefill saved: <b>{cached} tokens</b>");
+    let headline = if cached >= 1000 {
+        headline.replace(
+            &cached.to_string(),
+            &format!("{},{:03}", cached / 1000, cached % 1000),
+        )
+    } else {
+        headline
+    };
+    assert!(page.contains(&headline), "no {headline:?} in\n{page}");
+    let minutes = cached as f64 / 5000.0 / 60.0;
+    assert!(
+        page.contains(&format!("≈ <b>{minutes:.1} minutes</b>")),
+        "{minutes:.1} minutes at 5000 tokens/s\n{page}"
+    );
+    assert!(page.contains("prefill 5000 tokens/s"), "{page}");
+    assert_eq!(
+        page.matches("<svg").count(),
+        3,
+        "requests, cached share, TTFB"
+    );
+    for chart in ["requests / min", "cached share", "TTFB", "p50", "p95"] {
+        assert!(page.contains(chart), "no {chart:?}");
+    }
+    assert!(
+        page.matches("<rect").count() > 3,
+        "three chart frames and a bar for this minute's requests"
+    );
+    assert!(!page.contains("<script"), "no script");
+}
