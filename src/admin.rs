@@ -409,7 +409,15 @@ pub fn status(gw: &Gateway) -> Value {
                     "leases": snapshot.iter().filter(|l| l.key.route == r.name).count() })
         })
         .collect();
-    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len() })
+    let now = unix_ms(SystemTime::now());
+    let hours: Vec<_> = config
+        .hosts
+        .keys()
+        .map(|h| gw.metrics.hour(h, now))
+        .collect();
+    let (tokens, seconds) = crate::metrics::recent::saved(&hours);
+    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
+            "prefill_saved": { "tokens": tokens, "seconds": seconds } })
 }
 
 fn gauges(gw: &Gateway) -> Gauges {

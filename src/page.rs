@@ -178,8 +178,8 @@ pub fn render(gw: &Gateway, now: i64) -> String {
 
 /// "prefill saved: N tokens (≈ M minutes at each host's measured prefill rate)".
 fn headline(out: &mut String, hours: &[(&str, HourView)]) {
-    let tokens: u64 = hours.iter().map(|(_, h)| h.cached_total).sum();
-    let seconds: f64 = hours.iter().filter_map(|(_, h)| h.saved_seconds()).sum();
+    let views: Vec<HourView> = hours.iter().map(|(_, h)| h.clone()).collect();
+    let (tokens, seconds) = crate::metrics::recent::saved(&views);
     let unmeasured: Vec<&str> = hours
         .iter()
         .filter(|(_, h)| h.cached_total > 0 && h.prefill_rate.is_none())
@@ -191,7 +191,7 @@ fn headline(out: &mut String, hours: &[(&str, HourView)]) {
          prefill rate, from llama-server's <code>timings</code>)</div>\
          <div class=muted>prompt tokens the hosts served from their caches since crossbar started",
         group(tokens),
-        minutes(seconds)
+        crate::metrics::recent::in_words(seconds)
     );
     if !unmeasured.is_empty() {
         let _ = write!(
@@ -225,7 +225,7 @@ fn last_hour(out: &mut String, hours: &[(&str, HourView)]) {
             "<div class=host><div class=name><b>{}</b><br><span class=muted>saved {} tokens ≈ {}<br>{rate}</span></div>{}{}{}</div>",
             esc(name),
             group(hour.cached_total),
-            minutes(hour.saved_seconds().unwrap_or(0.0)),
+            crate::metrics::recent::in_words(hour.saved_seconds().unwrap_or(0.0)),
             chart::bars("requests / min", &requests, "#3a6fd8"),
             chart::lines(
                 "cached share",
@@ -257,11 +257,6 @@ fn group(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// Seconds as `N.N minutes`.
-fn minutes(seconds: f64) -> String {
-    format!("{:.1} minutes", seconds / 60.0)
 }
 
 /// A short human duration for a millisecond span: `4s`, `12m`, `3h`.
@@ -307,7 +302,6 @@ mod tests {
         assert_eq!(group(0), "0");
         assert_eq!(group(999), "999");
         assert_eq!(group(1_234_567), "1,234,567");
-        assert_eq!(minutes(90.0), "1.5 minutes");
     }
 
     #[test]

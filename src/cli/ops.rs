@@ -145,6 +145,14 @@ pub fn status(args: &Args) -> Result<(), CliError> {
         ]);
     }
     print!("{}", table(&rows));
+    let saved = &status["prefill_saved"];
+    if let (Some(tokens), Some(seconds)) = (saved["tokens"].as_u64(), saved["seconds"].as_f64()) {
+        println!(
+            "\nprefill saved: {tokens} tokens (≈ {} at each host's measured prefill rate, from \
+             llama-server's timings) since crossbar started",
+            crate::metrics::recent::in_words(seconds)
+        );
+    }
     Ok(())
 }
 

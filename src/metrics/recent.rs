@@ -136,6 +136,23 @@ impl Window {
     }
 }
 
+/// The headline over several hosts: cached tokens, and the seconds they would have taken to
+/// prefill at each host's own measured rate (hosts without a rate add tokens but no seconds).
+pub fn saved(hours: &[HourView]) -> (u64, f64) {
+    let tokens = hours.iter().map(|h| h.cached_total).sum();
+    let seconds = hours.iter().filter_map(HourView::saved_seconds).sum();
+    (tokens, seconds)
+}
+
+/// A saved prefill time in words: `42.0 seconds` under a minute, else `3.5 minutes`.
+pub fn in_words(seconds: f64) -> String {
+    if seconds < 60.0 {
+        format!("{seconds:.1} seconds")
+    } else {
+        format!("{:.1} minutes", seconds / 60.0)
+    }
+}
+
 impl HourView {
     /// Seconds the cached tokens would have taken to prefill at the measured rate.
     pub fn saved_seconds(&self) -> Option<f64> {
@@ -197,5 +214,7 @@ mod tests {
         let hour = w.hour(0);
         assert_eq!(hour.prefill_rate, Some(1000.0));
         assert_eq!(hour.saved_seconds(), Some(2.0));
+        assert_eq!(in_words(2.0), "2.0 seconds");
+        assert_eq!(in_words(90.0), "1.5 minutes");
     }
 }

@@ -432,10 +432,10 @@ fn the_status_page_shows_prefill_saved_and_charts_of_the_last_hour() {
         headline
     };
     assert!(page.contains(&headline), "no {headline:?} in\n{page}");
-    let minutes = cached as f64 / 5000.0 / 60.0;
+    let seconds = cached as f64 / 5000.0;
     assert!(
-        page.contains(&format!("≈ <b>{minutes:.1} minutes</b>")),
-        "{minutes:.1} minutes at 5000 tokens/s\n{page}"
+        page.contains(&format!("≈ <b>{seconds:.1} seconds</b>")),
+        "{seconds:.1} seconds at 5000 tokens/s\n{page}"
     );
     assert!(page.contains("prefill 5000 tokens/s"), "{page}");
     assert_eq!(

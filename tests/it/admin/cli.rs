@@ -76,7 +76,7 @@ fn every_operator_verb_works_against_a_running_crossbar() {
     assert_eq!(turn(&h, "cli conversation", 1).0, "titan");
 
     let table = verb(&h, &["status"]);
-    for shown in ["HOST", "titan", "mini", "projA"] {
+    for shown in ["HOST", "titan", "mini", "projA", "prefill saved: "] {
         assert!(check_ok(&table).contains(shown), "{table:#?}");
     }
     let json: Value = serde_json::from_str(check_ok(&verb(&h, &["status", "--json"]))).unwrap();
