@@ -27,6 +27,8 @@ const READ_BUF: usize = 16 * 1024;
 pub(super) struct Answer {
     response: http::Response<Body>,
     permit: Option<Permit>,
+    /// Raised by the upstream transport when a wait for upstream ended because the client left.
+    left: Arc<AtomicBool>,
 }
 
 /// Sends the request upstream and waits for the response head. A connection or read failure before
@@ -80,7 +82,11 @@ pub(super) fn exchange(
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) => Ok(Answer { response, permit }),
+        Ok(response) => Ok(Answer {
+            response,
+            permit,
+            left,
+        }),
         Err(_) if left.load(Ordering::Relaxed) => Err(ProxyError::ClientGone(
             "client gone while waiting for upstream",
         )),
@@ -148,7 +154,11 @@ pub(super) fn relay(
     row: &mut RequestRow,
     clock: Instant,
 ) {
-    let Answer { response, permit } = answer;
+    let Answer {
+        response,
+        permit,
+        left,
+    } = answer;
     row.status = response.status().as_u16();
     let content_type = response
         .headers()
@@ -173,6 +183,13 @@ pub(super) fn relay(
             Ok(0) => break,
             Ok(n) => n,
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+            // A stream's head comes before prefill: a client that leaves during it is noticed here.
+            Err(_) if left.load(Ordering::Relaxed) => {
+                finish_row(row, clock, &tee);
+                row.status = 499;
+                row.err = "client gone while waiting for upstream".to_string();
+                return record(gw, row);
+            }
             Err(err) => return upstream_broke(gw, row, clock, &tee, out, &err.to_string()),
         };
         let piece = &buf[..n];

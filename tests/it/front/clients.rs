@@ -184,3 +184,33 @@ fn a_client_that_leaves_before_the_first_byte_frees_the_slot_issue_10() {
     sim.set_fault(crossbar::sim::Fault::None);
     check_served(&h);
 }
+
+/// llama-server sends a stream's head before its prefill: a client that leaves after the head but
+/// before the first event is noticed in the body's wait, recorded as 499 (not an upstream failure).
+#[test]
+fn a_client_that_leaves_after_the_head_but_before_any_event_is_a_499_issue_10() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let sim = h.sim("titan");
+    sim.set_lockstep(true);
+    let gw = h.server().gateway().clone();
+    let mut leaver = h.open_chat(CHAT, &chat("a long prefill", 0, true));
+    assert_eq!(leaver.read_head().0, 200);
+    let left = Instant::now();
+    leaver.reader.get_ref().shutdown(Shutdown::Both).unwrap();
+    drop(leaver);
+    wait_until("the slot is free", || {
+        gw.limiter.in_flight("titan", "m") == 0
+    });
+    assert!(
+        left.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        left.elapsed()
+    );
+    let row = h.rows().pop().expect("a row");
+    assert_eq!(
+        (row.status, row.err.as_str()),
+        (499, "client gone while waiting for upstream")
+    );
+    sim.set_lockstep(false);
+    check_served(&h);
+}
