@@ -11,6 +11,7 @@ mod error;
 mod forward;
 mod record;
 mod route;
+mod upstream;
 
 use std::time::Instant;
 
@@ -25,6 +26,7 @@ use crate::store::{unix_ms, RequestRow};
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};
+pub use upstream::agent_config as upstream_config;
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;
@@ -143,7 +145,8 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         let err = ProxyError::ClientGone("client gone while queued");
         return refuse(gw, request, err, row, clock, ctx_est);
     }
-    match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
+    let client = request.socket();
+    match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
         Ok(answer) => {
             forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             log_request(&row, plan.lease.as_str(), ctx_est);

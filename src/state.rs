@@ -30,7 +30,7 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, i64>>,
-    agent: ureq::Agent,
+    upstream: ureq3::config::Config,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -71,7 +71,7 @@ impl Gateway {
             }
         }
         let drains = Arc::new(Drains::default());
-        let agent = upstream_agent(&config);
+        let upstream = crate::proxy::upstream_config(&config);
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
         let view = Arc::new(View {
@@ -112,7 +112,7 @@ impl Gateway {
             drains,
             metrics,
             last_prompt: Mutex::new(HashMap::new()),
-            agent,
+            upstream,
         })
     }
 
@@ -144,9 +144,9 @@ impl Gateway {
         *self.config.write() = Arc::new(new);
     }
 
-    /// The agent every upstream call goes through.
-    pub fn agent(&self) -> &ureq::Agent {
-        &self.agent
+    /// The upstream client settings every forwarded request's agent is made from.
+    pub fn upstream(&self) -> &ureq3::config::Config {
+        &self.upstream
     }
 
     /// Remembers this turn's prompt size and returns the previous turn's, if any.
@@ -159,21 +159,6 @@ impl Gateway {
         let live: BTreeSet<Key> = self.leases.snapshot().into_iter().map(|l| l.key).collect();
         self.last_prompt.lock().retain(|k, _| live.contains(k));
     }
-}
-
-/// One agent for all upstream calls: no redirects, a connect timeout, a generous per-read timeout
-/// (the first byte waits for prefill), no overall timeout. It keeps no idle connections:
-/// llama-server closes a connection after a streamed answer while advertising keep-alive, so a
-/// pooled connection may be dead; a fresh one costs one LAN round trip.
-fn upstream_agent(config: &Config) -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout_connect(config.connect_timeout)
-        .timeout_read(config.first_byte_timeout)
-        .timeout_write(config.first_byte_timeout)
-        .redirects(0)
-        .max_idle_connections(0)
-        .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 /// The lease table's window on live host state.
