@@ -41,6 +41,8 @@ struct Inner {
     /// Time waiting for a slot, by (route, host).
     queue_wait: BTreeMap<(String, String), Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// (listener, reason) → connections answered before a request was routed (no accounting row).
+    refused: BTreeMap<(&'static str, &'static str), u64>,
     /// The last hour, per host.
     recent: BTreeMap<String, recent::Window>,
 }
@@ -147,6 +149,17 @@ impl Metrics {
             .map_or_else(|| recent::Window::default().hour(now), |w| w.hour(now))
     }
 
+    /// A connection refused by the connection layer before any handler saw a request (busy, a
+    /// head too large, bad framing, a head timeout). Both labels are crossbar's own constants.
+    pub fn observe_refused(&self, listener: &'static str, reason: &'static str) {
+        *self
+            .inner
+            .lock()
+            .refused
+            .entry((listener, reason))
+            .or_default() += 1;
+    }
+
     pub fn observe_lease_event(&self, reason: &str) {
         *self
             .inner
@@ -240,6 +253,19 @@ impl Metrics {
                 out,
                 "crossbar_lease_events_total{} {n}",
                 labels(&[("reason", reason)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_refused_total",
+            "counter",
+            "Connections answered before their request was routed (no accounting row), by listener and reason.",
+        );
+        for ((listener, reason), n) in &inner.refused {
+            let _ = writeln!(
+                out,
+                "crossbar_refused_total{} {n}",
+                labels(&[("listener", listener), ("reason", reason)])
             );
         }
         drop(inner);
