@@ -349,7 +349,7 @@ pub fn status(gw: &Gateway) -> Value {
             json!({
                 "name": host.name, "url": host.url,
                 "healthy": health.as_ref().is_some_and(|h| h.healthy),
-                "reason": health.as_ref().and_then(|h| h.reason).map(|r| r.as_str()),
+                "reason": health.as_ref().and_then(|h| h.reason.as_ref()).map(|r| r.to_string()),
                 "draining": gw.drains.contains(&host.name),
                 "loaded": health.as_ref().map(|h| h.loaded.clone()).unwrap_or_default(),
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),

@@ -6,45 +6,17 @@
 //! held while a host is polled: a poll result is computed first, then applied in one short step.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use parking_lot::Mutex;
 
 use crate::config;
+use crate::logfmt::val;
 
 mod poll;
+mod reason;
 
 pub use poll::{agent, parse_models, parse_props, poll_host, ParseError, Poller};
-
-/// Why a host is down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DownReason {
-    /// No answer: connection refused, reset or timed out.
-    Unreachable,
-    /// The host answered 503: llama-server is loading its model.
-    Loading,
-    /// An answer crossbar cannot use: unexpected status or malformed JSON.
-    BadAnswer,
-    /// A forward to the host failed before the response head.
-    ForwardFailed,
-}
-
-impl DownReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DownReason::Unreachable => "unreachable",
-            DownReason::Loading => "loading",
-            DownReason::BadAnswer => "bad answer",
-            DownReason::ForwardFailed => "forward failed",
-        }
-    }
-}
-
-impl fmt::Display for DownReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use reason::{transport_error, DownReason};
 
 /// What crossbar knows about one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +33,9 @@ pub struct HostStatus {
     pub total_slots: Option<u64>,
     /// Model ids and aliases the host reports loaded (emptied when it goes down).
     pub loaded: Vec<String>,
+    /// The host is a llama-server in router mode (its model list carries a `status` per model):
+    /// asking it about a model that is not loaded would load it.
+    pub router: bool,
     /// Unix ms of the last poll applied; 0 before the first.
     pub last_poll: i64,
 }
@@ -72,6 +47,7 @@ pub enum Poll {
         per_slot_ctx: Option<u64>,
         total_slots: Option<u64>,
         loaded: Vec<String>,
+        router: bool,
     },
     Down(DownReason),
 }
@@ -140,6 +116,20 @@ impl Health {
             || (entry.models.len() == 1 && entry.models[0] == model && loaded.len() == 1)
     }
 
+    /// Whether `host` may be asked about `model` (a token count) without side effects: any
+    /// single-model host, but a router only for a model it has loaded — asking it about another
+    /// would load that model, and with `--models-max` evict one in use.
+    pub fn may_ask_about(&self, host: &str, model: &str) -> bool {
+        let router = {
+            let inner = self.inner.lock();
+            match inner.hosts.get(host) {
+                Some(entry) => entry.status.router,
+                None => return false,
+            }
+        };
+        !router || self.is_loaded(host, model)
+    }
+
     /// A forward failed: the host is down at once, until the next good poll. Returns whether this
     /// was a transition (and so was logged).
     pub fn mark_down(&self, host: &str, reason: DownReason, now: i64) -> bool {
@@ -164,19 +154,21 @@ impl Health {
                 per_slot_ctx,
                 total_slots,
                 loaded,
+                router,
             } => {
                 entry.polled_ctx = per_slot_ctx;
                 let status = &mut entry.status;
                 status.per_slot_ctx = entry.ctx_override.or(per_slot_ctx);
                 status.total_slots = total_slots;
                 status.loaded = loaded;
+                status.router = router;
                 if status.healthy {
                     return false;
                 }
                 status.healthy = true;
                 status.reason = None;
                 status.since = now;
-                log::info!("host up host={host}");
+                log::info!("host up host={}", val(host));
                 true
             }
         }
@@ -211,6 +203,7 @@ impl Entry {
                 per_slot_ctx: None,
                 total_slots: None,
                 loaded: Vec::new(),
+                router: false,
                 last_poll: 0,
             },
             ctx_override: None,
@@ -224,15 +217,19 @@ impl Entry {
         let status = &mut self.status;
         // A down host's loaded list is stale: it may come back having loaded something else.
         status.loaded.clear();
-        if status.reason == Some(reason) {
+        if status.reason.as_ref() == Some(&reason) {
             return false;
         }
         if status.healthy {
             status.healthy = false;
             status.since = now;
         }
+        log::info!(
+            "host down host={} reason={}",
+            val(host),
+            val(&reason.to_string())
+        );
         status.reason = Some(reason);
-        log::info!("host down host={host} reason={reason}");
         true
     }
 }

@@ -46,7 +46,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
             Some(s) if s.healthy => "<span class=up>up</span>".to_string(),
             Some(s) => format!(
                 "<span class=down>down</span> {}",
-                esc(s.reason.map_or("", |r| r.as_str()))
+                esc(&s.reason.as_ref().map_or(String::new(), |r| r.to_string()))
             ),
             None => "<span class=muted>unknown</span>".to_string(),
         };

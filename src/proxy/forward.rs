@@ -4,7 +4,7 @@
 use std::io::{ErrorKind, Read};
 use std::time::{Instant, SystemTime};
 
-use crate::health::DownReason;
+use crate::health::{transport_error, DownReason};
 use crate::limiter::Permit;
 use crate::logfmt::val;
 use crate::state::Gateway;
@@ -65,8 +65,12 @@ pub(super) fn exchange(
         Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(Answer { response, permit }),
         Err(ureq::Error::Transport(err)) => {
             let host = plan.host.name.clone();
+            let reason = DownReason::ForwardFailed {
+                path: plan.rest.clone(),
+                error: transport_error(&err),
+            };
             gw.health
-                .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
+                .mark_down(&host, reason, unix_ms(SystemTime::now()));
             log::warn!(
                 "forward failed host={} error={}",
                 val(&host),

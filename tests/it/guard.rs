@@ -3,7 +3,7 @@
 //! hosts, the health poller's reasons on the admin API, and the idle sweep.
 
 use crossbar::config::Config;
-use crossbar::health::{DownReason, Poll};
+use crossbar::health::Poll;
 use crossbar::server::Server;
 use crossbar::sim::{Fault, Sim, SimConfig};
 use crossbar::store::{LeaseEvent, Reason};
@@ -217,6 +217,7 @@ fn a_host_whose_context_is_unknown_lets_every_prompt_through() {
         per_slot_ctx: None,
         total_slots: polled.total_slots,
         loaded: polled.loaded.clone(),
+        router: false,
     };
     gw.health.apply("mystery", old_build, polled.last_poll);
     assert_eq!(gw.health.per_slot_ctx("mystery"), None);
@@ -277,9 +278,14 @@ fn the_poller_marks_loading_and_garbage_hosts_down_and_traffic_avoids_them() {
     );
     let gw = h.server().gateway().clone();
     wait_ready(&h, &["good"]);
-    let down = |host: &str, reason| gw.health.get(host).and_then(|s| s.reason) == Some(reason);
-    wait_until("loading is down", || down("loading", DownReason::Loading));
-    wait_until("garbage is down", || down("garbage", DownReason::BadAnswer));
+    let down = |host: &str, kind| {
+        gw.health
+            .get(host)
+            .and_then(|s| s.reason)
+            .is_some_and(|r| r.kind() == kind)
+    };
+    wait_until("loading is down", || down("loading", "loading"));
+    wait_until("garbage is down", || down("garbage", "bad answer"));
 
     let admin = h.server().admin_addr();
     let status = request(admin, "GET", "/admin/status", &[], b"");
@@ -292,12 +298,12 @@ fn the_poller_marks_loading_and_garbage_hosts_down_and_traffic_avoids_them() {
     let seen = |name: &str| (host(name)["healthy"].clone(), host(name)["reason"].clone());
     assert_eq!(
         seen("loading"),
-        (json!(false), json!("loading")),
+        (json!(false), json!("503 from /health: loading")),
         "{status:#}"
     );
     assert_eq!(
         seen("garbage"),
-        (json!(false), json!("bad answer")),
+        (json!(false), json!("bad answer from /props: invalid JSON")),
         "{status:#}"
     );
     assert_eq!(seen("good"), (json!(true), Value::Null), "{status:#}");
