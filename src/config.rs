@@ -55,6 +55,9 @@ pub struct Route {
     pub hosts: Vec<String>,
     /// The model used when a request body names none.
     pub model: String,
+    /// New conversations are spread by the chooser instead of inheriting the route-level lease
+    /// (seed 000 rule 3), and metadata takes no lease. Off by default.
+    pub spread_new: bool,
 }
 
 impl Config {

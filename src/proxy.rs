@@ -6,6 +6,7 @@
 //! in `ctxguard`, route parsing in `route`. It never holds a lock across network I/O: the lease table,
 //! limiter and health table are called between reads and writes, never around them.
 
+mod count;
 mod ctxguard;
 mod error;
 mod forward;
@@ -84,6 +85,9 @@ struct Plan<'a> {
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
+    /// Whether the request takes a limiter slot: metadata never does (llama-server answers it
+    /// without one, so it must not wait behind generations here).
+    slot: bool,
     ctx_moved: Option<String>,
 }
 
@@ -92,7 +96,7 @@ struct Plan<'a> {
 enum LeaseUse {
     New,
     Reused,
-    /// Metadata (`route::is_metadata`): no lease and no slot.
+    /// Metadata on a `spread_new` route: no lease (and, like all metadata, no slot).
     None,
 }
 
@@ -119,34 +123,34 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
         started: unix_ms(std::time::SystemTime::now()),
         ..RequestRow::default()
     };
-    let mut ctx_est = None;
     let config = gw.config();
-    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row, &mut ctx_est) {
+    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
         Ok(ready) => ready,
-        Err(err) => return refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+        Err(err) => return refuse(gw, slot, &incoming, err, row, clock),
     };
     // Metadata uses no slot upstream, so it never waits behind generations for one here.
-    let permit = match plan.lease {
-        LeaseUse::None => None,
-        LeaseUse::New | LeaseUse::Reused => match gw.limiter.acquire(&plan.host.name, &key.model) {
+    let permit = if plan.slot {
+        match gw.limiter.acquire(&plan.host.name, &key.model) {
             Ok((permit, waited)) => {
                 row.queued_ms = waited.as_millis() as i64;
                 Some(permit)
             }
-            Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
-        },
+            Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock),
+        }
+    } else {
+        None
     };
     match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
         Ok(answer) => {
             if let Some(request) = slot.take() {
                 forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             }
-            log_request(&row, plan.lease.as_str(), ctx_est);
-            if plan.lease != LeaseUse::None {
+            log_request(&row, plan.lease.as_str());
+            if plan.slot {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
-        Err(err) => refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+        Err(err) => refuse(gw, slot, &incoming, err, row, clock),
     }
 }
 
@@ -158,7 +162,6 @@ fn prepare<'c>(
     request: &mut tiny_http::Request,
     incoming: &Incoming,
     row: &mut RequestRow,
-    ctx_est: &mut Option<u64>,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
@@ -173,7 +176,7 @@ fn prepare<'c>(
         let peek = fingerprint::peek(&body, session);
         (peek.model, peek.fp)
     };
-    let key = Key {
+    let mut key = Key {
         route: route_name,
         fp,
         model: model.unwrap_or_else(|| route.model.clone()),
@@ -185,15 +188,34 @@ fn prepare<'c>(
     if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
         return Err(ProxyError::NoHealthyHost);
     }
-    if route::is_metadata(&incoming.method, &rest) {
-        return metadata_plan(gw, config, key, &route.hosts, rest, body, row);
+    // Metadata is the route-level request (seed 001 step 2): its lease is the one new
+    // conversations inherit (seed 000 rule 3), unless the route spreads them.
+    let metadata = route::is_metadata(&incoming.method, &rest);
+    if metadata {
+        key.fp.clear();
+        row.fp.clear();
+        if route.spread_new {
+            return lookup_plan(gw, config, key, &route.hosts, rest, body, row);
+        }
     }
     let now = row.started;
-    let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
+    let acquired = if route.spread_new {
+        gw.leases.acquire_spread(&key, &route.hosts, now)?
+    } else {
+        gw.leases.acquire(&key, &route.hosts, now)?
+    };
     row.host = acquired.host.clone();
-    let estimate = ctxguard::estimate(incoming, body.len());
-    *ctx_est = Some(estimate);
-    let moved = ctxguard::check(gw, config, &key, &acquired.host, estimate, now)?;
+    let moved = if metadata {
+        None
+    } else {
+        let prompt = ctxguard::Prompt {
+            rest: &rest,
+            body: &body,
+            estimate: ctxguard::estimate(incoming, body.len()),
+        };
+        row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
+        ctxguard::check(gw, config, &key, &acquired.host, &prompt, row, now)?
+    };
     if let Some(moved) = &moved {
         row.host = moved.to.clone();
     }
@@ -208,14 +230,15 @@ fn prepare<'c>(
         } else {
             LeaseUse::New
         },
+        slot: !metadata,
         ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
     };
     Ok((plan, key))
 }
 
-/// A metadata request's plan: the route-level key's host by lookup (pin, existing lease, or the
-/// chooser), no lease created, so a chat UI listing models never steers new conversations.
-fn metadata_plan<'c>(
+/// A metadata request's plan on a `spread_new` route: the route-level key's host by lookup (pin,
+/// existing lease, or the chooser), no lease created or kept alive.
+fn lookup_plan<'c>(
     gw: &Gateway,
     config: &'c Config,
     key: Key,
@@ -224,11 +247,6 @@ fn metadata_plan<'c>(
     body: Vec<u8>,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
-    let key = Key {
-        fp: String::new(),
-        ..key
-    };
-    row.fp.clear();
     row.host = gw.leases.lookup(&key, candidates)?;
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
@@ -236,6 +254,7 @@ fn metadata_plan<'c>(
         rest,
         body,
         lease: LeaseUse::None,
+        slot: false,
         ctx_moved: None,
     };
     Ok((plan, key))
@@ -280,7 +299,6 @@ fn refuse(
     err: ProxyError,
     mut row: RequestRow,
     clock: Instant,
-    ctx_est: Option<u64>,
 ) {
     if let ProxyError::Upstream { host, detail } = &err {
         row.host = host.clone();
@@ -320,5 +338,5 @@ fn refuse(
             body.as_bytes(),
         );
     }
-    log_request(&row, "-", ctx_est);
+    log_request(&row, "-");
 }

@@ -7,7 +7,8 @@
 //! Must not: pick ports other than the one it is given, panic on anything a client sends, or hold a
 //! lock while writing to a socket (waits for slots, permits and faults use condvars).
 //! Submodules: `http` (wire), `server` (shared state, threads), `cache` (slot choice, pure),
-//! `respond` (routing, metadata endpoints), `generate` (completions and streams), `answer` (shapes).
+//! `respond` (routing, metadata endpoints, token counts), `generate` (completions and streams),
+//! `answer` (shapes).
 
 mod answer;
 mod cache;
@@ -51,6 +52,20 @@ pub struct SimConfig {
     pub router_models: Option<Vec<(String, String)>>,
     /// Tokens generated when the request sets no `max_tokens`/`n_predict` (then it ends as "stop").
     pub default_max_tokens: u64,
+    /// Which token-count endpoints the server has (older builds lack some).
+    pub counts: Counts,
+}
+
+/// The token-count endpoints a simulated server answers, by the build it plays. All of them count
+/// the way the server counts prompt tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counts {
+    /// b11434: `/v1/chat/completions/input_tokens`, `/apply-template` and `/tokenize`.
+    Exact,
+    /// A build before the count endpoints: `/apply-template` and `/tokenize` only.
+    Template,
+    /// None of them (404): a host that cannot count.
+    None,
 }
 
 impl Default for SimConfig {
@@ -66,6 +81,7 @@ impl Default for SimConfig {
             api_key: None,
             router_models: None,
             default_max_tokens: 8,
+            counts: Counts::Exact,
         }
     }
 }

@@ -53,6 +53,8 @@ struct RawRoute {
     #[serde(default)]
     hosts: Vec<String>,
     model: Option<String>,
+    #[serde(default)]
+    spread_new: bool,
 }
 
 // ---- stage two: validation ----
@@ -285,6 +287,7 @@ fn validate_route(
         name: name.to_string(),
         hosts: raw.hosts,
         model,
+        spread_new: raw.spread_new,
     }
 }
 

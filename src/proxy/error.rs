@@ -14,8 +14,10 @@ pub enum ProxyError {
     UnknownRoute(String),
     NotFound,
     BodyTooLarge,
+    /// Fits no candidate. `exact` is the host's own count when it was asked and answered.
     PromptTooLarge {
         estimate: u64,
+        exact: Option<u64>,
         max: u64,
     },
     NoHealthyHost,
@@ -54,8 +56,15 @@ impl ProxyError {
     pub fn body(&self) -> serde_json::Value {
         let mut body = serde_json::json!({ "error": self.to_string() });
         match self {
-            ProxyError::PromptTooLarge { estimate, max } => {
+            ProxyError::PromptTooLarge {
+                estimate,
+                exact,
+                max,
+            } => {
                 body["estimate"] = (*estimate).into();
+                if let Some(exact) = exact {
+                    body["exact"] = (*exact).into();
+                }
                 body["max"] = (*max).into();
             }
             ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),

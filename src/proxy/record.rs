@@ -21,7 +21,7 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
 
 /// The one plain line per request (never the body). `lease` is `new`, `reused`, `none`
 /// (metadata) or `-` when crossbar answered itself before a lease was in play.
-pub(super) fn log_request(row: &RequestRow, lease: &str, ctx_est: Option<u64>) {
+pub(super) fn log_request(row: &RequestRow, lease: &str) {
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
     let mut line = format!(
         "route={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
@@ -37,8 +37,11 @@ pub(super) fn log_request(row: &RequestRow, lease: &str, ctx_est: Option<u64>) {
         tokens(row.cached_tokens),
         tokens(row.completion_tokens),
     );
-    if let Some(est) = ctx_est {
+    if let Some(est) = row.ctx_est {
         line.push_str(&format!(" ctx_est={est}"));
+    }
+    if let Some(exact) = row.ctx_exact {
+        line.push_str(&format!(" ctx_exact={exact}"));
     }
     if !row.err.is_empty() {
         line.push_str(&format!(" err={}", val(&row.err)));

@@ -103,16 +103,24 @@ fn turn(first: &str, paste: usize, follow_ups: usize) -> Value {
     body
 }
 
+/// The prompt tokens a sim counts for a chat body, asked directly.
+pub fn sim_count(sim: &Sim, body: &Value) -> u64 {
+    let path = "/v1/chat/completions/input_tokens";
+    let answer = request(sim.addr(), "POST", path, &[], body.to_string().as_bytes());
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    answer.json()["input_tokens"].as_u64().unwrap()
+}
+
 fn events(h: &Harness, reason: Reason) -> Vec<LeaseEvent> {
     let all = h.db().recent_events(1000).unwrap();
     all.into_iter().filter(|e| e.reason == reason).collect()
 }
 
-/// Inference requests a sim received (health polls are GETs).
-fn chats(sim: &Sim) -> usize {
+/// Inference requests a sim received (health polls are GETs, token counts another path).
+pub fn chats(sim: &Sim) -> usize {
     sim.requests()
         .iter()
-        .filter(|r| r.path.contains("chat"))
+        .filter(|r| r.path == "/v1/chat/completions")
         .count()
 }
 
@@ -184,15 +192,22 @@ fn a_prompt_bigger_than_every_host_is_refused_with_the_estimate_and_the_largest_
     assert!(want > 4096, "{want}");
     let answer = h.post(CHAT, &body);
     assert_eq!(answer.status, 400, "{}", answer.text());
+    // The host's own count, as the sim counts a prompt (issue 11).
+    let exact = sim_count(h.sim("small"), &body);
+    assert!((4096..want).contains(&exact), "{exact} {want}");
     assert_eq!(
         answer.json(),
-        json!({"error": "prompt too large", "estimate": want, "max": 4096})
+        json!({"error": "prompt too large", "estimate": want, "exact": exact, "max": 4096})
     );
     assert!(answer.header("X-Crossbar-Ctx").is_none());
     let rows = h.rows();
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(rows[0].status, 400);
     assert_eq!(rows[0].err, "prompt too large");
+    assert_eq!(
+        (rows[0].ctx_est, rows[0].ctx_exact),
+        (Some(want as i64), Some(exact as i64))
+    );
     for (name, sim) in &h.sims {
         assert_eq!(chats(sim), 0, "{name} saw the prompt");
     }

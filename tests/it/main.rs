@@ -3,6 +3,7 @@
 mod admin;
 mod affinity;
 mod broken;
+mod exact;
 mod examples;
 mod guard;
 mod limits;
