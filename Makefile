@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run demo static bench bench-affinity clean
+.PHONY: build test gate fmt clippy run demo static bench bench-affinity fuzz clean
 
 build:
 	$(CARGO) build --release
@@ -35,6 +35,12 @@ bench:
 
 bench-affinity:
 	scripts/bench-affinity.sh
+
+# The connection layer's seeded mutation runner (no nightly here for cargo-fuzz): CASES cases,
+# SEED to replay a failure it printed.
+CASES ?= 200000
+fuzz:
+	$(CARGO) run --release --example fuzz_conn -- $(CASES) $(SEED)
 
 clean:
 	$(CARGO) clean
