@@ -381,7 +381,9 @@ pub fn status(gw: &Gateway) -> Value {
                     let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
                     json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
-                            "loaded": gw.health.is_loaded(&host.name, model) })
+                            "loaded": gw.health.is_loaded(&host.name, model),
+                            "state": gw.health.model_state(&host.name, model),
+                            "per_slot_ctx": gw.health.ctx_for(&host.name, model) })
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);

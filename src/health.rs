@@ -14,9 +14,11 @@ use crate::logfmt::val;
 
 mod poll;
 mod reason;
+mod router;
 
 pub use poll::{agent, parse_models, parse_props, poll_host, ParseError, Poller};
 pub use reason::{transport_error, DownReason};
+pub use router::RouterModel;
 
 /// What crossbar knows about one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub struct HostStatus {
     /// The host is a llama-server in router mode (its model list carries a `status` per model):
     /// asking it about a model that is not loaded would load it.
     pub router: bool,
+    /// A router's models with their state and per-slot context (empty for a single-model host).
+    pub models: Vec<RouterModel>,
     /// Unix ms of the last poll applied; 0 before the first.
     pub last_poll: i64,
 }
@@ -48,6 +52,7 @@ pub enum Poll {
         total_slots: Option<u64>,
         loaded: Vec<String>,
         router: bool,
+        models: Vec<RouterModel>,
     },
     Down(DownReason),
 }
@@ -79,6 +84,7 @@ impl Health {
             let entry = inner.hosts.entry(name.clone()).or_insert_with(Entry::fresh);
             entry.ctx_override = host.ctx;
             entry.models = host.models.keys().cloned().collect();
+            entry.upstream = host.upstream.clone();
             entry.status.per_slot_ctx = host.ctx.or(entry.polled_ctx);
         }
     }
@@ -104,16 +110,43 @@ impl Health {
             .and_then(|e| e.status.per_slot_ctx)
     }
 
-    /// Whether `host` has `model` loaded: an id or alias it reports equals the model name, or the
-    /// host configures that one model only and reports exactly one loaded.
+    /// The per-slot context a request for `model` gets on `host`: the config's `ctx` when set; on
+    /// a router, that model's own (from its command line, see [`RouterModel`]); else the host's.
+    /// `None` (and never 0) while unknown.
+    pub fn ctx_for(&self, host: &str, model: &str) -> Option<u64> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        let ctx = match (entry.ctx_override, entry.status.router) {
+            (Some(ctx), _) => Some(ctx),
+            (None, true) => entry.router_model(model).and_then(|m| m.per_slot_ctx),
+            (None, false) => entry.status.per_slot_ctx,
+        };
+        ctx.filter(|c| *c > 0)
+    }
+
+    /// Whether `host` has `model` loaded: an id or alias it reports equals the model's name there
+    /// (its `upstream`, else its own), or the host is no router, configures that one model only
+    /// and reports exactly one loaded.
     pub fn is_loaded(&self, host: &str, model: &str) -> bool {
         let inner = self.inner.lock();
         let Some(entry) = inner.hosts.get(host) else {
             return false;
         };
         let loaded = &entry.status.loaded;
-        loaded.iter().any(|id| id == model)
-            || (entry.models.len() == 1 && entry.models[0] == model && loaded.len() == 1)
+        let name = entry.known_as(model);
+        loaded.iter().any(|id| id == name)
+            || (!entry.status.router
+                && entry.models.len() == 1
+                && entry.models[0] == model
+                && loaded.len() == 1)
+    }
+
+    /// A router's word on `model`: `loaded`, `loading`, `unloaded`, `sleeping`...; `None` on a
+    /// single-model host or for a model the router does not list.
+    pub fn model_state(&self, host: &str, model: &str) -> Option<String> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        entry.router_model(model).map(|m| m.state.clone())
     }
 
     /// Whether `host` may be asked about `model` (a token count) without side effects: any
@@ -155,6 +188,7 @@ impl Health {
                 total_slots,
                 loaded,
                 router,
+                models,
             } => {
                 entry.polled_ctx = per_slot_ctx;
                 let status = &mut entry.status;
@@ -162,6 +196,7 @@ impl Health {
                 status.total_slots = total_slots;
                 status.loaded = loaded;
                 status.router = router;
+                status.models = models;
                 if status.healthy {
                     return false;
                 }
@@ -191,9 +226,22 @@ struct Entry {
     polled_ctx: Option<u64>,
     /// The models the config lists for this host, sorted.
     models: Vec<String>,
+    /// Configured model → the name the host knows it by, where they differ.
+    upstream: BTreeMap<String, String>,
 }
 
 impl Entry {
+    /// The name this host knows configured `model` by.
+    fn known_as<'a>(&'a self, model: &'a str) -> &'a str {
+        self.upstream.get(model).map_or(model, String::as_str)
+    }
+
+    /// A router's entry for configured `model`.
+    fn router_model(&self, model: &str) -> Option<&RouterModel> {
+        let name = self.known_as(model);
+        self.status.models.iter().find(|m| m.is_named(name))
+    }
+
     fn fresh() -> Entry {
         Entry {
             status: HostStatus {
@@ -204,11 +252,13 @@ impl Entry {
                 total_slots: None,
                 loaded: Vec::new(),
                 router: false,
+                models: Vec::new(),
                 last_poll: 0,
             },
             ctx_override: None,
             polled_ctx: None,
             models: Vec::new(),
+            upstream: BTreeMap::new(),
         }
     }
 
@@ -217,6 +267,7 @@ impl Entry {
         let status = &mut self.status;
         // A down host's loaded list is stale: it may come back having loaded something else.
         status.loaded.clear();
+        status.models.clear();
         if status.reason.as_ref() == Some(&reason) {
             return false;
         }

@@ -10,6 +10,7 @@ mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod model;
 mod record;
 mod route;
 
@@ -174,6 +175,8 @@ fn prepare<'c>(
         let peek = fingerprint::peek(&body, session);
         (peek.model, peek.fp)
     };
+    // A body that names no model is forwarded naming the route's (a router needs one).
+    let named = model.is_some() || incoming.bodyless();
     let mut key = Key {
         route: route_name,
         fp,
@@ -193,7 +196,9 @@ fn prepare<'c>(
         key.fp.clear();
         row.fp.clear();
         if route.spread_new {
-            return lookup_plan(gw, config, key, &route.hosts, rest, body, row);
+            let (mut plan, key) = lookup_plan(gw, config, key, &route.hosts, rest, body, row)?;
+            plan.body = outgoing(plan.host, plan.body, &key.model, named);
+            return Ok((plan, key));
         }
     }
     let now = row.started;
@@ -221,7 +226,7 @@ fn prepare<'c>(
     let plan = Plan {
         host,
         rest,
-        body,
+        body: outgoing(host, body, &key.model, named),
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
         lease: if acquired.reused && moved.is_none() {
             LeaseUse::Reused
@@ -256,6 +261,19 @@ fn lookup_plan<'c>(
         ctx_moved: None,
     };
     Ok((plan, key))
+}
+
+/// The body as `host` gets it: naming the model by the host's name for it (`upstream`), and
+/// naming the route's model when the client named none (`named` false). Otherwise untouched.
+fn outgoing(host: &crate::config::Host, body: Vec<u8>, model: &str, named: bool) -> Vec<u8> {
+    let upstream = host.upstream_name(model);
+    if body.is_empty() || (named && upstream == model) {
+        return body;
+    }
+    match model::named(&body, upstream) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(changed) => changed,
+    }
 }
 
 /// The config entry of a host the lease table named (it only names configured hosts).

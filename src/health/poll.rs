@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
-use super::{transport_error, DownReason, Health, Poll};
+use super::{transport_error, DownReason, Health, Poll, RouterModel};
 use crate::config;
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
@@ -185,6 +185,7 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
         total_slots,
         loaded: list.loaded,
         router: list.router,
+        models: list.models,
     })
 }
 
@@ -224,11 +225,16 @@ fn fetch(agent: &ureq::Agent, host: &config::Host, path: &str) -> Result<String,
     }
 }
 
-/// A models list: what is loaded, and whether any entry carried a router `status`.
+/// A models list: what is loaded, whether any entry carried a router `status`, and the router's
+/// models (at most [`MAX_ROUTER_MODELS`]).
 struct ModelList {
     loaded: Vec<String>,
     router: bool,
+    models: Vec<RouterModel>,
 }
+
+/// A host's answer sizes nothing in crossbar beyond this many models.
+const MAX_ROUTER_MODELS: usize = 256;
 
 fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
     let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
@@ -241,8 +247,14 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
     let mut list = ModelList {
         loaded: Vec::new(),
         router: false,
+        models: Vec::new(),
     };
     for entry in entries {
+        if let Some(model) = RouterModel::of(entry) {
+            if list.models.len() < MAX_ROUTER_MODELS {
+                list.models.push(model);
+            }
+        }
         if let Some(status) = entry.get("status") {
             list.router = true;
             // `{"value": "loaded", ...}`; a bare string is accepted too. Anything else: not loaded.

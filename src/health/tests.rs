@@ -10,6 +10,7 @@ fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
         api_key: None,
         ctx,
         models: models.iter().map(|m| (m.to_string(), 1)).collect(),
+        upstream: BTreeMap::new(),
     }
 }
 
@@ -23,6 +24,7 @@ fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
         total_slots: slots,
         loaded: loaded.iter().map(|s| s.to_string()).collect(),
         router: false,
+        models: Vec::new(),
     }
 }
 

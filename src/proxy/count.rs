@@ -66,7 +66,10 @@ pub(super) fn exact(
         host,
         deadline: Instant::now() + COUNT_TIMEOUT,
     };
-    let body = with_model(body, model);
+    let body = match model {
+        Some(model) => super::model::named(body, model),
+        None => body.into(),
+    };
     match call {
         CountCall::Endpoint { path, template } => match ask.post(path, &body) {
             Ok(answer) => input_tokens(answer),
@@ -87,20 +90,6 @@ pub(super) fn exact(
                 _ => None,
             }
         }
-    }
-}
-
-/// The body with `"model": model` added when it is a JSON object naming no model; else as it is.
-pub(super) fn with_model<'a>(body: &'a [u8], model: Option<&str>) -> std::borrow::Cow<'a, [u8]> {
-    let Some(model) = model else {
-        return body.into();
-    };
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(mut map)) if !map.contains_key("model") => {
-            map.insert("model".to_string(), model.into());
-            serde_json::to_vec(&Value::Object(map)).map_or(body.into(), Into::into)
-        }
-        _ => body.into(),
     }
 }
 
@@ -230,16 +219,5 @@ mod tests {
         let pieces = br#"{"tokens":[{"id":1,"piece":"a"}]}"#;
         assert_eq!(count_tokens(&pieces[..]), None);
         assert_eq!(count_tokens(&b"<html>"[..]), None);
-    }
-
-    #[test]
-    fn a_body_without_a_model_gets_the_one_named() {
-        let named = with_model(br#"{"model":"a","messages":[]}"#, Some("b"));
-        assert_eq!(&*named, br#"{"model":"a","messages":[]}"#);
-        let unnamed: Value =
-            serde_json::from_slice(&with_model(br#"{"messages":[]}"#, Some("b"))).unwrap();
-        assert_eq!(unnamed["model"], "b");
-        assert_eq!(&*with_model(b"[1]", Some("b")), b"[1]");
-        assert_eq!(&*with_model(b"{}", None), b"{}");
     }
 }

@@ -44,7 +44,8 @@ pub(super) fn exact_fits(tokens: u64, ctx: u64) -> bool {
     tokens < ctx
 }
 
-/// Leaves the request alone when the leased host's limit is unknown or the prompt fits there (the
+/// Leaves the request alone when the leased host's limit for the model (a router's is per model)
+/// is unknown or the prompt fits there (the
 /// estimate, else the host's exact count); else moves the lease to the first candidate (in route
 /// order) where it fits, preferring one with the model loaded, or refuses. A pinned route only
 /// ever fits on its pin. Records the exact count in `row` when the leased host gave one.
@@ -58,8 +59,8 @@ pub(super) fn check(
     now: i64,
 ) -> Result<Option<Moved>, ProxyError> {
     let estimate = prompt.estimate;
-    let limit = match gw.health.per_slot_ctx(leased) {
-        None | Some(0) => return Ok(None),
+    let limit = match gw.health.ctx_for(leased, &key.model) {
+        None => return Ok(None),
         Some(limit) if estimate <= limit => return Ok(None),
         Some(limit) => limit,
     };
@@ -80,7 +81,7 @@ pub(super) fn check(
             .collect(),
     };
     let fits = |host: &str| {
-        let Some(ctx) = gw.health.per_slot_ctx(host).filter(|c| *c > 0) else {
+        let Some(ctx) = gw.health.ctx_for(host, &key.model) else {
             return false;
         };
         // The same model counts the same; another model (another tokenizer) is asked too.
@@ -108,7 +109,7 @@ pub(super) fn check(
         .hosts
         .iter()
         .filter(|h| gw.health.healthy(h))
-        .filter_map(|h| gw.health.per_slot_ctx(h))
+        .filter_map(|h| gw.health.ctx_for(h, &key.model))
         .max()
         .unwrap_or(0);
     Err(ProxyError::PromptTooLarge {
@@ -125,8 +126,10 @@ fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>
         return None;
     }
     let conf = config.hosts.get(host)?;
+    // The body as this host would get it: a router is told the model, by the host's name for it.
+    let upstream = conf.upstream_name(&key.model);
     let router = gw.health.get(host).is_some_and(|s| s.router);
-    let model = router.then_some(key.model.as_str());
+    let model = (router || upstream != key.model).then_some(upstream);
     let counted = count::exact(gw.agent(), conf, prompt.rest, prompt.body, model);
     log::debug!(
         "ctx count host={} estimate={} exact={}",

@@ -233,6 +233,7 @@ fn a_host_whose_context_is_unknown_lets_every_prompt_through() {
         total_slots: polled.total_slots,
         loaded: polled.loaded.clone(),
         router: false,
+        models: Vec::new(),
     };
     gw.health.apply("mystery", old_build, polled.last_poll);
     assert_eq!(gw.health.per_slot_ctx("mystery"), None);

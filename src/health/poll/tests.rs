@@ -30,6 +30,16 @@ const ROUTER_MODELS: &str = r#"{"object":"list","data":[
   {"id":"phi","object":"model","status":{"value":"sleeping"}},
   {"id":"gemma","object":"model","status":{"failed":true}}]}"#;
 
+/// The router models of [`ROUTER_MODELS`], as the poll reads them.
+fn router_models() -> Vec<RouterModel> {
+    let list: Value = serde_json::from_str(ROUTER_MODELS).unwrap();
+    let entries = list["data"].as_array().unwrap();
+    let models: Vec<RouterModel> = entries.iter().filter_map(RouterModel::of).collect();
+    assert_eq!(models.len(), 5);
+    assert_eq!(models[0].per_slot_ctx, Some(8192));
+    models
+}
+
 #[track_caller]
 fn check_props(body: &str, want: (Option<u64>, Option<u64>)) {
     assert_eq!(parse_props(body).unwrap(), want, "{body}");
@@ -117,6 +127,7 @@ fn host(name: &str, url: &str) -> config::Host {
         api_key: None,
         ctx: None,
         models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
+        upstream: BTreeMap::new(),
     }
 }
 
@@ -152,6 +163,7 @@ fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
         total_slots: Some(2),
         loaded: vec!["qwen-coder".into()],
         router: false,
+        models: Vec::new(),
     };
     assert_eq!(poll, want);
     let hits: Vec<Hit> = server.hits.try_iter().collect();
@@ -175,6 +187,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             total_slots: Some(2),
             loaded: vec!["qwen-coder".into(), "qc".into()],
             router: true,
+            models: router_models(),
         },
     );
     // When /v1/models already carries statuses, /models is not asked.
@@ -190,6 +203,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             total_slots: None,
             loaded: vec!["qwen-coder".into(), "qc".into()],
             router: true,
+            models: router_models(),
         },
     );
     let paths: Vec<String> = server.hits.try_iter().map(|(p, _)| p).collect();
