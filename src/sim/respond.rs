@@ -53,6 +53,36 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
     }
     let garbage = fault == Fault::Garbage;
     let counts = sh.cfg.counts;
+    if let (Some(router), false) = (&sh.router, garbage) {
+        let get = req.method == "GET" || req.method == "HEAD";
+        let model = if get {
+            req.query("model").map(str::to_string)
+        } else {
+            serde_json::from_slice::<Value>(&req.body)
+                .ok()
+                .and_then(|b| b.get("model").and_then(Value::as_str).map(String::from))
+        };
+        match (get, path.as_str(), model) {
+            (true, "/props", None) => return reply(sock, 200, &router.lock().props(), req),
+            (true, "/v1/models" | "/models", _) => {
+                let listing = router
+                    .lock()
+                    .listing(sh.cfg.n_ctx, sh.cfg.slots, unix_now());
+                return reply(sock, 200, &listing, req);
+            }
+            (false, _, None) if req.method == "POST" => {
+                let msg = "model name is missing from the request";
+                return reply_error(sock, 400, msg, req.keep_alive);
+            }
+            (_, "/props", Some(model)) | (false, _, Some(model))
+                if req.method != "OPTIONS" && !sh.load_model(&model) =>
+            {
+                let msg = format!("model '{model}' not found");
+                return reply_error(sock, 400, &msg, req.keep_alive);
+            }
+            _ => {}
+        }
+    }
     let get = req.method == "GET" || req.method == "HEAD";
     match (get, path.as_str(), inference) {
         (_, _, Some(kind)) if req.method == "POST" => generate::run(sh, sock, req, kind, fault),
@@ -150,17 +180,6 @@ fn props(sh: &Shared) -> Value {
 fn models(sh: &Shared) -> Value {
     let cfg = &sh.cfg;
     let created = unix_now();
-    if let Some(router) = &cfg.router_models {
-        let data: Vec<Value> = router
-            .iter()
-            .map(|(id, status)| {
-                json!({"id": id, "object": "model", "owned_by": "llamacpp", "created": created,
-                       "in_cache": true, "path": format!("/models/{id}.gguf"),
-                       "status": {"value": status}})
-            })
-            .collect();
-        return json!({"object": "list", "data": data});
-    }
     json!({
         "object": "list",
         "data": [{

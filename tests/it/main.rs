@@ -13,5 +13,6 @@ mod models;
 mod paths;
 mod proxy;
 mod restart;
+mod router;
 mod signals;
 mod support;
