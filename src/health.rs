@@ -85,6 +85,7 @@ impl Health {
             entry.ctx_override = host.ctx;
             entry.models = host.models.keys().cloned().collect();
             entry.upstream = host.upstream.clone();
+            entry.parallel = host.models.values().sum();
             entry.status.per_slot_ctx = host.ctx.or(entry.polled_ctx);
         }
     }
@@ -180,6 +181,7 @@ impl Health {
         let Some(entry) = inner.hosts.get_mut(host) else {
             return false;
         };
+        let first = entry.status.last_poll == 0;
         entry.status.last_poll = now;
         match poll {
             Poll::Down(reason) => entry.down(host, reason, now),
@@ -197,14 +199,25 @@ impl Health {
                 status.loaded = loaded;
                 status.router = router;
                 status.models = models;
-                if status.healthy {
-                    return false;
-                }
+                let flipped = !status.healthy;
                 status.healthy = true;
                 status.reason = None;
-                status.since = now;
-                log::info!("host up host={}", val(host));
-                true
+                if flipped {
+                    status.since = now;
+                }
+                // Every host's first poll says what it found, so the start of the log shows each
+                // host's state, slots and context; later only flips are logged.
+                if first || flipped {
+                    let known = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+                    log::info!(
+                        "host up host={host} ctx={} slots={} parallel={} loaded={}",
+                        known(status.per_slot_ctx),
+                        known(status.total_slots),
+                        entry.parallel,
+                        crate::logfmt::val(&status.loaded.join(","))
+                    );
+                }
+                flipped
             }
         }
     }
@@ -228,6 +241,8 @@ struct Entry {
     models: Vec<String>,
     /// Configured model → the name the host knows it by, where they differ.
     upstream: BTreeMap<String, String>,
+    /// The slots the config gives this host, all models together.
+    parallel: usize,
 }
 
 impl Entry {
@@ -259,6 +274,7 @@ impl Entry {
             polled_ctx: None,
             models: Vec::new(),
             upstream: BTreeMap::new(),
+            parallel: 0,
         }
     }
 

@@ -125,9 +125,18 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         {
             Ok((permit, waited)) => {
                 row.queued_ms = waited.as_millis() as i64;
+                gw.metrics
+                    .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
                 Some(permit)
             }
-            Err(err) => return refuse(gw, request, err.into(), row, clock),
+            Err(err) => {
+                if err == crate::limiter::LimitError::Timeout {
+                    let waited = config.queue_timeout.as_millis() as i64;
+                    gw.metrics
+                        .observe_queue_wait(&row.route, &plan.host.name, waited);
+                }
+                return refuse(gw, request, err.into(), row, clock);
+            }
         }
     } else {
         None
@@ -184,10 +193,13 @@ fn prepare<'c>(
     };
     row.fp = key.fp.clone();
     row.model = key.model.clone();
-    // A model no candidate serves has no usable host (spec §2), pinned route or not. Refused
+    // A model no candidate serves is 404 model_not_found (spec §2), pinned route or not. Refused
     // before the lease so a client's made-up names create no lease, slot or metric series.
     if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
-        return Err(ProxyError::NoHealthyHost);
+        return Err(ProxyError::ModelNotFound {
+            model: key.model,
+            served: config.models_of(&route.hosts),
+        });
     }
     // Metadata is the route-level request (seed 001 step 2): its lease is the one new
     // conversations inherit (seed 000 rule 3), unless the route spreads them.

@@ -40,7 +40,7 @@ pub(super) struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawHost {
+pub(super) struct RawHost {
     url: Option<String>,
     weight: Option<u32>,
     api_key: Option<String>,
@@ -50,13 +50,13 @@ struct RawHost {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawModel {
+pub(super) struct RawModel {
     parallel: Option<i64>,
     upstream: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
-struct RawRoute {
+pub(super) struct RawRoute {
     #[serde(default)]
     hosts: Vec<String>,
     model: Option<String>,
@@ -364,7 +364,14 @@ pub(super) fn check_url(url: &str) -> Result<String, String> {
     if rest.contains(['?', '#']) {
         return Err(format!("{url:?} must not carry a query or fragment"));
     }
-    Ok(url.trim_end_matches('/').to_string())
+    let url = url.trim_end_matches('/');
+    // Clients' paths already start with /v1; a base ending in it would ask for /v1/v1/... (issue 13).
+    if let Some(base) = url.strip_suffix("/v1") {
+        return Err(format!(
+            "{url:?} ends in /v1; crossbar adds the /v1/... of each request itself: use {base:?}"
+        ));
+    }
+    Ok(url.to_string())
 }
 
 /// Whether two different listen addresses cannot both be bound: the same (non-zero) port where

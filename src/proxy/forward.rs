@@ -68,7 +68,11 @@ pub(super) fn exchange(
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(Answer { response, permit }),
+        Ok(response) | Err(ureq::Error::Status(_, response)) => {
+            gw.metrics
+                .observe_ttfb(&row.route, &plan.host.name, row.started, row.ttfb_ms);
+            Ok(Answer { response, permit })
+        }
         Err(ureq::Error::Transport(err)) if !counts_against_host(err.kind()) => {
             Err(ProxyError::BadRequest(err.to_string()))
         }
@@ -176,11 +180,14 @@ pub(super) fn relay(
     if let Some(detail) = cut_short(&tee) {
         return upstream_broke(gw, row, clock, &tee, out, detail);
     }
-    finish_row(row, clock, &tee);
+    finish_row(gw, row, clock, &tee);
     record(gw, row);
     drop(permit);
     if let Err(err) = out.finish() {
-        log::debug!("client went away before the end of the body: {err}");
+        log::debug!(
+            "client gone before the end of the body error={}",
+            val(&err.to_string())
+        );
     }
 }
 
@@ -237,7 +244,10 @@ fn canonical(name: &str) -> String {
     out
 }
 
-fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
+fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
+    if let Some((tokens, us)) = tee.prefill() {
+        gw.metrics.observe_prefill(&row.host, tokens, us);
+    }
     let usage = tee.usage();
     row.prompt_tokens = usage.prompt_tokens;
     row.cached_tokens = usage.cached_tokens;
@@ -270,7 +280,7 @@ fn upstream_broke(
     out: BodyWriter<'_>,
     detail: &str,
 ) {
-    finish_row(row, clock, tee);
+    finish_row(gw, row, clock, tee);
     row.err = format!("upstream failed mid-body: {detail}");
     record(gw, row);
     out.abort();
