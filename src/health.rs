@@ -150,6 +150,20 @@ impl Health {
         entry.router_model(model).map(|m| m.state.clone())
     }
 
+    /// How often the polls saw a router unload `model` (evicted by `--models-max`, or unloaded
+    /// by hand); 0 for a single-model host. A conversation whose turns straddle an unload lost its
+    /// cache.
+    pub fn unloads(&self, host: &str, model: &str) -> u64 {
+        let inner = self.inner.lock();
+        let Some(entry) = inner.hosts.get(host) else {
+            return 0;
+        };
+        let id = entry.router_model(model).and_then(|m| m.names.first());
+        id.and_then(|id| entry.unloads.get(id))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Whether `host` may be asked about `model` (a token count) without side effects: any
     /// single-model host, but a router only for a model it has loaded — asking it about another
     /// would load that model, and with `--models-max` evict one in use.
@@ -198,6 +212,17 @@ impl Health {
                 status.total_slots = total_slots;
                 status.loaded = loaded;
                 status.router = router;
+                // A model that was loaded and is not any more was swapped out: its cache is gone.
+                for old in status.models.iter().filter(|m| m.state == "loaded") {
+                    let kept = (models.iter()).any(|m| m.names == old.names && m.state == "loaded");
+                    let id = old.names.first().cloned().unwrap_or_default();
+                    if !kept
+                        && (entry.unloads.len() < MAX_UNLOAD_COUNTS
+                            || entry.unloads.contains_key(&id))
+                    {
+                        *entry.unloads.entry(id).or_default() += 1;
+                    }
+                }
                 status.models = models;
                 let flipped = !status.healthy;
                 status.healthy = true;
@@ -223,6 +248,9 @@ impl Health {
     }
 }
 
+/// The unload counts kept per host: a host's answers size nothing beyond this.
+const MAX_UNLOAD_COUNTS: usize = 256;
+
 /// Invariants: `hosts` holds exactly the configured hosts; for each, `status.reason.is_some()`
 /// iff `!status.healthy`, and `status.per_slot_ctx == ctx_override.or(polled_ctx)`.
 #[derive(Debug)]
@@ -241,6 +269,9 @@ struct Entry {
     models: Vec<String>,
     /// Configured model → the name the host knows it by, where they differ.
     upstream: BTreeMap<String, String>,
+    /// A router's model id → how often polls saw it go from loaded to not loaded (at most
+    /// [`MAX_UNLOAD_COUNTS`] ids).
+    unloads: BTreeMap<String, u64>,
     /// The slots the config gives this host, all models together.
     parallel: usize,
 }
@@ -274,6 +305,7 @@ impl Entry {
             polled_ctx: None,
             models: Vec::new(),
             upstream: BTreeMap::new(),
+            unloads: BTreeMap::new(),
             parallel: 0,
         }
     }

@@ -29,7 +29,7 @@ pub struct Gateway {
     pub drains: Arc<Drains>,
     pub metrics: Arc<Metrics>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
-    last_prompt: Mutex<HashMap<Key, i64>>,
+    last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     agent: ureq::Agent,
 }
 
@@ -150,8 +150,12 @@ impl Gateway {
     }
 
     /// Remembers this turn's prompt size and returns the previous turn's, if any.
-    pub fn swap_last_prompt(&self, key: &Key, prompt: i64) -> Option<i64> {
-        self.last_prompt.lock().insert(key.clone(), prompt)
+    /// With the prompt goes the host's unload count of the model then (see `Health::unloads`),
+    /// so a cold turn can say whether a router swapped the model out in between.
+    pub fn swap_last_prompt(&self, key: &Key, prompt: i64, unloads: u64) -> Option<(i64, u64)> {
+        self.last_prompt
+            .lock()
+            .insert(key.clone(), (prompt, unloads))
     }
 
     /// Forgets prompt sizes of conversations that no longer hold a lease.

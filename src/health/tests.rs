@@ -215,3 +215,42 @@ fn loaded_means_a_matching_id_or_alias_or_the_single_configured_model() {
     }
     assert!(!health.is_loaded("ghost", "qwen-coder"));
 }
+
+#[test]
+fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15() {
+    let mut router_host = host("box", None, &["coder", "chat"]);
+    router_host.upstream = BTreeMap::from([("chat".to_string(), "chat-7b".to_string())]);
+    let health = Health::new(&hosts(&[router_host]));
+    let model = |id: &str, state: &str| RouterModel {
+        names: vec![id.to_string()],
+        state: state.to_string(),
+        per_slot_ctx: Some(2048),
+    };
+    let poll = |coder: &str, chat: &str| Poll::Up {
+        per_slot_ctx: None,
+        total_slots: None,
+        loaded: Vec::new(),
+        router: true,
+        models: vec![model("coder", coder), model("chat-7b", chat)],
+    };
+    health.apply("box", poll("loaded", "unloaded"), 1);
+    health.apply("box", poll("loaded", "unloaded"), 2);
+    assert_eq!(health.unloads("box", "coder"), 0);
+    health.apply("box", poll("unloaded", "loading"), 3);
+    health.apply("box", poll("unloaded", "loaded"), 4);
+    assert_eq!(health.unloads("box", "coder"), 1);
+    health.apply("box", poll("loaded", "unloaded"), 5);
+    assert_eq!(
+        (
+            health.unloads("box", "coder"),
+            health.unloads("box", "chat")
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        health.model_state("box", "chat").as_deref(),
+        Some("unloaded")
+    );
+    assert_eq!(health.ctx_for("box", "chat"), Some(2048));
+    assert_eq!(health.unloads("ghost", "coder"), 0);
+}

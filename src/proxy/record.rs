@@ -55,11 +55,19 @@ pub(super) fn warn_on_cold_cache(gw: &Gateway, key: &Key, row: &RequestRow, reus
     let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) else {
         return;
     };
-    let previous = gw.swap_last_prompt(key, prompt);
-    if let (true, Some(previous)) = (reused, previous) {
+    let unloads = gw.health.unloads(&row.host, &key.model);
+    let previous = gw.swap_last_prompt(key, prompt, unloads);
+    if let (true, Some((previous, unloads_then))) = (reused, previous) {
         if cached.saturating_mul(2) < previous {
+            // A router that unloaded the model between the turns (`--models-max` swapped another
+            // in) dropped its cache: say so, it is the operator's fix, not a stickiness failure.
+            let swap = if unloads > unloads_then {
+                " cause=\"model unloaded by the host between turns (router swap)\""
+            } else {
+                ""
+            };
             log::warn!(
-                "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
+                "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}{swap}",
                 val(&row.route),
                 val(&row.host),
                 val(fingerprint::short(&row.fp))

@@ -51,7 +51,11 @@ fn start() -> Harness {
 }
 
 fn without_model(first: &str) -> Value {
-    let mut body = chat(first, 0, false);
+    without_model_turns(first, 0)
+}
+
+fn without_model_turns(first: &str, turns: usize) -> Value {
+    let mut body = chat(first, turns, false);
     body.as_object_mut().unwrap().remove("model");
     body
 }
@@ -95,6 +99,32 @@ fn both_routes_answer_with_and_without_a_model_in_the_body_issue_15() {
     let rows = h.rows();
     let models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
     assert_eq!(models, ["coder", "chat", "coder", "qwen"]);
+}
+
+#[test]
+fn a_swap_between_turns_is_seen_and_the_next_turn_is_cold_issue_15() {
+    let h = start();
+    let gw = h.server().gateway().clone();
+    for turns in 0..2 {
+        let answer = h.post(
+            "/code/v1/chat/completions",
+            &without_model_turns("lexer", turns),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    // The other route loads `chat`; with --models-max 1 that evicts `coder` and its cache.
+    let answer = h.post("/talk/v1/chat/completions", &without_model("a poem"));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    wait_until("the poll sees coder unloaded", || {
+        gw.health.unloads("box", "coder") == 1
+    });
+    let answer = h.post(
+        "/code/v1/chat/completions",
+        &without_model_turns("lexer", 2),
+    );
+    assert_eq!(answer.header("X-Crossbar-Lease"), Some("reused"));
+    let row = h.rows().pop().unwrap();
+    assert_eq!(row.cached_tokens, Some(0), "{row:?}");
 }
 
 #[test]
