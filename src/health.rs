@@ -40,6 +40,8 @@ pub struct HostStatus {
     pub router: bool,
     /// A router's models with their state and per-slot context (empty for a single-model host).
     pub models: Vec<RouterModel>,
+    /// A router's `max_instances` (`--models-max`): models it keeps loaded at once.
+    pub max_instances: Option<u64>,
     /// Unix ms of the last poll applied; 0 before the first.
     pub last_poll: i64,
 }
@@ -53,6 +55,7 @@ pub enum Poll {
         loaded: Vec<String>,
         router: bool,
         models: Vec<RouterModel>,
+        max_instances: Option<u64>,
     },
     Down(DownReason),
 }
@@ -150,6 +153,25 @@ impl Health {
         entry.router_model(model).map(|m| m.state.clone())
     }
 
+    /// A router at its `--models-max`: the configured models it has loaded now (by their
+    /// configured names). `None` when loading another model evicts nothing: a single-model host,
+    /// a router below its maximum, or one whose maximum is unknown.
+    pub fn full_router(&self, host: &str) -> Option<Vec<String>> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        let status = &entry.status;
+        let max = status.max_instances.filter(|m| *m > 0)?;
+        let loaded = status.models.iter().filter(|m| m.state == "loaded").count();
+        if !status.router || (loaded as u64) < max {
+            return None;
+        }
+        let configured = (entry.models.iter())
+            .filter(|m| entry.router_model(m).is_some_and(|r| r.state == "loaded"))
+            .cloned()
+            .collect();
+        Some(configured)
+    }
+
     /// How often the polls saw a router unload `model` (evicted by `--models-max`, or unloaded
     /// by hand); 0 for a single-model host. A conversation whose turns straddle an unload lost its
     /// cache.
@@ -205,6 +227,7 @@ impl Health {
                 loaded,
                 router,
                 models,
+                max_instances,
             } => {
                 entry.polled_ctx = per_slot_ctx;
                 let status = &mut entry.status;
@@ -224,6 +247,7 @@ impl Health {
                     }
                 }
                 status.models = models;
+                status.max_instances = max_instances;
                 let flipped = !status.healthy;
                 status.healthy = true;
                 status.reason = None;
@@ -299,6 +323,7 @@ impl Entry {
                 loaded: Vec::new(),
                 router: false,
                 models: Vec::new(),
+                max_instances: None,
                 last_poll: 0,
             },
             ctx_override: None,

@@ -207,11 +207,20 @@ impl lease::Chooser for View {
             .map(|(host, leases)| {
                 let parallel = config.parallel(&host.name, model);
                 let in_flight = self.limiter.in_flight(&host.name, model);
+                // A full router evicts one of its loaded models to load this one: no room when
+                // any of them is busy (health's lock is released before the limiter's is taken).
+                let room = match self.health.full_router(&host.name) {
+                    None => true,
+                    Some(loaded) => {
+                        !(loaded.iter()).any(|m| self.limiter.in_flight(&host.name, m) > 0)
+                    }
+                };
                 choose::Info {
                     name: host.name.clone(),
                     healthy: self.health.healthy(&host.name),
                     draining: self.drains.contains(&host.name),
                     loaded: self.health.is_loaded(&host.name, model),
+                    room,
                     serves: parallel > 0,
                     free: parallel.saturating_sub(in_flight),
                     queued: self.limiter.queued(&host.name, model),

@@ -161,11 +161,14 @@ fn unix_ms() -> i64 {
 
 fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason> {
     fetch(agent, host, "/health")?;
-    let (per_slot_ctx, total_slots) = match fetch(agent, host, "/props") {
-        Ok(body) => parse_props(&body).map_err(|e| bad_answer("/props", &e))?,
+    let (per_slot_ctx, total_slots, max_instances) = match fetch(agent, host, "/props") {
+        Ok(body) => {
+            let (ctx, slots) = parse_props(&body).map_err(|e| bad_answer("/props", &e))?;
+            (ctx, slots, parse_max_instances(&body))
+        }
         Err(DownReason::Status {
             status: 404 | 501, ..
-        }) => (None, None),
+        }) => (None, None, None),
         Err(reason) => return Err(reason),
     };
     let models = parse_model_list(&fetch(agent, host, "/v1/models")?)
@@ -186,7 +189,14 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
         loaded: list.loaded,
         router: list.router,
         models: list.models,
+        max_instances,
     })
+}
+
+/// A router's `/props` `max_instances` (`--models-max`); `None` elsewhere.
+fn parse_max_instances(body: &str) -> Option<u64> {
+    let value: Value = serde_json::from_str(body).ok()?;
+    value.get("max_instances")?.as_u64()
 }
 
 fn bad_answer(path: &str, err: &ParseError) -> DownReason {

@@ -25,6 +25,7 @@ fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
         loaded: loaded.iter().map(|s| s.to_string()).collect(),
         router: false,
         models: Vec::new(),
+        max_instances: None,
     }
 }
 
@@ -232,6 +233,7 @@ fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15
         loaded: Vec::new(),
         router: true,
         models: vec![model("coder", coder), model("chat-7b", chat)],
+        max_instances: Some(1),
     };
     health.apply("box", poll("loaded", "unloaded"), 1);
     health.apply("box", poll("loaded", "unloaded"), 2);

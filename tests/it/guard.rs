@@ -234,6 +234,7 @@ fn a_host_whose_context_is_unknown_lets_every_prompt_through() {
         loaded: polled.loaded.clone(),
         router: false,
         models: Vec::new(),
+        max_instances: None,
     };
     gw.health.apply("mystery", old_build, polled.last_poll);
     assert_eq!(gw.health.per_slot_ctx("mystery"), None);

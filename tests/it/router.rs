@@ -50,6 +50,55 @@ fn start() -> Harness {
     h
 }
 
+/// Two router boxes, each with `coder` loaded and `chat` unloaded, `--models-max 1`, 2 slots;
+/// routes `code` and `talk` over both, `one` first.
+fn start_two() -> Harness {
+    let dir = temp_dir();
+    let sim = || {
+        Sim::start(SimConfig {
+            n_ctx: 8192,
+            slots: 2,
+            router_models: Some(vec![
+                ("coder".into(), "loaded".into()),
+                ("chat".into(), "unloaded".into()),
+            ]),
+            models_max: 1,
+            ..SimConfig::default()
+        })
+    };
+    let sims = vec![("one".to_string(), sim()), ("two".to_string(), sim())];
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
+         health_interval = \"50ms\"\n",
+        dir.join("crossbar.db")
+    );
+    for (name, sim) in &sims {
+        text.push_str(&format!(
+            "[hosts.{name}]\nurl = \"{}\"\n[hosts.{name}.models.coder]\nparallel = 2\n\
+             [hosts.{name}.models.chat]\nparallel = 2\n",
+            sim.url()
+        ));
+    }
+    for (route, model) in [("code", "coder"), ("talk", "chat")] {
+        text.push_str(&format!(
+            "[routes.{route}]\nhosts = [\"one\", \"two\"]\nmodel = \"{model}\"\n"
+        ));
+    }
+    let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{:#?}\n{text}", e.lines()));
+    let h = Harness {
+        server: Some(Server::start(config).unwrap()),
+        sims,
+        dir,
+    };
+    let gw = h.server().gateway().clone();
+    wait_until("both boxes are polled", || {
+        ["one", "two"]
+            .iter()
+            .all(|b| gw.health.get(b).is_some_and(|s| s.max_instances == Some(1)))
+    });
+    h
+}
+
 fn without_model(first: &str) -> Value {
     without_model_turns(first, 0)
 }
@@ -125,6 +174,25 @@ fn a_swap_between_turns_is_seen_and_the_next_turn_is_cold_issue_15() {
     assert_eq!(answer.header("X-Crossbar-Lease"), Some("reused"));
     let row = h.rows().pop().unwrap();
     assert_eq!(row.cached_tokens, Some(0), "{row:?}");
+}
+
+#[test]
+fn a_new_conversation_of_an_unloaded_model_goes_where_loading_it_evicts_nothing_busy_issue_15() {
+    let h = start_two();
+    let gw = h.server().gateway().clone();
+    // `one` is busy with a coder stream; loading chat there would evict it.
+    h.sim("one").set_lockstep(true);
+    let mut body = without_model("stream me a parser");
+    body["stream"] = json!(true);
+    let mut stream = h.open_chat("/code/v1/chat/completions", &body);
+    wait_until("the coder stream holds a slot on one", || {
+        gw.limiter.in_flight("one", "coder") == 1
+    });
+    let talk = h.post("/talk/v1/chat/completions", &without_model("a poem"));
+    assert_eq!(talk.status, 200, "{}", talk.text());
+    assert_eq!(talk.header("X-Crossbar-Host"), Some("two"));
+    h.sim("one").set_lockstep(false);
+    assert_eq!(stream.read_answer().status, 200);
 }
 
 #[test]

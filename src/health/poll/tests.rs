@@ -164,6 +164,7 @@ fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
         loaded: vec!["qwen-coder".into()],
         router: false,
         models: Vec::new(),
+        max_instances: None,
     };
     assert_eq!(poll, want);
     let hits: Vec<Hit> = server.hits.try_iter().collect();
@@ -188,6 +189,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             loaded: vec!["qwen-coder".into(), "qc".into()],
             router: true,
             models: router_models(),
+            max_instances: None,
         },
     );
     // When /v1/models already carries statuses, /models is not asked.
@@ -204,6 +206,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             loaded: vec!["qwen-coder".into(), "qc".into()],
             router: true,
             models: router_models(),
+            max_instances: None,
         },
     );
     let paths: Vec<String> = server.hits.try_iter().map(|(p, _)| p).collect();
