@@ -347,14 +347,16 @@ pub fn status(gw: &Gateway) -> Value {
                     let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
                     json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
-                            "loaded": gw.health.is_loaded(&host.name, model) })
+                            "loaded": gw.health.is_loaded(&host.name, model),
+                            "state": gw.health.model_state(&host.name, model),
+                            "per_slot_ctx": gw.health.ctx_for(&host.name, model) })
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);
             json!({
                 "name": host.name, "url": host.url,
                 "healthy": health.as_ref().is_some_and(|h| h.healthy),
-                "reason": health.as_ref().and_then(|h| h.reason).map(|r| r.as_str()),
+                "reason": health.as_ref().and_then(|h| h.reason.as_ref()).map(|r| r.to_string()),
                 "draining": gw.drains.contains(&host.name),
                 "loaded": health.as_ref().map(|h| h.loaded.clone()).unwrap_or_default(),
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),

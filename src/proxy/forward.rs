@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use ureq3::{http, Body};
 
 use crate::conn::Request;
-use crate::health::DownReason;
+use crate::health::{error_chain, DownReason};
 use crate::limiter::Permit;
 use crate::logfmt::val;
 use crate::state::Gateway;
@@ -97,8 +97,12 @@ pub(super) fn exchange(
         Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
         Err(err) => {
             let host = plan.host.name.clone();
+            let reason = DownReason::ForwardFailed {
+                path: plan.rest.clone(),
+                error: error_chain(&err),
+            };
             gw.health
-                .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
+                .mark_down(&host, reason, unix_ms(SystemTime::now()));
             log::warn!(
                 "forward failed host={} error={}",
                 val(&host),
