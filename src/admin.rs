@@ -4,28 +4,28 @@
 //! into typed requests whose errors name the bad field, and calls the lease table, drain set and
 //! store. It never serves client (proxy) paths, and the client listener never serves these.
 
-use std::io::Read;
 use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
+
+mod guard;
 
 use crate::config::{Config, Route};
+use crate::conn::{BodyError, Request};
 use crate::lease::LeaseError;
 use crate::logfmt::val;
 use crate::metrics::Gauges;
 use crate::page;
 use crate::state::Gateway;
 use crate::store::unix_ms;
-use crate::wire;
 
 /// Admin bodies are a few fields; anything larger is a mistake.
-const MAX_ADMIN_BODY: u64 = 64 * 1024;
+const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// An admin answer: status and JSON (or another content type for `/metrics` and `/`).
 #[derive(Debug)]
-struct Answer {
+pub(crate) struct Answer {
     status: u16,
     content_type: &'static str,
     body: String,
@@ -40,69 +40,74 @@ impl Answer {
         }
     }
 
-    fn error(status: u16, message: impl Into<String>) -> Answer {
+    pub(crate) fn error(status: u16, message: impl Into<String>) -> Answer {
         Answer::json(status, json!({ "error": message.into() }))
     }
 }
 
-/// Serves one admin request.
-pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
-    let Some(request) = slot.as_mut() else {
-        return;
-    };
-    let method = request.method().as_str().to_string();
-    let url = request.url().to_string();
-    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let answer = if !authorized(gw, request) {
-        Answer::error(401, "missing or wrong admin token")
-    } else {
-        let mut body = Vec::new();
-        match request
-            .as_reader()
-            .take(MAX_ADMIN_BODY)
-            .read_to_end(&mut body)
-        {
-            Ok(_) => route(gw, &method, path, query, &body),
+/// Serves one admin request. The gateway's own health probes need no token; otherwise the token
+/// (or, without one, the browser checks) is decided before any body is read.
+pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
+    let method = request.method().to_string();
+    let target = request.target().to_string();
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let answer = match probe(gw, &method, path).map_or_else(|| guard::guard(gw, request), Err) {
+        Err(answer) => answer,
+        Ok(()) => match request.read_body(MAX_ADMIN_BODY) {
+            Ok(body) => route(gw, &method, path, query, &body),
+            Err(BodyError::TooLarge) => Answer::error(413, "body too large"),
             Err(err) => Answer::error(400, format!("cannot read the body: {err}")),
-        }
+        },
     };
     if answer.status >= 400 {
         log::info!(
-            "admin {} {} status={}",
+            "admin refused method={} path={} status={}",
             val(&method),
             val(path),
             answer.status
         );
     }
-    if let Some(request) = slot.take() {
-        let http10 = request.http_version() == &tiny_http::HTTPVersion(1, 0);
-        let headers = [
-            ("Content-Type".to_string(), answer.content_type.to_string()),
-            ("Cache-Control".to_string(), "no-store".to_string()),
-        ];
-        let out = request.into_writer();
-        let _ = wire::send(
-            out,
-            http10,
-            method == "HEAD",
-            answer.status,
-            &headers,
-            answer.body.as_bytes(),
-        );
+    let headers = [
+        ("Content-Type".to_string(), answer.content_type.to_string()),
+        ("Cache-Control".to_string(), "no-store".to_string()),
+    ];
+    if let Err(err) = request.send(answer.status, &headers, answer.body.as_bytes()) {
+        log::debug!("admin client went away before its answer: {err}");
     }
 }
 
-fn authorized(gw: &Gateway, request: &tiny_http::Request) -> bool {
-    let config = gw.config();
-    let Some(token) = config.admin_token.as_deref() else {
-        return true;
-    };
-    let expected = format!("Bearer {token}");
-    request
-        .headers()
-        .iter()
-        .filter(|h| h.field.equiv("Authorization"))
-        .any(|h| bool::from(h.value.as_str().as_bytes().ct_eq(expected.as_bytes())))
+/// The gateway's own health, answered without the token for systemd and uptime checks:
+/// `/livez` (the process serves) and `/readyz` (at least one host polled and up, else 503). They
+/// say nothing a token would protect: counts only, no names.
+fn probe(gw: &Gateway, method: &str, path: &str) -> Option<Answer> {
+    if method != "GET" && method != "HEAD" {
+        return None;
+    }
+    match path {
+        "/livez" | "/health/live" => Some(Answer::json(200, json!({ "status": "live" }))),
+        "/readyz" | "/health/ready" => {
+            let config = gw.config();
+            let up = config
+                .hosts
+                .keys()
+                .filter(|h| {
+                    gw.health
+                        .get(h)
+                        .is_some_and(|s| s.healthy && s.last_poll > 0)
+                })
+                .count();
+            let (status, word) = if up > 0 {
+                (200, "ready")
+            } else {
+                (503, "not ready")
+            };
+            Some(Answer::json(
+                status,
+                json!({ "status": word, "hosts_up": up, "hosts": config.hosts.len() }),
+            ))
+        }
+        _ => None,
+    }
 }
 
 fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> Answer {
@@ -343,14 +348,16 @@ pub fn status(gw: &Gateway) -> Value {
                     let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
                     json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
-                            "loaded": gw.health.is_loaded(&host.name, model) })
+                            "loaded": gw.health.is_loaded(&host.name, model),
+                            "state": gw.health.model_state(&host.name, model),
+                            "per_slot_ctx": gw.health.ctx_for(&host.name, model) })
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);
             json!({
                 "name": host.name, "url": host.url,
                 "healthy": health.as_ref().is_some_and(|h| h.healthy),
-                "reason": health.as_ref().and_then(|h| h.reason).map(|r| r.as_str()),
+                "reason": health.as_ref().and_then(|h| h.reason.as_ref()).map(|r| r.to_string()),
                 "draining": gw.drains.contains(&host.name),
                 "loaded": health.as_ref().map(|h| h.loaded.clone()).unwrap_or_default(),
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),
@@ -374,8 +381,16 @@ pub fn status(gw: &Gateway) -> Value {
                     "leases": snapshot.iter().filter(|l| l.key.route == r.name).count() })
         })
         .collect();
+    let now = unix_ms(SystemTime::now());
+    let hours: Vec<_> = config
+        .hosts
+        .keys()
+        .map(|h| gw.metrics.hour(h, now))
+        .collect();
+    let (tokens, seconds) = crate::metrics::recent::saved(&hours);
     let store = gw.store.status();
     json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
+            "prefill_saved": { "tokens": tokens, "seconds": seconds },
             "store": { "ok": store.ok, "since": store.since, "cause": store.cause,
                        "write_errors": store.write_errors, "db": config.db } })
 }

@@ -6,26 +6,29 @@
 //! in `ctxguard`, route parsing in `route`. It never holds a lock across network I/O: the lease table,
 //! limiter and health table are called between reads and writes, never around them.
 
+mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod model;
 mod record;
 mod route;
+mod upstream;
 
-use std::io::Read;
 use std::time::Instant;
 
 use crate::config::Config;
+use crate::conn::{BodyError, Request};
 use crate::fingerprint;
 use crate::lease::Key;
 use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
-use crate::wire;
 
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
-pub use route::resolve;
+pub use route::{normalize, resolve};
+pub use upstream::agent_config as upstream_config;
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;
@@ -34,7 +37,7 @@ pub const LEASE_HEADER: &str = "X-Crossbar-Lease";
 pub const ROUTE_HEADER: &str = "X-Crossbar-Route";
 pub const CTX_HEADER: &str = "X-Crossbar-Ctx";
 
-/// What the client asked, copied out of the tiny_http request before its body is read.
+/// What the client asked, copied out of the request before its body is read.
 #[derive(Debug)]
 struct Incoming {
     method: String,
@@ -45,32 +48,23 @@ struct Incoming {
 }
 
 impl Incoming {
-    fn of(request: &tiny_http::Request) -> Incoming {
-        let url = request.url();
-        let (path, query) = match url.split_once('?') {
+    fn of(request: &Request<'_>) -> Incoming {
+        let target = request.target();
+        let (path, query) = match target.split_once('?') {
             Some((path, query)) => (path, format!("?{query}")),
-            None => (url, String::new()),
+            None => (target, String::new()),
         };
         Incoming {
-            method: request.method().as_str().to_string(),
+            method: request.method().to_string(),
             path: path.to_string(),
             query,
-            headers: request
-                .headers()
-                .iter()
-                .map(|h| {
-                    (
-                        h.field.as_str().as_str().to_string(),
-                        h.value.as_str().to_string(),
-                    )
-                })
-                .collect(),
-            http10: request.http_version() == &tiny_http::HTTPVersion(1, 0),
+            headers: request.headers().to_vec(),
+            http10: request.http10(),
         }
     }
 
     fn header(&self, name: &str) -> Option<&str> {
-        wire::header(&self.headers, name)
+        crate::wire::header(&self.headers, name)
     }
 
     fn bodyless(&self) -> bool {
@@ -84,6 +78,9 @@ struct Plan<'a> {
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
+    /// Whether the request takes a limiter slot: metadata never does (llama-server answers it
+    /// without one, so it must not wait behind generations here).
+    slot: bool,
     ctx_moved: Option<String>,
     /// Keeps the lease from eviction while the request runs.
     _hold: Option<crate::lease::Hold>,
@@ -94,7 +91,7 @@ struct Plan<'a> {
 enum LeaseUse {
     New,
     Reused,
-    /// Metadata (`route::is_metadata`): no lease and no slot.
+    /// Metadata on a `spread_new` route: no lease (and, like all metadata, no slot).
     None,
 }
 
@@ -109,46 +106,60 @@ impl LeaseUse {
 }
 
 /// Serves one client request completely. Never panics on client input; every outcome is answered
-/// and recorded. The request stays in `slot` until the answer starts, so a worker that catches a
-/// panic before then can still answer 500.
-pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
-    let Some(request) = slot.as_mut() else {
-        return;
-    };
+/// (or, when the client left, recorded as 499).
+pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let clock = Instant::now();
     let incoming = Incoming::of(request);
     let mut row = RequestRow {
         started: unix_ms(std::time::SystemTime::now()),
         ..RequestRow::default()
     };
-    let mut ctx_est = None;
     let config = gw.config();
-    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row, &mut ctx_est) {
+    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
         Ok(ready) => ready,
-        Err(err) => return refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+        Err(err) => return refuse(gw, request, err, row, clock),
     };
-    // Metadata uses no slot upstream, so it never waits behind generations for one here.
-    let permit = match plan.lease {
-        LeaseUse::None => None,
-        LeaseUse::New | LeaseUse::Reused => match gw.limiter.acquire(&plan.host.name, &key.model) {
+    // Metadata uses no slot upstream, so it never waits behind generations for one here. A
+    // client that leaves while queued leaves the queue within a second (seed 001 step 4).
+    let permit = if plan.slot {
+        let model = &key.model;
+        match gw
+            .limiter
+            .acquire_unless(&plan.host.name, model, || request.client_gone())
+        {
             Ok((permit, waited)) => {
                 row.queued_ms = waited.as_millis() as i64;
+                gw.metrics
+                    .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
                 Some(permit)
             }
-            Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
-        },
-    };
-    match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
-        Ok(answer) => {
-            if let Some(request) = slot.take() {
-                forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            Err(err) => {
+                if err == crate::limiter::LimitError::Timeout {
+                    let waited = config.queue_timeout.as_millis() as i64;
+                    gw.metrics
+                        .observe_queue_wait(&row.route, &plan.host.name, waited);
+                }
+                return refuse(gw, request, err.into(), row, clock);
             }
-            log_request(&row, plan.lease.as_str(), ctx_est);
-            if plan.lease != LeaseUse::None {
+        }
+    } else {
+        None
+    };
+    // The slot may have come free just as the client left: such a request is never forwarded.
+    if permit.is_some() && request.client_gone() {
+        let err = ProxyError::ClientGone("client gone while queued");
+        return refuse(gw, request, err, row, clock);
+    }
+    let client = request.socket();
+    match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
+        Ok(answer) => {
+            forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            log_request(&row, plan.lease.as_str());
+            if plan.slot {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
-        Err(err) => refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+        Err(err) => refuse(gw, request, err, row, clock),
     }
 }
 
@@ -157,15 +168,18 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
 fn prepare<'c>(
     gw: &Gateway,
     config: &'c Config,
-    request: &mut tiny_http::Request,
+    request: &mut Request<'_>,
     incoming: &Incoming,
     row: &mut RequestRow,
-    ctx_est: &mut Option<u64>,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
-    let body = read_body(request, incoming)?;
+    let body = request.read_body(MAX_BODY).map_err(|err| match err {
+        BodyError::TooLarge => ProxyError::BodyTooLarge,
+        BodyError::Timeout => ProxyError::BodyTimeout,
+        other => ProxyError::BadBody(other.to_string()),
+    })?;
     let (model, fp) = if incoming.bodyless() {
         (None, String::new())
     } else {
@@ -175,28 +189,54 @@ fn prepare<'c>(
         let peek = fingerprint::peek(&body, session);
         (peek.model, peek.fp)
     };
-    let key = Key {
+    // A body that names no model is forwarded naming the route's (a router needs one).
+    let named = model.is_some() || incoming.bodyless();
+    let mut key = Key {
         route: route_name,
         fp,
         model: model.unwrap_or_else(|| route.model.clone()),
     };
     row.fp = key.fp.clone();
     row.model = key.model.clone();
-    // A model no candidate serves has no usable host (spec §2), pinned route or not. Refused
+    // A model no candidate serves is 404 model_not_found (spec §2), pinned route or not. Refused
     // before the lease so a client's made-up names create no lease, slot or metric series.
     if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
-        return Err(ProxyError::NoHealthyHost);
+        return Err(ProxyError::ModelNotFound {
+            model: key.model,
+            served: config.models_of(&route.hosts),
+        });
     }
-    if route::is_metadata(&incoming.method, &rest) {
-        return metadata_plan(gw, config, key, &route.hosts, rest, body, row);
+    // Metadata is the route-level request (seed 001 step 2): its lease is the one new
+    // conversations inherit (seed 000 rule 3), unless the route spreads them.
+    let metadata = route::is_metadata(&incoming.method, &rest);
+    if metadata {
+        key.fp.clear();
+        row.fp.clear();
+        if route.spread_new {
+            let (mut plan, key) = lookup_plan(gw, config, key, &route.hosts, rest, body, row)?;
+            plan.body = outgoing(plan.host, plan.body, &key.model, named);
+            return Ok((plan, key));
+        }
     }
     let now = row.started;
-    let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
+    let acquired = if route.spread_new {
+        gw.leases.acquire_spread(&key, &route.hosts, now)?
+    } else {
+        gw.leases.acquire(&key, &route.hosts, now)?
+    };
     let hold = gw.leases.hold(&key);
     row.host = acquired.host.clone();
-    let estimate = ctxguard::estimate(incoming, body.len());
-    *ctx_est = Some(estimate);
-    let moved = ctxguard::check(gw, config, &key, &acquired.host, estimate, now)?;
+    let moved = if metadata {
+        None
+    } else {
+        let prompt = ctxguard::Prompt {
+            rest: &rest,
+            body: &body,
+            estimate: ctxguard::estimate(incoming, body.len()),
+        };
+        row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
+        ctxguard::check(gw, config, &key, &acquired.host, &prompt, row, now)?
+    };
     if let Some(moved) = &moved {
         row.host = moved.to.clone();
     }
@@ -204,22 +244,23 @@ fn prepare<'c>(
     let plan = Plan {
         host,
         rest,
-        body,
+        body: outgoing(host, body, &key.model, named),
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
         lease: if acquired.reused && moved.is_none() {
             LeaseUse::Reused
         } else {
             LeaseUse::New
         },
+        slot: !metadata,
         ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
         _hold: hold,
     };
     Ok((plan, key))
 }
 
-/// A metadata request's plan: the route-level key's host by lookup (pin, existing lease, or the
-/// chooser), no lease created, so a chat UI listing models never steers new conversations.
-fn metadata_plan<'c>(
+/// A metadata request's plan on a `spread_new` route: the route-level key's host by lookup (pin,
+/// existing lease, or the chooser), no lease created or kept alive.
+fn lookup_plan<'c>(
     gw: &Gateway,
     config: &'c Config,
     key: Key,
@@ -228,11 +269,6 @@ fn metadata_plan<'c>(
     body: Vec<u8>,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
-    let key = Key {
-        fp: String::new(),
-        ..key
-    };
-    row.fp.clear();
     row.host = gw.leases.lookup(&key, candidates)?;
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
@@ -240,10 +276,24 @@ fn metadata_plan<'c>(
         rest,
         body,
         lease: LeaseUse::None,
+        slot: false,
         ctx_moved: None,
         _hold: None,
     };
     Ok((plan, key))
+}
+
+/// The body as `host` gets it: naming the model by the host's name for it (`upstream`), and
+/// naming the route's model when the client named none (`named` false). Otherwise untouched.
+fn outgoing(host: &crate::config::Host, body: Vec<u8>, model: &str, named: bool) -> Vec<u8> {
+    let upstream = host.upstream_name(model);
+    if body.is_empty() || (named && upstream == model) {
+        return body;
+    }
+    match model::named(&body, upstream) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(changed) => changed,
+    }
 }
 
 /// The config entry of a host the lease table named (it only names configured hosts).
@@ -257,41 +307,21 @@ fn configured_host<'c>(
         .ok_or_else(|| ProxyError::Internal(format!("host {name} is not configured")))
 }
 
-/// Reads the body, refusing more than [`MAX_BODY`] bytes.
-fn read_body(request: &mut tiny_http::Request, incoming: &Incoming) -> Result<Vec<u8>, ProxyError> {
-    let declared = incoming
-        .header("Content-Length")
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(ProxyError::BodyTooLarge);
-    }
-    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
-    request
-        .as_reader()
-        .take(MAX_BODY as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|err| ProxyError::BadBody(err.to_string()))?;
-    if body.len() > MAX_BODY {
-        return Err(ProxyError::BodyTooLarge);
-    }
-    Ok(body)
-}
-
 /// Answers with crossbar's own error, recording the row before the client can see the answer.
 fn refuse(
     gw: &Gateway,
-    slot: &mut Option<tiny_http::Request>,
-    incoming: &Incoming,
+    request: &mut Request<'_>,
     err: ProxyError,
     mut row: RequestRow,
     clock: Instant,
-    ctx_est: Option<u64>,
 ) {
     if let ProxyError::Upstream { host, detail } = &err {
         row.host = host.clone();
         row.err = format!("upstream error: {detail}");
-    } else if let ProxyError::BadBody(detail) = &err {
+    } else if let ProxyError::BadBody(detail) | ProxyError::BadRequest(detail) = &err {
         row.err = format!("{err}: {detail}");
+    } else if let ProxyError::ClientGone(why) = &err {
+        row.err = why.to_string();
     } else if let ProxyError::Internal(detail) = &err {
         row.err = detail.clone();
         log::error!(
@@ -312,18 +342,14 @@ fn refuse(
         headers.push((HOST_HEADER.to_string(), row.host.clone()));
     }
     record(gw, &row);
-    let body = err.body().to_string();
-    let head_only = incoming.method == "HEAD";
-    if let Some(request) = slot.take() {
-        let out = request.into_writer();
-        let _ = wire::send(
-            out,
-            incoming.http10,
-            head_only,
-            row.status,
-            &headers,
-            body.as_bytes(),
-        );
+    if row.status == 499 {
+        // Nobody to answer.
+        request.abandon();
+    } else {
+        let body = err.body().to_string();
+        if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
+            log::debug!("client went away before its error answer: {err}");
+        }
     }
-    log_request(&row, "-", ctx_est);
+    log_request(&row, "-");
 }

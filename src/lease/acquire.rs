@@ -34,6 +34,7 @@ impl Table {
         key: &Key,
         candidates: &[String],
         now: i64,
+        inherit: bool,
     ) -> Result<Acquired, LeaseError> {
         let deadline = Instant::now() + PENDING_WAIT;
         let mut inner = self.lock();
@@ -45,15 +46,16 @@ impl Table {
                 return Err(LeaseError::Store(StoreError::Stalled));
             }
         }
-        let (host, reason, from, reused) = match self.decide(&mut inner, key, candidates, now)? {
-            Step::Done(acquired) => return Ok(acquired),
-            Step::Write {
-                host,
-                reason,
-                from,
-                reused,
-            } => (host, reason, from, reused),
-        };
+        let (host, reason, from, reused) =
+            match self.decide(&mut inner, key, candidates, now, inherit)? {
+                Step::Done(acquired) => return Ok(acquired),
+                Step::Write {
+                    host,
+                    reason,
+                    from,
+                    reused,
+                } => (host, reason, from, reused),
+            };
         inner.pending.insert(key.clone(), host.clone());
         inner.count(&key.model, &host, 1);
         let ticket = self.persister.submit(vec![
@@ -86,6 +88,7 @@ impl Table {
         key: &Key,
         candidates: &[String],
         now: i64,
+        inherit: bool,
     ) -> Result<Step, LeaseError> {
         // 1. A pin outranks everything, health included.
         if let Some(pin) = inner.pins.get(&key.route).cloned() {
@@ -128,8 +131,9 @@ impl Table {
         }
 
         // 3. A new conversation follows its route's lease for the model: that cache is warm. A
-        //    draining host gets no new leases, inherited ones included.
-        if moving_from.is_none() && !key.fp.is_empty() {
+        //    draining host gets no new leases, inherited ones included. Skipped when the route
+        //    spreads new conversations instead.
+        if inherit && moving_from.is_none() && !key.fp.is_empty() {
             let route_key = Key {
                 route: key.route.clone(),
                 fp: String::new(),

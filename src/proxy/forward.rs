@@ -2,9 +2,15 @@
 //! chunk by chunk through the tee, recording the accounting row before the client can see the end.
 
 use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use crate::health::DownReason;
+use ureq3::{http, Body};
+
+use crate::conn::Request;
+use crate::health::{error_chain, DownReason};
 use crate::limiter::Permit;
 use crate::logfmt::val;
 use crate::state::Gateway;
@@ -12,30 +18,41 @@ use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
 use crate::wire::{self, BodyWriter, Framing};
 
-use super::{record, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
+use super::{record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
 
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
 
 /// An upstream answer whose head has arrived, with the slot it occupies (none for metadata).
 pub(super) struct Answer {
-    response: ureq::Response,
+    response: http::Response<Body>,
     permit: Option<Permit>,
+    /// Raised by the upstream transport when a wait for upstream ended because the client left.
+    left: Arc<AtomicBool>,
 }
 
 /// Sends the request upstream and waits for the response head. A connection or read failure before
 /// the head marks the host down and becomes a 502 (the slot is freed before that answer goes out);
-/// upstream error statuses are answers, not errors.
+/// upstream error statuses are answers, not errors. While it waits, a `client` that leaves ends the
+/// wait and closes the upstream connection (499, the host is not marked down).
 pub(super) fn exchange(
     gw: &Gateway,
     incoming: &Incoming,
     plan: &Plan<'_>,
     permit: Option<Permit>,
+    client: Option<TcpStream>,
     row: &mut RequestRow,
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
+    // Checked before anything is sent: an HTTP library refuses such a header only once it is asked
+    // to send, and that refusal must not look like the host's failure (issue 10).
+    for (name, value) in &incoming.headers {
+        forwardable(name, value)?;
+    }
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
-    let mut request = gw.agent().request(&incoming.method, &url);
+    let mut request = http::Request::builder()
+        .method(incoming.method.as_str())
+        .uri(url.as_str());
     let tokens = wire::connection_tokens(incoming.header("Connection"));
     for (name, value) in &incoming.headers {
         let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
@@ -50,23 +67,42 @@ pub(super) fn exchange(
         if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
             continue;
         }
-        request = request.set(name, value);
+        request = request.header(name.as_str(), value.as_str());
     }
     if let Some(key) = &plan.host.api_key {
-        request = request.set("Authorization", &format!("Bearer {key}"));
+        request = request.header("Authorization", format!("Bearer {key}"));
     }
+    let left = Arc::new(AtomicBool::new(false));
+    let agent = upstream::agent(gw.upstream(), client, &left);
+    let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     let result = if plan.body.is_empty() && incoming.bodyless() {
-        request.call()
+        agent.run(request.body(()).map_err(bad)?)
     } else {
-        request.send_bytes(&plan.body)
+        agent.run(request.body(plan.body.as_slice()).map_err(bad)?)
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(Answer { response, permit }),
-        Err(ureq::Error::Transport(err)) => {
+        Ok(response) => {
+            gw.metrics
+                .observe_ttfb(&row.route, &plan.host.name, row.started, row.ttfb_ms);
+            Ok(Answer {
+                response,
+                permit,
+                left,
+            })
+        }
+        Err(_) if left.load(Ordering::Relaxed) => Err(ProxyError::ClientGone(
+            "client gone while waiting for upstream",
+        )),
+        Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
+        Err(err) => {
             let host = plan.host.name.clone();
+            let reason = DownReason::ForwardFailed {
+                path: plan.rest.clone(),
+                error: error_chain(&err),
+            };
             gw.health
-                .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
+                .mark_down(&host, reason, unix_ms(SystemTime::now()));
             log::warn!(
                 "forward failed host={} error={}",
                 val(&host),
@@ -80,6 +116,34 @@ pub(super) fn exchange(
     }
 }
 
+/// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value
+/// (RFC 9110 §5.5 without obs-text). Anything else is the client's 400.
+fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if name.is_empty() || !name.as_bytes().iter().all(tchar) {
+        return Err(ProxyError::BadRequest(format!(
+            "header name {name:?} is not a token"
+        )));
+    }
+    if !value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        return Err(ProxyError::BadRequest(format!(
+            "header {name} holds a byte that cannot be forwarded"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a failure before the response head is the host's (it cannot be reached, timed out, or
+/// answered something that is not HTTP) rather than a request that could not be built. Only the
+/// host's failures mark it down.
+fn counts_against_host(err: &ureq3::Error) -> bool {
+    use ureq3::Error as E;
+    !matches!(err, E::Http(_) | E::BadUri(_) | E::InvalidProxyUrl)
+}
+
 /// Relays the upstream answer: head first, then every read as soon as it arrives. Once upstream
 /// is done the row is written and the slot freed before the body's end goes out, so a client that
 /// has the whole answer finds its row in the db and the host's slot free for its next turn.
@@ -87,42 +151,34 @@ pub(super) fn exchange(
 /// An answer that breaks off (a read error, a body shorter than its `Content-Length`, an SSE stream
 /// that ends before `[DONE]` or a native `stop`) ends the client's body visibly broken: never as a
 /// clean end, never left hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes
-/// inside are upstream's, unchanged), whose end can be spoiled. See [`framing`] for HTTP/1.0.
+/// inside are upstream's, unchanged), whose end can be spoiled; HTTP/1.0 clients see the
+/// connection close where it broke.
 pub(super) fn relay(
     gw: &Gateway,
-    request: tiny_http::Request,
+    request: &mut Request<'_>,
     incoming: &Incoming,
     plan: &Plan<'_>,
     answer: Answer,
     row: &mut RequestRow,
     clock: Instant,
 ) {
-    let Answer { response, permit } = answer;
-    row.status = response.status();
-    let content_type = response.header("Content-Type").unwrap_or("").to_string();
+    let Answer {
+        response,
+        permit,
+        left,
+    } = answer;
+    row.status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
     row.streamed = content_type.starts_with("text/event-stream");
-    let framing = framing(incoming, &response);
-    let headers = response_headers(&response, plan);
+    let framing = framing(incoming, row.status);
+    let headers = response_headers(response.headers(), plan);
     let mut tee = Tee::new(&content_type);
-    let mut upstream = response.into_reader();
-    let framing = match framing {
-        Out::Chunked => Framing::Chunked,
-        Out::UntilClose => Framing::UntilClose,
-        Out::Empty => Framing::Empty,
-        Out::Held => {
-            let held = read_held(upstream, &mut tee);
-            finish_row(row, clock, &tee);
-            drop(permit);
-            return send_held(gw, request, plan, headers, held, row);
-        }
-    };
-    let mut out = match BodyWriter::start(
-        request.into_writer(),
-        incoming.http10,
-        row.status,
-        &headers,
-        framing,
-    ) {
+    let mut upstream = response.into_body().into_reader();
+    let mut out = match request.start(row.status, &headers, framing) {
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };
@@ -135,6 +191,13 @@ pub(super) fn relay(
             Ok(0) => break,
             Ok(n) => n,
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+            // A stream's head comes before prefill: a client that leaves during it is noticed here.
+            Err(_) if left.load(Ordering::Relaxed) => {
+                finish_row(gw, row, clock, &tee);
+                row.status = 499;
+                row.err = "client gone while waiting for upstream".to_string();
+                return record(gw, row);
+            }
             Err(err) => return upstream_broke(gw, row, clock, &tee, out, &err.to_string()),
         };
         let piece = &buf[..n];
@@ -148,49 +211,27 @@ pub(super) fn relay(
     if let Some(detail) = cut_short(&tee) {
         return upstream_broke(gw, row, clock, &tee, out, detail);
     }
-    finish_row(row, clock, &tee);
+    finish_row(gw, row, clock, &tee);
     record(gw, row);
     drop(permit);
     if let Err(err) = out.finish() {
-        log::debug!("client went away before the end of the body: {err}");
+        log::debug!(
+            "client gone before the end of the body error={}",
+            val(&err.to_string())
+        );
     }
 }
 
-/// Largest answer held whole for an HTTP/1.0 keep-alive client (see [`framing`]).
-const HELD_MAX: u64 = 64 << 20;
-
-/// How the client's body goes out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Out {
-    /// HTTP/1.1: chunked, whatever upstream used.
-    Chunked,
-    /// HTTP/1.0 without keep-alive: tiny_http closes the connection after the answer.
-    UntilClose,
-    /// HTTP/1.0 with `Connection: keep-alive`: tiny_http keeps the connection and crossbar has no
-    /// way to close it, so neither a close-delimited body (the client would wait for a close that
-    /// never comes) nor a length that may prove false will do: the answer is read whole first, then
-    /// sent with its length, or replaced by a 502 if it broke off.
-    Held,
-    /// HEAD, 1xx, 204, 304: no body.
-    Empty,
-}
-
-/// The client's framing: see [`Out`].
-fn framing(incoming: &Incoming, response: &ureq::Response) -> Out {
-    let status = response.status();
+/// The client's framing: chunked for HTTP/1.1 (whatever upstream used, so a break can be shown),
+/// close-delimited for HTTP/1.0 (the connection closes after the answer), none for HEAD, 1xx, 204
+/// and 304.
+fn framing(incoming: &Incoming, status: u16) -> Framing {
     if incoming.method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status) {
-        return Out::Empty;
-    }
-    if !incoming.http10 {
-        return Out::Chunked;
-    }
-    let tokens = wire::connection_tokens(incoming.header("Connection"));
-    let has = |t: &str| tokens.iter().any(|k| k == t);
-    // tiny_http's own rule for keeping an HTTP/1.0 connection.
-    if has("keep-alive") && !has("close") {
-        Out::Held
+        Framing::Empty
+    } else if incoming.http10 {
+        Framing::UntilClose
     } else {
-        Out::UntilClose
+        Framing::Chunked
     }
 }
 
@@ -202,74 +243,19 @@ fn cut_short(tee: &Tee) -> Option<&'static str> {
         .then_some("upstream ended the stream before its last event")
 }
 
-/// [`Out::Held`]: the whole answer, or why it broke off.
-fn read_held(upstream: Box<dyn Read + Send + Sync>, tee: &mut Tee) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    let read = upstream.take(HELD_MAX + 1).read_to_end(&mut body);
-    tee.feed(&body);
-    read.map_err(|err| err.to_string())?;
-    if body.len() as u64 > HELD_MAX {
-        return Err(format!(
-            "answer over {HELD_MAX} bytes for an HTTP/1.0 keep-alive client"
-        ));
-    }
-    match cut_short(tee) {
-        Some(detail) => Err(detail.to_string()),
-        None => Ok(body),
-    }
-}
-
-/// [`Out::Held`]: records the row, then sends the answer with its length, or a 502 with crossbar's
-/// `upstream error` body if it broke off. The connection stays open, as the client asked.
-fn send_held(
-    gw: &Gateway,
-    request: tiny_http::Request,
-    plan: &Plan<'_>,
-    mut headers: Vec<(String, String)>,
-    held: Result<Vec<u8>, String>,
-    row: &mut RequestRow,
-) {
-    let body = match held {
-        Ok(body) => body,
-        Err(detail) => {
-            row.err = format!("upstream failed mid-body: {detail}");
-            row.status = 502;
-            let host = plan.host.name.clone();
-            headers = vec![
-                ("Content-Type".to_string(), "application/json".to_string()),
-                (HOST_HEADER.to_string(), host.clone()),
-            ];
-            ProxyError::Upstream { host, detail }
-                .body()
-                .to_string()
-                .into_bytes()
-        }
-    };
-    headers.push(("Connection".to_string(), "keep-alive".to_string()));
-    record(gw, row);
-    if let Err(err) = wire::send(
-        request.into_writer(),
-        true,
-        false,
-        row.status,
-        &headers,
-        &body,
-    ) {
-        log::debug!("client went away before its held answer: {err}");
-    }
-}
-
 /// Upstream headers minus hop-by-hop ones, plus crossbar's own.
-fn response_headers(response: &ureq::Response, plan: &Plan<'_>) -> Vec<(String, String)> {
-    let tokens = wire::connection_tokens(response.header("Connection"));
+fn response_headers(upstream: &http::HeaderMap, plan: &Plan<'_>) -> Vec<(String, String)> {
+    let connection = upstream
+        .get("connection")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let tokens = wire::connection_tokens(connection.as_deref());
     let mut headers = Vec::new();
-    for name in response.headers_names() {
-        if wire::is_hop_by_hop(&name, &tokens) {
+    for (name, value) in upstream {
+        if wire::is_hop_by_hop(name.as_str(), &tokens) {
             continue;
         }
-        for value in response.all(&name) {
-            headers.push((canonical(&name), value.to_string()));
-        }
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers.push((canonical(name.as_str()), value));
     }
     headers.push((HOST_HEADER.to_string(), plan.host.name.clone()));
     headers.push((LEASE_HEADER.to_string(), plan.lease.as_str().to_string()));
@@ -290,7 +276,10 @@ fn canonical(name: &str) -> String {
     out
 }
 
-fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
+fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
+    if let Some((tokens, us)) = tee.prefill() {
+        gw.metrics.observe_prefill(&row.host, tokens, us);
+    }
     let usage = tee.usage();
     row.prompt_tokens = usage.prompt_tokens;
     row.cached_tokens = usage.cached_tokens;
@@ -301,10 +290,17 @@ fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
     }
 }
 
+/// The client stopped taking the answer: it left, or read nothing for `client_write_timeout`.
+/// Returning drops the upstream reader, which closes the upstream connection so llama-server
+/// cancels the generation; the slot's permit is dropped with it.
 fn client_gone(gw: &Gateway, row: &mut RequestRow, clock: Instant, err: &std::io::Error) {
     row.total_ms = clock.elapsed().as_millis() as i64;
     row.status = 499;
-    row.err = format!("client went away: {err}");
+    row.err = if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+        "client stalled".to_string()
+    } else {
+        format!("client gone: {err}")
+    };
     record(gw, row);
 }
 
@@ -313,10 +309,10 @@ fn upstream_broke(
     row: &mut RequestRow,
     clock: Instant,
     tee: &Tee,
-    out: BodyWriter,
+    out: BodyWriter<'_>,
     detail: &str,
 ) {
-    finish_row(row, clock, tee);
+    finish_row(gw, row, clock, tee);
     row.err = format!("upstream failed mid-body: {detail}");
     record(gw, row);
     out.abort();

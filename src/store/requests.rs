@@ -8,13 +8,14 @@ use super::RequestRow;
 
 pub(super) const REQUEST_COLUMNS: &str =
     "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
-     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err";
+     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact";
 
 pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
-           status, streamed, prompt_tokens, cached_tokens, completion_tokens, err)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+           status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est,
+           ctx_exact)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?;
     stmt.execute(params![
         row.started,
@@ -30,7 +31,9 @@ pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::R
         row.prompt_tokens,
         row.cached_tokens,
         row.completion_tokens,
-        row.err
+        row.err,
+        row.ctx_est,
+        row.ctx_exact
     ])?;
     Ok(())
 }
@@ -52,5 +55,7 @@ pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         cached_tokens: r.get(12)?,
         completion_tokens: r.get(13)?,
         err: r.get(14)?,
+        ctx_est: r.get(15)?,
+        ctx_exact: r.get(16)?,
     })
 }

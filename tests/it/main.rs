@@ -3,12 +3,17 @@
 mod admin;
 mod affinity;
 mod broken;
+mod exact;
 mod examples;
+mod front;
+mod fuzz;
 mod guard;
 mod limits;
 mod models;
+mod paths;
 mod proxy;
 mod restart;
+mod router;
 mod signals;
 mod store;
 mod support;
