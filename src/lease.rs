@@ -25,11 +25,14 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::logfmt::val;
 use crate::store::{LeaseRow, LeaseState, Reason, Store, StoreError, Ticket, Write};
+use index::Inner;
 
 mod acquire;
+mod index;
 mod operator;
 #[cfg(test)]
 mod tests;
+mod view;
 
 /// What a lease is for. `model` is never empty for a real lease: the row `(route, "", "")` is the
 /// route's pin in the store.
@@ -107,37 +110,6 @@ pub struct Table {
 struct Shared {
     inner: Mutex<Inner>,
     settled: Condvar,
-}
-
-/// One lease as the table keeps it (the key is the map's).
-#[derive(Debug, Clone)]
-struct Entry {
-    host: String,
-    created: i64,
-    last_used: i64,
-    /// Requests holding a [`Hold`] on this lease; only leases with none are evicted.
-    in_flight: u32,
-}
-
-/// Invariants:
-/// - `leases` and `pins` equal what the persister holds as of this table's committed writes.
-/// - `leases` never holds a pin; a key's lease is on exactly one host.
-/// - `by_use` holds `(last_used, key)` for exactly the entries of `leases`.
-/// - `counts[model][host]` = leases of `model` on `host` plus pending reservations there.
-/// - a key in `pending` has a write in flight; only its writer changes its entry.
-/// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
-///   minus hosts dropped by [`Table::drop_host`]. It is knowledge, not persisted state.
-struct Inner {
-    leases: HashMap<Arc<Key>, Entry>,
-    by_use: BTreeSet<(i64, Arc<Key>)>,
-    counts: HashMap<String, HashMap<String, usize>>,
-    pending: HashMap<Key, String>,
-    /// Leases whose `last_used` in memory is ahead of the db's, until the next flush.
-    touched: HashSet<Arc<Key>>,
-    pins: BTreeMap<String, String>,
-    seen: BTreeMap<String, BTreeSet<String>>,
-    idle: Duration,
-    max_leases: usize,
 }
 
 /// A request's claim on its lease: while held, eviction passes the lease by.
@@ -315,84 +287,6 @@ impl Table {
     pub fn set_max_leases(&self, max: usize) {
         self.lock().max_leases = max.max(1);
     }
-
-    /// Marks a request on `key`'s lease in flight until the returned hold drops.
-    pub fn hold(&self, key: &Key) -> Option<Hold> {
-        let mut inner = self.lock();
-        let k = inner.leases.get_key_value(key)?.0.clone();
-        inner.leases.get_mut(key)?.in_flight += 1;
-        Some(Hold {
-            shared: self.shared.clone(),
-            key: k,
-        })
-    }
-
-    /// Writes the `last_used` of every lease touched since the last flush, as one job nobody
-    /// waits for (issue 12: touches are written behind; a crash loses at most the touches since
-    /// the last flush, which only makes those leases look idle a little early). Called by the
-    /// sweeper thread every tick and once at stop. Returns how many were queued.
-    pub fn flush_touches(&self) -> usize {
-        let mut inner = self.lock();
-        let touched = std::mem::take(&mut inner.touched);
-        let writes: Vec<Write> = (touched.iter())
-            .filter_map(|k| {
-                Some(Write::Touch {
-                    route: k.route.clone(),
-                    fp: k.fp.clone(),
-                    model: k.model.clone(),
-                    last_used: inner.leases.get(k)?.last_used,
-                })
-            })
-            .collect();
-        drop(inner);
-        let n = writes.len();
-        if n > 0 {
-            // Not waited for: the store logs a failure once per burst.
-            drop(self.persister.submit(writes));
-        }
-        n
-    }
-
-    /// Whether `key` holds a lease.
-    pub fn contains(&self, key: &Key) -> bool {
-        self.lock().leases.contains_key(key)
-    }
-
-    /// How many leases the table holds.
-    pub fn len(&self) -> usize {
-        self.lock().leases.len()
-    }
-
-    /// Whether the table holds no lease.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Leases per host (all models, reservations included), from the maintained counts.
-    pub fn per_host(&self) -> BTreeMap<String, usize> {
-        let inner = self.lock();
-        let mut out = BTreeMap::new();
-        for (host, n) in inner.counts.values().flatten() {
-            *out.entry(host.clone()).or_insert(0) += n;
-        }
-        out
-    }
-
-    /// Copies of every lease, sorted by key; pins are not leases and are not included.
-    pub fn snapshot(&self) -> Vec<Lease> {
-        let inner = self.lock();
-        let mut all: Vec<Lease> = (inner.leases.iter())
-            .map(|(k, e)| Lease {
-                key: Key::clone(k),
-                host: e.host.clone(),
-                created: e.created,
-                last_used: e.last_used,
-            })
-            .collect();
-        drop(inner);
-        all.sort_by(|a, b| a.key.cmp(&b.key));
-        all
-    }
 }
 
 fn lease_row(key: &Key, host: &str, created: i64, last_used: i64) -> LeaseRow {
@@ -404,83 +298,6 @@ fn lease_row(key: &Key, host: &str, created: i64, last_used: i64) -> LeaseRow {
         state: LeaseState::Active,
         created,
         last_used,
-    }
-}
-
-impl Inner {
-    fn see(&mut self, route: &str, host: &str) {
-        if !self.seen.get(route).is_some_and(|s| s.contains(host)) {
-            self.seen
-                .entry(route.to_string())
-                .or_default()
-                .insert(host.to_string());
-        }
-    }
-
-    /// Puts a lease in memory (replacing the key's previous one), keeping index and counts.
-    fn insert(&mut self, key: Key, host: String, created: i64, last_used: i64) {
-        self.remove(&key);
-        let key = Arc::new(key);
-        self.count(&key.model, &host, 1);
-        self.by_use.insert((last_used, key.clone()));
-        let entry = Entry {
-            host,
-            created,
-            last_used,
-            in_flight: 0,
-        };
-        self.leases.insert(key, entry);
-    }
-
-    /// Takes a lease out of memory, keeping index and counts.
-    fn remove(&mut self, key: &Key) -> Option<Entry> {
-        let (k, entry) = self.leases.remove_entry(key)?;
-        self.touched.remove(&k);
-        self.by_use.remove(&(entry.last_used, k));
-        self.count(&key.model, &entry.host, -1);
-        Some(entry)
-    }
-
-    /// Moves a lease's `last_used` forward (never back: `now`s may arrive out of order).
-    fn touch(&mut self, key: &Key, now: i64) -> Option<i64> {
-        let (k, entry) = self.leases.get_key_value(key)?;
-        let (k, before) = (k.clone(), entry.last_used);
-        if now > before {
-            self.by_use.remove(&(before, k.clone()));
-            self.by_use.insert((now, k.clone()));
-            self.touched.insert(k);
-            self.leases.get_mut(key)?.last_used = now;
-        }
-        Some(now.max(before))
-    }
-
-    fn count(&mut self, model: &str, host: &str, delta: isize) {
-        let hosts = match self.counts.get_mut(model) {
-            Some(hosts) => hosts,
-            None => self.counts.entry(model.to_string()).or_default(),
-        };
-        match hosts.get_mut(host) {
-            Some(n) => *n = n.saturating_add_signed(delta),
-            None if delta > 0 => {
-                hosts.insert(host.to_string(), delta.unsigned_abs());
-            }
-            None => {}
-        }
-    }
-
-    /// Leases (and reservations) of `model` on `host`.
-    fn leases_of(&self, model: &str, host: &str) -> usize {
-        (self.counts.get(model))
-            .and_then(|hosts| hosts.get(host))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn route_keys(&self, route: &str) -> Vec<Key> {
-        (self.leases.keys())
-            .filter(|k| k.route == route)
-            .map(|k| Key::clone(k))
-            .collect()
     }
 }
 

@@ -93,6 +93,10 @@ fn a_client_that_leaves_while_queued_is_never_forwarded_issue_10() {
         "{:?}",
         left.elapsed()
     );
+    // The row is committed by the store's writer thread after the queue let the request go.
+    wait_until("the leaver's row", || {
+        h.rows().last().is_some_and(|r| r.status == 499)
+    });
     let rows = h.rows();
     let row = rows.last().expect("a 499 row");
     assert_eq!(
