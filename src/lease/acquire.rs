@@ -326,6 +326,11 @@ pub(super) fn event(at: i64, key: &Key, reason: Reason, from: &str, to: &str) ->
 /// The log line of a change already committed: debug for routine ones (new, idle, evicted: the
 /// sweep and the cap log a summary), info for the rest.
 pub(super) fn log_change(key: &Key, reason: Reason, from: &str, to: &str) {
+    let routine = matches!(reason, Reason::New | Reason::Idle | Reason::Evicted);
+    if routine && !log::log_enabled!(log::Level::Debug) {
+        // A sweep logs a thousand of these under the lock: not even formatted unless wanted.
+        return;
+    }
     let is_pin = key.fp.is_empty() && key.model.is_empty();
     let verb = match (is_pin, from.is_empty(), to.is_empty()) {
         (true, _, false) => "pin set",
@@ -342,7 +347,7 @@ pub(super) fn log_change(key: &Key, reason: Reason, from: &str, to: &str) {
         val(or_dash(from)),
         val(or_dash(to)),
     );
-    if matches!(reason, Reason::New | Reason::Idle | Reason::Evicted) {
+    if routine {
         log::debug!("{line}");
     } else {
         log::info!("{line}");

@@ -13,6 +13,8 @@ use crate::store::{LeaseRow, LeaseState, Reason, Write};
 
 /// Most leases expired in one transaction; the lock is free between batches.
 pub const SWEEP_BATCH: usize = 1_000;
+/// Leases forgotten from memory per turn of the lock after a batch committed.
+const FORGET_CHUNK: usize = 100;
 
 impl Table {
     /// Drops every lease (never a pin) unused for longer than the idle time, oldest first, in
@@ -34,25 +36,32 @@ impl Table {
             if stale.is_empty() {
                 break;
             }
+            for (key, _) in &stale {
+                inner.pending.insert(key.clone(), String::new());
+            }
+            drop(inner);
+            // Reserved keys are written by nobody else, so their writes may be built and queued
+            // with the lock free.
             let mut writes = Vec::with_capacity(stale.len() * 2);
             for (key, host) in &stale {
-                inner.pending.insert(key.clone(), String::new());
                 writes.push(delete(key));
                 writes.push(Write::Event(event(now, key, Reason::Idle, host, "")));
             }
-            let ticket = self.persister.submit(writes);
-            drop(inner);
-            let committed = ticket.wait();
-            let mut inner = self.lock();
-            for (key, host) in &stale {
-                inner.pending.remove(key);
-                if committed.is_ok() {
-                    inner.remove(key);
-                    log_change(key, Reason::Idle, host, "");
+            let committed = self.persister.submit(writes).wait();
+            // Forgotten in small chunks, the lock free between them: a request never waits
+            // behind a thousand removals.
+            for chunk in stale.chunks(FORGET_CHUNK) {
+                let mut inner = self.lock();
+                for (key, host) in chunk {
+                    inner.pending.remove(key);
+                    if committed.is_ok() {
+                        inner.remove(key);
+                        log_change(key, Reason::Idle, host, "");
+                    }
                 }
+                drop(inner);
+                self.shared.settled.notify_all();
             }
-            drop(inner);
-            self.shared.settled.notify_all();
             if let Err(err) = committed {
                 log::warn!(
                     "lease expiry failed; kept for the next sweep leases={} error={}",
