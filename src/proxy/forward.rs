@@ -20,7 +20,7 @@ const READ_BUF: usize = 16 * 1024;
 
 /// An upstream answer whose head has arrived, with the slot it occupies (none for metadata).
 pub(super) struct Answer {
-    response: ureq::Response,
+    pub(super) response: ureq::Response,
     permit: Option<Permit>,
 }
 
@@ -214,7 +214,10 @@ fn cut_short(tee: &Tee) -> Option<&'static str> {
 }
 
 /// Upstream headers minus hop-by-hop ones, plus crossbar's own.
-fn response_headers(response: &ureq::Response, plan: &Plan<'_>) -> Vec<(String, String)> {
+pub(super) fn response_headers(
+    response: &ureq::Response,
+    plan: &Plan<'_>,
+) -> Vec<(String, String)> {
     let tokens = wire::connection_tokens(response.header("Connection"));
     let mut headers = Vec::new();
     for name in response.headers_names() {

@@ -14,6 +14,17 @@ use crate::support::{chat, request, temp_dir, wait_until, Harness};
 /// 2 slots of 4096; routes `code` → coder, `talk` → chat, `alias` → model `qwen`, which the box
 /// knows as `coder`.
 fn start() -> Harness {
+    start_models(
+        "[hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
+         [hosts.box.models.qwen]\nparallel = 2\nupstream = \"coder\"\n\
+         [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
+         [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n\
+         [routes.alias]\nhosts = [\"box\"]\nmodel = \"qwen\"\n",
+    )
+}
+
+/// The box of [`start`] with `models_and_routes` as the rest of the config.
+fn start_models(models_and_routes: &str) -> Harness {
     let dir = temp_dir();
     let sim = Sim::start(SimConfig {
         n_ctx: 8192,
@@ -27,13 +38,7 @@ fn start() -> Harness {
     });
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
-         health_interval = \"50ms\"\n\
-         [hosts.box]\nurl = \"{}\"\n\
-         [hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
-         [hosts.box.models.qwen]\nparallel = 2\nupstream = \"coder\"\n\
-         [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
-         [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n\
-         [routes.alias]\nhosts = [\"box\"]\nmodel = \"qwen\"\n",
+         health_interval = \"50ms\"\n[hosts.box]\nurl = \"{}\"\n{models_and_routes}",
         dir.join("crossbar.db"),
         sim.url()
     );
@@ -45,7 +50,7 @@ fn start() -> Harness {
     };
     let gw = h.server().gateway().clone();
     wait_until("the box is polled", || {
-        gw.health.model_state("box", "coder").is_some()
+        gw.health.model_state("box", "chat").is_some()
     });
     h
 }
@@ -148,6 +153,29 @@ fn both_routes_answer_with_and_without_a_model_in_the_body_issue_15() {
     let rows = h.rows();
     let models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
     assert_eq!(models, ["coder", "chat", "coder", "qwen"]);
+}
+
+#[test]
+fn a_model_listing_shows_the_configured_names_issue_15() {
+    let h = start_models(
+        "[hosts.box.models.qwen]\nparallel = 2\nupstream = \"coder\"\n\
+         [hosts.box.models.chat]\nparallel = 2\n\
+         [routes.alias]\nhosts = [\"box\"]\nmodel = \"qwen\"\n",
+    );
+    let gw = h.server().gateway().clone();
+    assert!(
+        gw.health.is_loaded("box", "qwen"),
+        "matched by its upstream name"
+    );
+    let listing = h.get("/alias/v1/models");
+    assert_eq!(listing.status, 200, "{}", listing.text());
+    let ids: Vec<String> = (listing.json()["data"].as_array().unwrap().iter())
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["qwen", "chat"]);
+    let answer = h.post("/alias/v1/chat/completions", &without_model("hello"));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(asked(&h, "/v1/chat/completions"), ["coder"]);
 }
 
 #[test]
