@@ -78,14 +78,20 @@ pub(super) fn exchange(
         }
         Err(ureq::Error::Transport(err)) => {
             let host = plan.host.name.clone();
-            let reason = DownReason::ForwardFailed {
-                path: plan.rest.clone(),
-                error: transport_error(&err),
-            };
-            gw.health
-                .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            // A router loading the model (it was not loaded when this request left) may take
+            // longer than `first_byte_timeout`: that is a slow load, not a dead host (issue 15).
+            let loading =
+                (gw.health.model_state(&host, &row.model)).is_some_and(|state| state != "loaded");
+            if !loading {
+                let reason = DownReason::ForwardFailed {
+                    path: plan.rest.clone(),
+                    error: transport_error(&err),
+                };
+                gw.health
+                    .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            }
             log::warn!(
-                "forward failed host={} error={}",
+                "forward failed host={} loading={loading} error={}",
                 val(&host),
                 val(&err.to_string())
             );

@@ -5,7 +5,7 @@
 
 use crossbar::config::Config;
 use crossbar::server::Server;
-use crossbar::sim::{Sim, SimConfig};
+use crossbar::sim::{Fault, Sim, SimConfig};
 use serde_json::{json, Value};
 
 use crate::support::{chat, request, temp_dir, wait_until, Harness};
@@ -25,6 +25,11 @@ fn start() -> Harness {
 
 /// The box of [`start`] with `models_and_routes` as the rest of the config.
 fn start_models(models_and_routes: &str) -> Harness {
+    start_config("health_interval = \"50ms\"", models_and_routes)
+}
+
+/// The box of [`start`] with `top` as the top-level settings.
+fn start_config(top: &str, models_and_routes: &str) -> Harness {
     let dir = temp_dir();
     let sim = Sim::start(SimConfig {
         n_ctx: 8192,
@@ -38,7 +43,7 @@ fn start_models(models_and_routes: &str) -> Harness {
     });
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
-         health_interval = \"50ms\"\n[hosts.box]\nurl = \"{}\"\n{models_and_routes}",
+         {top}\n[hosts.box]\nurl = \"{}\"\n{models_and_routes}",
         dir.join("crossbar.db"),
         sim.url()
     );
@@ -176,6 +181,27 @@ fn a_model_listing_shows_the_configured_names_issue_15() {
     let answer = h.post("/alias/v1/chat/completions", &without_model("hello"));
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(asked(&h, "/v1/chat/completions"), ["coder"]);
+}
+
+#[test]
+fn a_load_slower_than_first_byte_timeout_does_not_mark_the_router_down_issue_15() {
+    let h = start_config(
+        "health_interval = \"1h\"\nfirst_byte_timeout = \"200ms\"",
+        "[hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
+         [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
+         [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n",
+    );
+    let gw = h.server().gateway().clone();
+    // Nothing answers in time; `chat` was not loaded, so that is a load, not a dead host.
+    h.sim("box").set_fault(Fault::Hang);
+    let slow = h.post("/talk/v1/chat/completions", &without_model("a poem"));
+    assert_eq!(slow.status, 502, "{}", slow.text());
+    assert!(gw.health.healthy("box"));
+    // The same silence from the loaded model is the host's failure.
+    let dead = h.post("/code/v1/chat/completions", &without_model("a lexer"));
+    assert_eq!(dead.status, 502, "{}", dead.text());
+    assert!(!gw.health.healthy("box"));
+    h.sim("box").set_fault(Fault::None);
 }
 
 #[test]
