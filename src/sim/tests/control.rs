@@ -131,6 +131,47 @@ fn router_mode_lists_models_with_their_status() {
 }
 
 #[test]
+fn router_mode_needs_a_model_and_loads_it_on_demand_evicting_beyond_models_max() {
+    let sim = Sim::start(SimConfig {
+        router_models: Some(vec![
+            ("a".into(), "loaded".into()),
+            ("b".into(), "unloaded".into()),
+        ]),
+        models_max: 1,
+        ..SimConfig::default()
+    });
+    let events = sim.events();
+    let (_, props) = json_of(get(&sim, "/props"));
+    assert_eq!(props["role"], "router");
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 0);
+    let chat = json!({"messages": convo("hi")});
+    let (status, err) = json_of(post(&sim, "/v1/chat/completions", &chat));
+    assert_eq!(status, 400);
+    assert_eq!(
+        err["error"]["message"],
+        "model name is missing from the request"
+    );
+    // Asking a model's props loads it, as b11434 does: that is why crossbar never asks.
+    let (_, props) = json_of(get(&sim, "/props?model=b"));
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 4096);
+    let loaded = wait_for(&events, |e| matches!(e, SimEvent::Loaded { .. }));
+    let evicted = vec!["a".to_string()];
+    assert_eq!(
+        loaded,
+        SimEvent::Loaded {
+            model: "b".into(),
+            evicted
+        }
+    );
+    let (_, models) = json_of(get(&sim, "/v1/models"));
+    assert_eq!(models["data"][0]["status"]["value"], "unloaded");
+    let chat = json!({"model": "a", "messages": convo("hi")});
+    assert_eq!(json_of(post(&sim, "/v1/chat/completions", &chat)).0, 200);
+    let (_, models) = json_of(get(&sim, "/v1/models"));
+    assert_eq!(models["data"][0]["status"]["value"], "loaded");
+}
+
+#[test]
 fn loading_garbage_and_status_faults() {
     let sim = sim();
     sim.set_fault(Fault::Loading);
