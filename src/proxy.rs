@@ -14,6 +14,7 @@ mod listing;
 mod model;
 mod record;
 mod route;
+mod upstream;
 
 use std::time::Instant;
 
@@ -28,6 +29,7 @@ use crate::store::{unix_ms, RequestRow};
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};
+pub use upstream::agent_config as upstream_config;
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;
@@ -147,7 +149,8 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         let err = ProxyError::ClientGone("client gone while queued");
         return refuse(gw, request, err, row, clock);
     }
-    match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
+    let client = request.socket();
+    match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
         Ok(answer) => {
             if listing::renames(&incoming, &plan) {
                 listing::relay(gw, request, &plan, answer, &mut row, clock);

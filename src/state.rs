@@ -30,6 +30,9 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
+    /// The upstream client settings every forwarded request's agent is made from (ureq 3).
+    upstream: ureq3::config::Config,
+    /// The agent for crossbar's own small upstream calls (the context guard's exact counts).
     agent: ureq::Agent,
 }
 
@@ -71,6 +74,7 @@ impl Gateway {
             }
         }
         let drains = Arc::new(Drains::default());
+        let upstream = crate::proxy::upstream_config(&config);
         let agent = upstream_agent(&config);
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
@@ -112,6 +116,7 @@ impl Gateway {
             drains,
             metrics,
             last_prompt: Mutex::new(HashMap::new()),
+            upstream,
             agent,
         })
     }
@@ -144,9 +149,14 @@ impl Gateway {
         *self.config.write() = Arc::new(new);
     }
 
-    /// The agent every upstream call goes through.
+    /// The agent for crossbar's own small upstream calls (exact token counts).
     pub fn agent(&self) -> &ureq::Agent {
         &self.agent
+    }
+
+    /// The upstream client settings every forwarded request's agent is made from.
+    pub fn upstream(&self) -> &ureq3::config::Config {
+        &self.upstream
     }
 
     /// Remembers this turn's prompt size and returns the previous turn's, if any.
@@ -165,10 +175,9 @@ impl Gateway {
     }
 }
 
-/// One agent for all upstream calls: no redirects, a connect timeout, a generous per-read timeout
-/// (the first byte waits for prefill), no overall timeout. It keeps no idle connections:
-/// llama-server closes a connection after a streamed answer while advertising keep-alive, so a
-/// pooled connection may be dead; a fresh one costs one LAN round trip.
+/// The agent for crossbar's own small calls to hosts (the context guard's exact counts): no
+/// redirects, a connect timeout, no idle connections kept (llama-server closes a connection after
+/// a streamed answer while advertising keep-alive, so a pooled one may be dead).
 fn upstream_agent(config: &Config) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout_connect(config.connect_timeout)

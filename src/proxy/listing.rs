@@ -36,10 +36,10 @@ pub(super) fn relay(
     row: &mut RequestRow,
     clock: Instant,
 ) {
-    let headers = response_headers(&answer.response, plan);
-    row.status = answer.response.status();
+    let headers = response_headers(answer.response.headers(), plan);
+    row.status = answer.response.status().as_u16();
     let mut body = Vec::new();
-    let read = (answer.response.into_reader())
+    let read = (answer.response.into_body().into_reader())
         .take(MAX_LISTING + 1)
         .read_to_end(&mut body);
     if let Err(err) = &read {
