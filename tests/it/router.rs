@@ -304,3 +304,20 @@ fn a_loading_model_is_a_state_on_the_admin_api_not_a_host_down_issue_15() {
     let page = request(admin, "GET", "/", &[], b"").text();
     assert!(page.contains("chat loading (ctx 4096)"), "{page}");
 }
+
+#[test]
+fn crossbar_status_shows_a_routers_models_and_their_context_issue_15() {
+    let h = start();
+    let admin = format!("http://{}", h.server().admin_addr());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .current_dir(&h.dir)
+        .args(["--admin", admin.as_str(), "status"])
+        .output()
+        .expect("the crossbar binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {out:?}");
+    let line = stdout.lines().find(|l| l.starts_with("box")).unwrap();
+    for shown in ["4096", "chat:unloaded", "coder:loaded", "qwen:loaded"] {
+        assert!(line.contains(shown), "{shown}: {stdout}");
+    }
+}
