@@ -5,7 +5,7 @@
 
 use crossbar::config::Config;
 use crossbar::server::Server;
-use crossbar::sim::{Fault, Sim, SimConfig};
+use crossbar::sim::{Fault, Sim, SimConfig, SimEvent};
 use serde_json::{json, Value};
 
 use crate::support::{chat, request, temp_dir, wait_until, Harness};
@@ -247,6 +247,50 @@ fn a_new_conversation_of_an_unloaded_model_goes_where_loading_it_evicts_nothing_
     assert_eq!(talk.header("X-Crossbar-Host"), Some("two"));
     h.sim("one").set_lockstep(false);
     assert_eq!(stream.read_answer().status, 200);
+}
+
+#[test]
+fn two_routes_alternating_turns_settle_on_a_box_each_instead_of_swapping_issue_15() {
+    let h = start_two();
+    let loads: Vec<_> = h.sims.iter().map(|(_, sim)| sim.events()).collect();
+    for turn in 0..3 {
+        let code = h.post(
+            "/code/v1/chat/completions",
+            &without_model_turns("lexer", turn),
+        );
+        let talk = h.post(
+            "/talk/v1/chat/completions",
+            &without_model_turns("poem", turn),
+        );
+        assert_eq!(
+            code.header("X-Crossbar-Host"),
+            Some("one"),
+            "{}",
+            code.text()
+        );
+        // `one` holds the coder conversation: loading chat there would wipe its cache.
+        assert_eq!(
+            talk.header("X-Crossbar-Host"),
+            Some("two"),
+            "{}",
+            talk.text()
+        );
+    }
+    let loaded: Vec<Vec<_>> = (loads.iter())
+        .map(|events| {
+            events
+                .try_iter()
+                .filter(|e| matches!(e, SimEvent::Loaded { .. }))
+                .collect()
+        })
+        .collect();
+    assert_eq!(loaded[0].len(), 0, "one never swapped: {loaded:?}");
+    assert_eq!(loaded[1].len(), 1, "two loaded chat once: {loaded:?}");
+    // Every later turn found its cache.
+    let cold: Vec<_> = (h.rows().into_iter().skip(2))
+        .filter(|r| r.cached_tokens == Some(0))
+        .collect();
+    assert!(cold.is_empty(), "{cold:#?}");
 }
 
 #[test]
