@@ -244,3 +244,28 @@ fn die_mid_stream_cuts_the_connection_after_n_events() {
         "no clean end of the chunked body"
     );
 }
+
+#[test]
+fn router_models_have_their_own_slots_and_caches() {
+    let sim = Sim::start(SimConfig {
+        slots: 1,
+        router_models: Some(vec![
+            ("a".into(), "loaded".into()),
+            ("b".into(), "loaded".into()),
+        ]),
+        ..SimConfig::default()
+    });
+    let turn = |model: &str, text: &str| {
+        let body = json!({"model": model, "messages": convo(text), "max_tokens": 2});
+        let (status, answer) = json_of(post(&sim, "/v1/chat/completions", &body));
+        assert_eq!(status, 200, "{answer}");
+        let cached = answer["timings"]["cache_n"].as_u64().unwrap();
+        (cached, answer["usage"]["prompt_tokens"].as_u64().unwrap())
+    };
+    assert_eq!(turn("a", "the first model's long conversation").0, 0);
+    assert_eq!(turn("b", "another conversation on the other model").0, 0);
+    // One slot each: b's turn did not take a's slot, so all of a's prompt is still cached (but
+    // the one token always re-evaluated); a shared slot would give back only the system prompt.
+    let (cached, prompt) = turn("a", "the first model's long conversation");
+    assert_eq!(cached, prompt - 1);
+}
