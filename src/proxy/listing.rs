@@ -16,7 +16,7 @@ use crate::store::RequestRow;
 use super::forward::{response_headers, Answer};
 use super::{record, Incoming, Plan};
 
-/// A listing answer is small; one larger than this passes through unrenamed.
+/// A listing answer is small; a host sending more than this gets the client a 502.
 const MAX_LISTING: u64 = 4 << 20;
 
 /// Whether the answer to this request is a listing to rename: a `GET` of the models of a host
@@ -42,20 +42,24 @@ pub(super) fn relay(
     let read = (answer.response.into_body().into_reader())
         .take(MAX_LISTING + 1)
         .read_to_end(&mut body);
-    if let Err(err) = &read {
-        row.err = format!("upstream failed mid-body: {err}");
+    let failed = match read {
+        Err(err) => Some(format!("upstream failed mid-body: {err}")),
+        Ok(n) if n as u64 > MAX_LISTING => Some(format!("model listing over {MAX_LISTING} bytes")),
+        Ok(_) => None,
+    };
+    if let Some(err) = &failed {
+        row.err = err.clone();
         row.status = 502;
     }
     row.total_ms = clock.elapsed().as_millis() as i64;
     record(gw, row);
-    if read.is_err() {
+    if failed.is_some() {
         let body = serde_json::json!({"error": "upstream error", "host": plan.host.name});
-        let _ = request.send(502, &[], body.to_string().as_bytes());
+        let json = [("Content-Type".to_string(), "application/json".to_string())];
+        let _ = request.send(502, &json, body.to_string().as_bytes());
         return;
     }
-    let renamed = (body.len() as u64 <= MAX_LISTING)
-        .then(|| rename(&body, plan.host))
-        .flatten();
+    let renamed = rename(&body, plan.host);
     let out = renamed.as_deref().unwrap_or(&body);
     if let Err(err) = request.send(row.status, &headers, out) {
         log::debug!("client went away before the model listing: {err}");
