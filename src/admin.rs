@@ -45,13 +45,13 @@ impl Answer {
     }
 }
 
-/// Serves one admin request. The token (or, without one, the browser checks) is decided before
-/// any body is read.
+/// Serves one admin request. The gateway's own health probes need no token; otherwise the token
+/// (or, without one, the browser checks) is decided before any body is read.
 pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let method = request.method().to_string();
     let target = request.target().to_string();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let answer = match guard::guard(gw, request) {
+    let answer = match probe(gw, &method, path).map_or_else(|| guard::guard(gw, request), Err) {
         Err(answer) => answer,
         Ok(()) => match request.read_body(MAX_ADMIN_BODY) {
             Ok(body) => route(gw, &method, path, query, &body),
@@ -61,7 +61,7 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     };
     if answer.status >= 400 {
         log::info!(
-            "admin {} {} status={}",
+            "admin refused method={} path={} status={}",
             val(&method),
             val(path),
             answer.status
@@ -73,6 +73,40 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     ];
     if let Err(err) = request.send(answer.status, &headers, answer.body.as_bytes()) {
         log::debug!("admin client went away before its answer: {err}");
+    }
+}
+
+/// The gateway's own health, answered without the token for systemd and uptime checks:
+/// `/livez` (the process serves) and `/readyz` (at least one host polled and up, else 503). They
+/// say nothing a token would protect: counts only, no names.
+fn probe(gw: &Gateway, method: &str, path: &str) -> Option<Answer> {
+    if method != "GET" && method != "HEAD" {
+        return None;
+    }
+    match path {
+        "/livez" | "/health/live" => Some(Answer::json(200, json!({ "status": "live" }))),
+        "/readyz" | "/health/ready" => {
+            let config = gw.config();
+            let up = config
+                .hosts
+                .keys()
+                .filter(|h| {
+                    gw.health
+                        .get(h)
+                        .is_some_and(|s| s.healthy && s.last_poll > 0)
+                })
+                .count();
+            let (status, word) = if up > 0 {
+                (200, "ready")
+            } else {
+                (503, "not ready")
+            };
+            Some(Answer::json(
+                status,
+                json!({ "status": word, "hosts_up": up, "hosts": config.hosts.len() }),
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -313,14 +347,16 @@ pub fn status(gw: &Gateway) -> Value {
                     let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
                     json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
-                            "loaded": gw.health.is_loaded(&host.name, model) })
+                            "loaded": gw.health.is_loaded(&host.name, model),
+                            "state": gw.health.model_state(&host.name, model),
+                            "per_slot_ctx": gw.health.ctx_for(&host.name, model) })
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);
             json!({
                 "name": host.name, "url": host.url,
                 "healthy": health.as_ref().is_some_and(|h| h.healthy),
-                "reason": health.as_ref().and_then(|h| h.reason).map(|r| r.as_str()),
+                "reason": health.as_ref().and_then(|h| h.reason.as_ref()).map(|r| r.to_string()),
                 "draining": gw.drains.contains(&host.name),
                 "loaded": health.as_ref().map(|h| h.loaded.clone()).unwrap_or_default(),
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),
@@ -344,7 +380,15 @@ pub fn status(gw: &Gateway) -> Value {
                     "leases": snapshot.iter().filter(|l| l.key.route == r.name).count() })
         })
         .collect();
-    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len() })
+    let now = unix_ms(SystemTime::now());
+    let hours: Vec<_> = config
+        .hosts
+        .keys()
+        .map(|h| gw.metrics.hour(h, now))
+        .collect();
+    let (tokens, seconds) = crate::metrics::recent::saved(&hours);
+    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
+            "prefill_saved": { "tokens": tokens, "seconds": seconds } })
 }
 
 fn gauges(gw: &Gateway) -> Gauges {

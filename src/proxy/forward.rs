@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use ureq3::{http, Body};
 
 use crate::conn::Request;
-use crate::health::DownReason;
+use crate::health::{error_chain, DownReason};
 use crate::limiter::Permit;
 use crate::logfmt::val;
 use crate::state::Gateway;
@@ -82,19 +82,27 @@ pub(super) fn exchange(
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) => Ok(Answer {
-            response,
-            permit,
-            left,
-        }),
+        Ok(response) => {
+            gw.metrics
+                .observe_ttfb(&row.route, &plan.host.name, row.started, row.ttfb_ms);
+            Ok(Answer {
+                response,
+                permit,
+                left,
+            })
+        }
         Err(_) if left.load(Ordering::Relaxed) => Err(ProxyError::ClientGone(
             "client gone while waiting for upstream",
         )),
         Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
         Err(err) => {
             let host = plan.host.name.clone();
+            let reason = DownReason::ForwardFailed {
+                path: plan.rest.clone(),
+                error: error_chain(&err),
+            };
             gw.health
-                .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
+                .mark_down(&host, reason, unix_ms(SystemTime::now()));
             log::warn!(
                 "forward failed host={} error={}",
                 val(&host),
@@ -185,7 +193,7 @@ pub(super) fn relay(
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
             // A stream's head comes before prefill: a client that leaves during it is noticed here.
             Err(_) if left.load(Ordering::Relaxed) => {
-                finish_row(row, clock, &tee);
+                finish_row(gw, row, clock, &tee);
                 row.status = 499;
                 row.err = "client gone while waiting for upstream".to_string();
                 return record(gw, row);
@@ -203,11 +211,14 @@ pub(super) fn relay(
     if let Some(detail) = cut_short(&tee) {
         return upstream_broke(gw, row, clock, &tee, out, detail);
     }
-    finish_row(row, clock, &tee);
+    finish_row(gw, row, clock, &tee);
     record(gw, row);
     drop(permit);
     if let Err(err) = out.finish() {
-        log::debug!("client went away before the end of the body: {err}");
+        log::debug!(
+            "client gone before the end of the body error={}",
+            val(&err.to_string())
+        );
     }
 }
 
@@ -265,7 +276,10 @@ fn canonical(name: &str) -> String {
     out
 }
 
-fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
+fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
+    if let Some((tokens, us)) = tee.prefill() {
+        gw.metrics.observe_prefill(&row.host, tokens, us);
+    }
     let usage = tee.usage();
     row.prompt_tokens = usage.prompt_tokens;
     row.cached_tokens = usage.cached_tokens;
@@ -298,7 +312,7 @@ fn upstream_broke(
     out: BodyWriter<'_>,
     detail: &str,
 ) {
-    finish_row(row, clock, tee);
+    finish_row(gw, row, clock, tee);
     row.err = format!("upstream failed mid-body: {detail}");
     record(gw, row);
     out.abort();
