@@ -85,6 +85,8 @@ pub struct Candidate {
     pub host: String,
     /// Leases the host already holds for the same model (conversations whose caches it keeps).
     pub leases: usize,
+    /// Every model the host holds a lease of (a router evicting one of them loses its caches).
+    pub leased_models: Vec<String>,
 }
 
 /// Picks one of `candidates` for a new lease of `model`, answering with its host name.

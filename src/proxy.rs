@@ -10,6 +10,7 @@ mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod listing;
 mod model;
 mod record;
 mod route;
@@ -152,7 +153,11 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let client = request.socket();
     match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
         Ok(answer) => {
-            forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            if listing::renames(&incoming, &plan) {
+                listing::relay(gw, request, &plan, answer, &mut row, clock);
+            } else {
+                forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            }
             log_request(&row, plan.lease.as_str());
             if plan.slot {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);

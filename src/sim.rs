@@ -206,6 +206,7 @@ impl Sim {
             pool: Mutex::new(PoolState {
                 pool: cache::Pool::new(cfg.slots, cfg.ram_cache_tokens)
                     .with_similarity(cfg.slot_prompt_similarity),
+                models: std::collections::BTreeMap::new(),
                 closed: false,
             }),
             cfg,

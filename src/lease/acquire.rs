@@ -122,11 +122,20 @@ impl Table {
             .iter()
             .filter(|h| Some(h.as_str()) != excluded)
             .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
-            .map(|h| Candidate {
-                host: h.clone(),
-                leases: (inner.leases.values())
-                    .filter(|l| l.host == *h && l.key.model == key.model)
-                    .count(),
+            .map(|h| {
+                let mut leased_models: Vec<String> = (inner.leases.values())
+                    .filter(|l| l.host == *h)
+                    .map(|l| l.key.model.clone())
+                    .collect();
+                leased_models.sort();
+                leased_models.dedup();
+                Candidate {
+                    host: h.clone(),
+                    leases: (inner.leases.values())
+                        .filter(|l| l.host == *h && l.key.model == key.model)
+                        .count(),
+                    leased_models,
+                }
             })
             .collect();
         match self.chooser.choose(&usable, &key.model) {

@@ -25,7 +25,7 @@ const READ_BUF: usize = 16 * 1024;
 
 /// An upstream answer whose head has arrived, with the slot it occupies (none for metadata).
 pub(super) struct Answer {
-    response: http::Response<Body>,
+    pub(super) response: http::Response<Body>,
     permit: Option<Permit>,
     /// Raised by the upstream transport when a wait for upstream ended because the client left.
     left: Arc<AtomicBool>,
@@ -97,14 +97,20 @@ pub(super) fn exchange(
         Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
         Err(err) => {
             let host = plan.host.name.clone();
-            let reason = DownReason::ForwardFailed {
-                path: plan.rest.clone(),
-                error: error_chain(&err),
-            };
-            gw.health
-                .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            // A router loading the model (it was not loaded when this request left) may take
+            // longer than `first_byte_timeout`: that is a slow load, not a dead host (issue 15).
+            let loading =
+                (gw.health.model_state(&host, &row.model)).is_some_and(|state| state != "loaded");
+            if !loading {
+                let reason = DownReason::ForwardFailed {
+                    path: plan.rest.clone(),
+                    error: error_chain(&err),
+                };
+                gw.health
+                    .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            }
             log::warn!(
-                "forward failed host={} error={}",
+                "forward failed host={} loading={loading} error={}",
                 val(&host),
                 val(&err.to_string())
             );
@@ -244,7 +250,10 @@ fn cut_short(tee: &Tee) -> Option<&'static str> {
 }
 
 /// Upstream headers minus hop-by-hop ones, plus crossbar's own.
-fn response_headers(upstream: &http::HeaderMap, plan: &Plan<'_>) -> Vec<(String, String)> {
+pub(super) fn response_headers(
+    upstream: &http::HeaderMap,
+    plan: &Plan<'_>,
+) -> Vec<(String, String)> {
     let connection = upstream
         .get("connection")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
