@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run demo static bench bench-affinity soak clean
+.PHONY: build test gate fmt clippy run demo static bench bench-affinity soak fuzz clean
 
 build:
 	$(CARGO) build --release
@@ -40,6 +40,12 @@ bench-affinity:
 # (default 600); one line per check, then the `soak seconds=..` summary; exit 0 only if all pass.
 soak:
 	$(CARGO) bench --bench soak
+
+# The connection layer's seeded mutation runner (no nightly here for cargo-fuzz): CASES cases,
+# SEED to replay a failure it printed.
+CASES ?= 200000
+fuzz:
+	$(CARGO) run --release --example fuzz_conn -- $(CASES) $(SEED)
 
 clean:
 	$(CARGO) clean

@@ -30,6 +30,9 @@ pub struct Config {
     pub first_byte_timeout: Duration,
     /// How long a stop waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// The connection layer's limits (`client_header_timeout`, `client_body_timeout`,
+    /// `client_body_min_rate`, `keepalive_idle`, `client_write_timeout`, `accept_queue`).
+    pub front: crate::conn::Settings,
     pub log_level: log::LevelFilter,
     pub hosts: BTreeMap<String, Host>,
     pub routes: BTreeMap<String, Route>,

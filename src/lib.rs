@@ -6,6 +6,7 @@ pub mod admin;
 pub mod choose;
 pub mod cli;
 pub mod config;
+pub mod conn;
 pub mod fingerprint;
 pub mod health;
 pub mod lease;

@@ -26,6 +26,8 @@ struct Inner {
     tokens: BTreeMap<(String, String), Tokens>,
     durations: BTreeMap<String, Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// (listener, reason) → connections answered before a request was routed (no accounting row).
+    refused: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -87,6 +89,17 @@ impl Metrics {
         }
         hist.sum += secs;
         hist.count += 1;
+    }
+
+    /// A connection refused by the connection layer before any handler saw a request (busy, a
+    /// head too large, bad framing, a head timeout). Both labels are crossbar's own constants.
+    pub fn observe_refused(&self, listener: &'static str, reason: &'static str) {
+        *self
+            .inner
+            .lock()
+            .refused
+            .entry((listener, reason))
+            .or_default() += 1;
     }
 
     pub fn observe_lease_event(&self, reason: &str) {
@@ -191,6 +204,19 @@ impl Metrics {
                 out,
                 "crossbar_lease_events_total{} {n}",
                 labels(&[("reason", reason)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_refused_total",
+            "counter",
+            "Connections answered before their request was routed (no accounting row), by listener and reason.",
+        );
+        for ((listener, reason), n) in &inner.refused {
+            let _ = writeln!(
+                out,
+                "crossbar_refused_total{} {n}",
+                labels(&[("listener", listener), ("reason", reason)])
             );
         }
         drop(inner);

@@ -12,6 +12,7 @@ use crate::ledger::{Corr, Outcome, Run, Sent};
 
 #[derive(Debug, Clone)]
 pub struct Row {
+    pub err: String,
     pub started: i64,
     pub total_ms: i64,
     pub route: String,
@@ -33,7 +34,7 @@ pub fn load(db: &Path) -> rusqlite::Result<(Vec<Row>, Vec<Event>)> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let mut q = conn
-        .prepare("SELECT started, route, fp, host, status, total_ms FROM requests ORDER BY id")?;
+        .prepare("SELECT started, route, fp, host, status, total_ms, err FROM requests ORDER BY id")?;
     let rows = q
         .query_map([], |r| {
             Ok(Row {
@@ -43,6 +44,7 @@ pub fn load(db: &Path) -> rusqlite::Result<(Vec<Row>, Vec<Event>)> {
                 host: r.get(3)?,
                 status: r.get(4)?,
                 total_ms: r.get(5)?,
+                err: r.get(6)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -202,8 +204,9 @@ pub fn rows(ledger: &[Sent], rows: &[Row], run: &Run) -> (u64, u64, String) {
         missing += miss;
         extra += left;
     }
+    let stalled = rows.iter().filter(|r| r.err.contains("stalled")).count();
     let line = format!(
-        "check rows: requests={} rows={} expected_rows={expected} missing={missing} extra={extra} {notes:?}{}",
+        "check rows: requests={} rows={} expected_rows={expected} missing={missing} extra={extra} stalled_rows={stalled} {notes:?}{}",
         ledger.len(),
         rows.len(),
         examples.iter().map(|e| format!("\n    {e}")).collect::<String>()

@@ -5,8 +5,9 @@
 //!
 //! Seeded (`SOAK_SEED`, default 14): the same seed gives the same client plans and fault schedule;
 //! the interleaving is the machine's. `SOAK_EXTRA_TOML` is appended to the top of crossbar's config
-//! (e.g. `client_write_timeout = "2s"`, `max_leases = 500`), `SOAK_STALL_MS` (default 3000) is how
-//! long a stalled client reads nothing, so the soak can be pointed at newer behaviour without edits.
+//! (e.g. `max_leases = 500`), and `SOAK_STALL_MS` (default 3000) is how long a stalled client reads
+//! nothing (0.5× to 1.5× of it; `client_write_timeout` is 2 s, so some stalls are cut by crossbar
+//! and some end with the client closing), so the soak can be pointed at newer behaviour without edits.
 //! Ports are the OS's (`127.0.0.1:0`, read back from the processes); db, config and logs live in a
 //! temp dir, removed when the soak passes and kept (and printed) when it fails.
 
@@ -264,6 +265,7 @@ queue_max = {queue}
 queue_timeout = "10s"
 connect_timeout = "1s"
 first_byte_timeout = "5s"
+client_write_timeout = "2s"
 shutdown_grace = "5s"
 log_level = "info"
 {extra}

@@ -30,6 +30,16 @@ pub enum ProxyError {
     /// The request body could not be read: malformed chunked framing, or the client went away
     /// mid-upload. The client's fault, not crossbar's.
     BadBody(String),
+    /// The request itself is malformed or cannot be forwarded as sent: a dot segment, backslash,
+    /// encoded `/` or NUL in the path, a header name or value upstream would refuse (spec §2's
+    /// "bad request (+ what)"). The client's fault; it never counts against a host.
+    BadRequest(String),
+    /// The body did not arrive within its deadline (`client_body_timeout` plus its size at
+    /// `client_body_min_rate`).
+    BodyTimeout,
+    /// The client left before an answer could start (queued for a slot): recorded as 499, never
+    /// answered.
+    ClientGone(&'static str),
     Internal(String),
 }
 
@@ -37,9 +47,12 @@ impl ProxyError {
     pub fn status(&self) -> u16 {
         match self {
             ProxyError::MissingRoute | ProxyError::ConflictingRoute | ProxyError::BadBody(_) => 400,
+            ProxyError::BadRequest(_) => 400,
             ProxyError::PromptTooLarge { .. } => 400,
             ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
             ProxyError::BodyTooLarge => 413,
+            ProxyError::BodyTimeout => 408,
+            ProxyError::ClientGone(_) => 499,
             ProxyError::NoHealthyHost
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
@@ -60,6 +73,7 @@ impl ProxyError {
             }
             ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
             ProxyError::PinnedDown(host) => body["host"] = host.clone().into(),
+            ProxyError::BadRequest(detail) => body["detail"] = detail.clone().into(),
             _ => {}
         }
         body
@@ -92,6 +106,9 @@ impl fmt::Display for ProxyError {
             ProxyError::ShuttingDown => "shutting down",
             ProxyError::Upstream { .. } => "upstream error",
             ProxyError::BadBody(_) => "unreadable body",
+            ProxyError::BadRequest(_) => "bad request",
+            ProxyError::BodyTimeout => "request timeout",
+            ProxyError::ClientGone(_) => "client gone",
             ProxyError::Internal(_) => "internal error",
         })
     }
@@ -115,6 +132,7 @@ impl From<LimitError> for ProxyError {
             LimitError::QueueFull => ProxyError::QueueFull,
             LimitError::Timeout => ProxyError::QueueTimeout,
             LimitError::Closed => ProxyError::ShuttingDown,
+            LimitError::Gone => ProxyError::ClientGone("client gone while queued"),
             // Not reached: `prepare` refuses a model the host does not serve.
             LimitError::NotConfigured => ProxyError::NoHealthyHost,
         }

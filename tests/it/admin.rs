@@ -121,7 +121,13 @@ fn bad_admin_input_is_answered_naming_what_is_wrong() {
         "bad body: invalid type",
     );
     check_error(
-        &admin(&h, "POST", "/admin/pin", &[], &Value::Null),
+        &admin(
+            &h,
+            "POST",
+            "/admin/pin",
+            &[("Content-Type", "application/json")],
+            &Value::Null,
+        ),
         400,
         "bad body",
     );
