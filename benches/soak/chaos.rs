@@ -230,7 +230,7 @@ impl Chaos {
                 Undo::Unpin => self.admin("/admin/unpin", r#"{"route":"beta"}"#),
             }
             if let Some(w) = window {
-                self.run.host_faults.lock()[w].end = Some(Instant::now());
+                self.run.host_faults.lock()[w].end_ms = Some(unix_ms());
             }
         }
     }
@@ -239,8 +239,8 @@ impl Chaos {
         let mut w = self.run.host_faults.lock();
         w.push(Window {
             host: HOSTS[i].to_string(),
-            start: Instant::now(),
-            end: None,
+            start_ms: unix_ms(),
+            end_ms: None,
         });
         w.len() - 1
     }

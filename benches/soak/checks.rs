@@ -33,8 +33,9 @@ pub struct Event {
 pub fn load(db: &Path) -> rusqlite::Result<(Vec<Row>, Vec<Event>)> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    let mut q = conn
-        .prepare("SELECT started, route, fp, host, status, total_ms, err FROM requests ORDER BY id")?;
+    let mut q = conn.prepare(
+        "SELECT started, route, fp, host, status, total_ms, err FROM requests ORDER BY id",
+    )?;
     let rows = q
         .query_map([], |r| {
             Ok(Row {
@@ -62,21 +63,58 @@ pub fn load(db: &Path) -> rusqlite::Result<(Vec<Row>, Vec<Event>)> {
     Ok((rows, events))
 }
 
-/// A row's status for matching: a 503 crossbar gave at once (under a second: queue full, no
-/// healthy host, pinned host down) is told apart from a slow one (queue timeout).
-const AT_ONCE_503: u16 = 1503;
-
 /// What one request should have left in the db.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expect {
-    /// Exactly one row with one of these statuses.
-    OneOf(Vec<u16>),
+    /// Exactly one row with the status the client saw.
+    Status(u16),
+    /// The client left: exactly one row, 499 — or crossbar's own 503 given at once (it took the
+    /// request up after the client had gone and refused it with no wait in which to notice), or
+    /// what a fault on the row's host made of it (502, or 200 with the body broken off), when
+    /// that host had one at the time: two faults at once, whichever crossbar saw first wins.
+    Left,
     /// Exactly one row, status not knowable from outside (see `expect`).
     One,
     /// Zero or one row: in flight at the SIGKILL, or the answer does not say.
     Maybe,
     /// No row: refused before routing, or never reached crossbar.
     Nothing,
+}
+
+impl Expect {
+    fn accepts(self, row: RowKey) -> bool {
+        match self {
+            Expect::Status(s) => row.status == s,
+            Expect::Left => {
+                row.status == 499
+                    || (row.status == 503 && row.at_once)
+                    || (row.faulted && matches!(row.status, 200 | 502))
+            }
+            Expect::One | Expect::Maybe => true,
+            Expect::Nothing => false,
+        }
+    }
+
+    /// Most constrained first, so the greedy matching does not waste a row another needs.
+    fn rank(self) -> u8 {
+        match self {
+            Expect::Status(_) => 0,
+            Expect::Left => 1,
+            Expect::One => 2,
+            Expect::Maybe => 3,
+            Expect::Nothing => 4,
+        }
+    }
+}
+
+/// A row as the matching sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct RowKey {
+    status: u16,
+    /// Answered in under a second (for a 503: queue full, no healthy host, pinned host down).
+    at_once: bool,
+    /// Its host had a fault (kill, hang, broken streams) while it ran.
+    faulted: bool,
 }
 
 fn expect(s: &Sent, run: &Run, tally: &mut BTreeMap<&'static str, u64>) -> Expect {
@@ -101,15 +139,10 @@ fn expect(s: &Sent, run: &Run, tally: &mut BTreeMap<&'static str, u64>) -> Expec
             Expect::One
         }
         Outcome::Left if pending_at_kill => Expect::Maybe,
-        // Two faults at once (the client left while its host died): which one crossbar saw
-        // first decides the status.
-        Outcome::Left if run.during_host_fault(s.host_hint.as_deref(), s.start, s.end) => {
-            note("left_during_host_fault");
-            Expect::OneOf(vec![499, AT_ONCE_503, 502, 200])
+        Outcome::Left => {
+            note("left");
+            Expect::Left
         }
-        // Left before crossbar took the request up; it then refused it at once: no wait in
-        // which to notice the client had gone.
-        Outcome::Left => Expect::OneOf(vec![499, AT_ONCE_503]),
         Outcome::Answered {
             pre_route: true, ..
         } => {
@@ -123,8 +156,7 @@ fn expect(s: &Sent, run: &Run, tally: &mut BTreeMap<&'static str, u64>) -> Expec
             note("own_400");
             Expect::Maybe
         }
-        Outcome::Answered { status: 503, .. } => Expect::OneOf(vec![503, AT_ONCE_503]),
-        Outcome::Answered { status, .. } => Expect::OneOf(vec![*status]),
+        Outcome::Answered { status, .. } => Expect::Status(*status),
     }
 }
 
@@ -143,7 +175,7 @@ pub fn rows(ledger: &[Sent], rows: &[Row], run: &Run) -> (u64, u64, String) {
     #[derive(Default)]
     struct B {
         want: Vec<Expect>,
-        got: BTreeMap<u16, u64>,
+        got: BTreeMap<RowKey, u64>,
         seen: BTreeMap<String, u64>,
     }
     let mut buckets: HashMap<Corr, B> = HashMap::new();
@@ -154,52 +186,50 @@ pub fn rows(ledger: &[Sent], rows: &[Row], run: &Run) -> (u64, u64, String) {
         *b.seen.entry(outcome_name(&s.outcome)).or_default() += 1;
     }
     for r in rows {
-        let status = if r.status == 503 && r.total_ms < 1000 {
-            AT_ONCE_503
-        } else {
-            r.status
+        let key = RowKey {
+            status: r.status,
+            at_once: r.total_ms < 1000,
+            faulted: run.host_faulted(&r.host, r.started, r.started + r.total_ms),
         };
         *buckets
             .entry(bucket(r))
             .or_default()
             .got
-            .entry(status)
+            .entry(key)
             .or_default() += 1;
     }
     let (mut missing, mut extra, mut examples, mut expected) = (0, 0, Vec::new(), 0);
     for (corr, b) in &mut buckets {
-        // Most constrained first: single statuses, then sets, then any status, then maybe.
-        let rank = |e: &Expect| match e {
-            Expect::OneOf(set) => set.len(),
-            Expect::One => 100,
-            Expect::Maybe => 101,
-            Expect::Nothing => 102,
-        };
-        let mut want = b.want.clone();
-        want.sort_by_key(rank);
+        b.want.sort_by_key(|e| e.rank());
         let mut got = b.got.clone();
-        let mut take = |allowed: &dyn Fn(u16) -> bool| -> bool {
-            let hit = got.iter_mut().find(|(s, n)| **n > 0 && allowed(**s));
-            hit.map(|(_, n)| *n -= 1).is_some()
-        };
         let mut miss = 0;
-        for e in &want {
-            let found = match e {
-                Expect::OneOf(set) => take(&|s| set.contains(&s)),
-                Expect::One | Expect::Maybe => take(&|_| true),
-                Expect::Nothing => true,
-            };
-            if matches!(e, Expect::OneOf(_) | Expect::One) {
+        for e in &b.want {
+            // A row a leaver could also use is taken last.
+            let hit = got
+                .iter_mut()
+                .filter(|(k, n)| **n > 0 && e.accepts(**k))
+                .min_by_key(|(k, _)| *e != Expect::Left && Expect::Left.accepts(**k));
+            let found = hit.map(|(_, n)| *n -= 1).is_some();
+            if matches!(e, Expect::Status(_) | Expect::Left | Expect::One) {
                 expected += 1;
                 miss += u64::from(!found);
             }
         }
         let left: u64 = got.values().sum();
         if (miss > 0 || left > 0) && examples.len() < 5 {
-            examples.push(format!(
-                "{corr:?} client saw {:?}, rows {:?} ({AT_ONCE_503} = a 503 given at once)",
-                b.seen, b.got
-            ));
+            let rows: Vec<String> = b
+                .got
+                .iter()
+                .map(|(k, n)| {
+                    format!(
+                        "{}{}{} x{n}",
+                        k.status,
+                        if k.at_once { " at-once" } else { "" },
+                        if k.faulted { " faulted-host" } else { "" }
+                    )
+                })
+                .collect();
+            examples.push(format!("{corr:?} client saw {:?}, rows {rows:?}", b.seen));
         }
         missing += miss;
         extra += left;

@@ -52,8 +52,6 @@ pub struct Sent {
     /// (conversation id, turn number from 1) for conversation turns.
     pub turn: Option<(u64, u32)>,
     pub route: &'static str,
-    /// The host the conversation's previous answered turn named (where its lease was).
-    pub host_hint: Option<String>,
     pub start: Instant,
     pub end: Instant,
     pub outcome: Outcome,
@@ -63,8 +61,9 @@ pub struct Sent {
 #[derive(Debug, Clone)]
 pub struct Window {
     pub host: String,
-    pub start: Instant,
-    pub end: Option<Instant>,
+    /// Unix milliseconds, comparable with the rows' `started`.
+    pub start_ms: i64,
+    pub end_ms: Option<i64>,
 }
 
 /// State shared by the clients, the chaos thread, the monitor and the checks.
@@ -125,20 +124,16 @@ impl Run {
         self.ledger.lock().push(sent);
     }
 
-    /// Whether a request that lived from `start` to `end` overlapped a fault on `host` (any host
-    /// when it is not known).
-    pub fn during_host_fault(&self, host: Option<&str>, start: Instant, end: Instant) -> bool {
-        let grace = Duration::from_secs(2);
+    /// Whether `host` had a fault between `from_ms` and `to_ms` (unix ms; 2 s of slack either
+    /// side: health polls and queued requests notice a fault a little late).
+    pub fn host_faulted(&self, host: &str, from_ms: i64, to_ms: i64) -> bool {
+        let grace = 2000;
         self.host_faults.lock().iter().any(|w| {
-            let on_host = match host {
-                None => true,
-                Some(h) => h == w.host,
-            };
-            let ended_before = match w.end {
+            let ended_before = match w.end_ms {
                 None => false,
-                Some(e) => e + grace < start,
+                Some(e) => e + grace < from_ms,
             };
-            on_host && w.start <= end + grace && !ended_before
+            w.host == host && w.start_ms <= to_ms + grace && !ended_before
         })
     }
 

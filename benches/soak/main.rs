@@ -5,7 +5,7 @@
 //!
 //! Seeded (`SOAK_SEED`, default 14): the same seed gives the same client plans and fault schedule;
 //! the interleaving is the machine's. `SOAK_EXTRA_TOML` is appended to the top of crossbar's config
-//! (e.g. `max_leases = 500`), and `SOAK_STALL_MS` (default 3000) is how long a stalled client reads
+//! (e.g. `max_leases = 500`), and `SOAK_STALL_MS` (default 10000) is how long a stalled client reads
 //! nothing (0.5× to 1.5× of it; `client_write_timeout` is 2 s, so some stalls are cut by crossbar
 //! and some end with the client closing), so the soak can be pointed at newer behaviour without edits.
 //! Ports are the OS's (`127.0.0.1:0`, read back from the processes); db, config and logs live in a
@@ -41,7 +41,7 @@ fn main() {
     }
     let secs: u64 = env_num("SOAK_S", 600);
     let seed: u64 = env_num("SOAK_SEED", 14);
-    let stall = Duration::from_millis(env_num("SOAK_STALL_MS", 3000));
+    let stall = Duration::from_millis(env_num("SOAK_STALL_MS", 10000));
     let extra = std::env::var("SOAK_EXTRA_TOML").unwrap_or_default();
     let dir = procs::temp_dir(seed);
     println!(

@@ -86,11 +86,12 @@ impl Drop for SimProc {
 
 type SimChild = (Child, ChildStdin, BufReader<ChildStdout>);
 
-/// 2 slots of 32k context each, a simulated prefill and decode cost so slots are really held.
+/// 2 slots of 64k context each, a simulated prefill and decode cost so slots are really held. A
+/// stalled client's 40k-token stream (~7.6 MB) outgrows any socket buffer (tcp_wmem's 4 MiB).
 fn spawn_sim(listen: &str) -> io::Result<(SimChild, u16)> {
     let mut child = Command::new(SIM)
         .args([
-            "--listen", listen, "--alias", "qwen", "--ctx", "65536", "--slots", "2",
+            "--listen", listen, "--alias", "qwen", "--ctx", "131072", "--slots", "2",
         ])
         .args([
             "--prefill-us",
