@@ -21,8 +21,10 @@ gate:
 	$(CARGO) test --all-targets
 	@echo "gate: ok"
 
+# `make run CONFIG=my.toml` serves another config. Two binaries (crossbar, crossbar-sim): name one.
+CONFIG ?= crossbar.toml
 run:
-	$(CARGO) run --release -- serve -c crossbar.toml
+	$(CARGO) run --release --bin crossbar -- serve -c $(CONFIG)
 
 demo:
 	scripts/demo.sh

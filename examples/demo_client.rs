@@ -1,10 +1,13 @@
 //! `make demo`'s scripted client: three conversations of four turns against a running crossbar, one
 //! line per turn with the host that answered, the lease and the cache figures from `timings`.
 //!
-//! Usage: `demo_client http://127.0.0.1:PORT`. A conversation is a system prompt and a first
-//! question (these name it), then each answer and a follow-up appended, as a chat client does — so
-//! each turn's prompt extends the last. Must not: need anything but the crate's own dependencies
-//! (the demo runs on a machine with nothing else installed).
+//! Usage: `demo_client http://127.0.0.1:PORT` (through crossbar), or `demo_client --direct URL...`
+//! (the same script straight to the hosts, round robin, as a balancer without stickiness would
+//! send it). A conversation is a system prompt and a first question (these name it), then each
+//! answer and a follow-up appended, as a chat client does — so each turn's prompt extends the
+//! last. Ends with a `totals:` line (prompt, cached and prefilled tokens, prefill ms, from the
+//! hosts' `timings`) that the demo compares between the two runs. Must not: need anything but the
+//! crate's own dependencies (the demo runs on a machine with nothing else installed).
 
 use std::io::{BufRead, BufReader};
 use std::process::ExitCode;
@@ -35,11 +38,23 @@ impl Conversation {
         }
     }
 
-    /// Sends the next turn and prints its line; appends the answer and the next question.
-    fn turn(&mut self, agent: &ureq::Agent, gateway: &str) -> Result<(), String> {
+    /// Sends the next turn to `target` and prints its line; appends the answer and the next
+    /// question; adds the turn's figures to `totals`.
+    fn turn(
+        &mut self,
+        agent: &ureq::Agent,
+        target: &Target,
+        totals: &mut Totals,
+    ) -> Result<(), String> {
         let n = (self.messages.len() - 1) / 2;
         let body = json!({"messages": self.messages, "stream": self.stream, "max_tokens": 24});
-        let url = format!("{gateway}/{}/v1/chat/completions", self.route);
+        let url = match target {
+            Target::Gateway(gateway) => format!("{gateway}/{}/v1/chat/completions", self.route),
+            Target::Direct(hosts) => {
+                let host = &hosts[totals.requests % hosts.len()];
+                format!("{host}/v1/chat/completions")
+            }
+        };
         let resp = agent
             .post(&url)
             .send_json(body)
@@ -54,6 +69,15 @@ impl Conversation {
             (text.to_string(), v["timings"].clone())
         };
         let num = |k: &str| timings[k].as_f64().unwrap_or(0.0);
+        let host = match target {
+            Target::Gateway(_) => host,
+            Target::Direct(hosts) => format!("#{}", totals.requests % hosts.len()),
+        };
+        totals.requests += 1;
+        totals.prompt += num("prompt_n") + num("cache_n");
+        totals.cached += num("cache_n");
+        totals.prefilled += num("prompt_n");
+        totals.prefill_ms += num("prompt_ms");
         println!(
             "  {:<5} {:<8} turn {n}{:<9} host={host:<5} lease={lease:<6} prompt={:<4} cached={:<4} \
              prefill_ms={}",
@@ -74,6 +98,24 @@ impl Conversation {
         self.messages.push(json!({"role": "user", "content": next}));
         Ok(())
     }
+}
+
+/// Where the script's requests go.
+enum Target {
+    /// crossbar: `/<route>/v1/...`.
+    Gateway(String),
+    /// The hosts themselves, one after the other.
+    Direct(Vec<String>),
+}
+
+/// The script's figures, from the hosts' `timings`.
+#[derive(Default)]
+struct Totals {
+    requests: usize,
+    prompt: f64,
+    cached: f64,
+    prefilled: f64,
+    prefill_ms: f64,
 }
 
 /// Joins an SSE answer's deltas; the last event with `timings` carries the cache figures.
@@ -99,10 +141,18 @@ fn read_stream(resp: ureq::Response) -> Result<(String, Value), String> {
 }
 
 fn main() -> ExitCode {
-    let Some(gateway) = std::env::args().nth(1) else {
-        eprintln!("usage: demo_client http://HOST:PORT");
-        return ExitCode::from(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let target = match args.as_slice() {
+        [flag, hosts @ ..] if flag == "--direct" && !hosts.is_empty() => {
+            Target::Direct(hosts.to_vec())
+        }
+        [gateway] if !gateway.starts_with('-') => Target::Gateway(gateway.clone()),
+        _ => {
+            eprintln!("usage: demo_client http://HOST:PORT | demo_client --direct URL...");
+            return ExitCode::from(2);
+        }
     };
+    let mut totals = Totals::default();
     let agent = ureq::AgentBuilder::new()
         .timeout(std::time::Duration::from_secs(10))
         .build();
@@ -113,11 +163,15 @@ fn main() -> ExitCode {
     ];
     for _ in 0..4 {
         for c in &mut conversations {
-            if let Err(e) = c.turn(&agent, &gateway) {
+            if let Err(e) = c.turn(&agent, &target, &mut totals) {
                 eprintln!("demo_client: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
+    println!(
+        "totals: requests={} prompt={} cached={} prefilled={} prefill_ms={:.0}",
+        totals.requests, totals.prompt, totals.cached, totals.prefilled, totals.prefill_ms
+    );
     ExitCode::SUCCESS
 }

@@ -147,7 +147,7 @@ impl Server {
             || config.front != old.front
         {
             log::warn!(
-                "config reload: listen, admin_listen, workers and the client connection limits take effect at the next restart"
+                "config reload needs a restart keys=listen,admin_listen,workers,client_limits"
             );
         }
         self.gateway
@@ -163,18 +163,13 @@ impl Server {
     /// Stops taking requests, gives in-flight ones up to `grace` to finish, then joins every
     /// thread. Accounting rows are written by each request as it ends, so none is pending after.
     pub fn stop(mut self, grace: Duration) {
-        log::info!(
-            "stopping: waiting up to {}s for in-flight requests",
-            grace.as_secs()
-        );
+        log::info!("stopping grace_s={}", grace.as_secs());
         // Waiters for a slot will not get one now; they are answered 503.
         self.gateway.limiter.close();
         let deadline = Instant::now() + grace;
         let running = self.client.stop(deadline);
         if running > 0 {
-            log::warn!(
-                "stopping: {running} requests still running after the grace period; leaving them"
-            );
+            log::warn!("stopping grace over requests_left={running}");
         }
         self.admin
             .stop(deadline.max(Instant::now() + Duration::from_secs(1)));

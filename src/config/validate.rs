@@ -40,7 +40,7 @@ pub(super) struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawHost {
+pub(super) struct RawHost {
     url: Option<String>,
     weight: Option<u32>,
     api_key: Option<String>,
@@ -50,15 +50,18 @@ struct RawHost {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawModel {
+pub(super) struct RawModel {
     parallel: Option<i64>,
+    upstream: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
-struct RawRoute {
+pub(super) struct RawRoute {
     #[serde(default)]
     hosts: Vec<String>,
     model: Option<String>,
+    #[serde(default)]
+    spread_new: bool,
 }
 
 // ---- stage two: validation ----
@@ -232,10 +235,21 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
             "the host serves no model",
         ));
     }
+    let mut upstream = BTreeMap::new();
     let models = raw
         .models
         .into_iter()
         .map(|(model, m)| {
+            match m.upstream {
+                Some(name) if name.is_empty() => problems.push(Problem::new(
+                    format!("{key}.models.{model}.upstream"),
+                    "is empty; leave it out to use the model's own name",
+                )),
+                Some(name) => {
+                    upstream.insert(model.clone(), name);
+                }
+                None => {}
+            }
             let parallel = m.parallel.unwrap_or(1);
             if parallel < 1 {
                 problems.push(Problem::new(
@@ -253,6 +267,7 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
         api_key: raw.api_key.filter(|k| !k.is_empty()),
         ctx: raw.ctx,
         models,
+        upstream,
     }
 }
 
@@ -311,6 +326,7 @@ fn validate_route(
         name: name.to_string(),
         hosts: raw.hosts,
         model,
+        spread_new: raw.spread_new,
     }
 }
 
@@ -348,7 +364,14 @@ pub(super) fn check_url(url: &str) -> Result<String, String> {
     if rest.contains(['?', '#']) {
         return Err(format!("{url:?} must not carry a query or fragment"));
     }
-    Ok(url.trim_end_matches('/').to_string())
+    let url = url.trim_end_matches('/');
+    // Clients' paths already start with /v1; a base ending in it would ask for /v1/v1/... (issue 13).
+    if let Some(base) = url.strip_suffix("/v1") {
+        return Err(format!(
+            "{url:?} ends in /v1; crossbar adds the /v1/... of each request itself: use {base:?}"
+        ));
+    }
+    Ok(url.to_string())
 }
 
 /// Whether two different listen addresses cannot both be bound: the same (non-zero) port where

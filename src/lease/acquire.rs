@@ -14,6 +14,7 @@ impl Table {
         key: &Key,
         candidates: &[String],
         now: i64,
+        inherit: bool,
     ) -> Result<Acquired, LeaseError> {
         // 1. A pin outranks everything, health included.
         if let Some(pin) = inner.pins.get(&key.route).cloned() {
@@ -56,8 +57,9 @@ impl Table {
         }
 
         // 3. A new conversation follows its route's lease for the model: that cache is warm. A
-        //    draining host gets no new leases, inherited ones included.
-        if moving_from.is_none() && !key.fp.is_empty() {
+        //    draining host gets no new leases, inherited ones included. Skipped when the route
+        //    spreads new conversations instead.
+        if inherit && moving_from.is_none() && !key.fp.is_empty() {
             let route_key = Key {
                 route: key.route.clone(),
                 fp: String::new(),

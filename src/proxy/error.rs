@@ -9,13 +9,30 @@ use crate::limiter::LimitError;
 /// Why crossbar answers a request itself instead of forwarding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProxyError {
-    MissingRoute,
+    /// No route in the path or header; `routes` are the configured ones, for the hint.
+    MissingRoute {
+        routes: Vec<String>,
+    },
     ConflictingRoute,
-    UnknownRoute(String),
+    UnknownRoute {
+        route: String,
+        routes: Vec<String>,
+    },
     NotFound,
+    /// `/projA/chat/completions`: a path that exists under `/v1`; the client's base URL lacks it.
+    MissingV1 {
+        route: String,
+    },
+    /// No candidate of the route lists the model (spec §2): 404 with what the route serves.
+    ModelNotFound {
+        model: String,
+        served: Vec<String>,
+    },
     BodyTooLarge,
+    /// Fits no candidate. `exact` is the host's own count when it was asked and answered.
     PromptTooLarge {
         estimate: u64,
+        exact: Option<u64>,
         max: u64,
     },
     NoHealthyHost,
@@ -46,10 +63,15 @@ pub enum ProxyError {
 impl ProxyError {
     pub fn status(&self) -> u16 {
         match self {
-            ProxyError::MissingRoute | ProxyError::ConflictingRoute | ProxyError::BadBody(_) => 400,
-            ProxyError::BadRequest(_) => 400,
+            ProxyError::MissingRoute { .. }
+            | ProxyError::ConflictingRoute
+            | ProxyError::BadBody(_)
+            | ProxyError::BadRequest(_) => 400,
             ProxyError::PromptTooLarge { .. } => 400,
-            ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
+            ProxyError::UnknownRoute { .. }
+            | ProxyError::NotFound
+            | ProxyError::MissingV1 { .. }
+            | ProxyError::ModelNotFound { .. } => 404,
             ProxyError::BodyTooLarge => 413,
             ProxyError::BodyTimeout => 408,
             ProxyError::ClientGone(_) => 499,
@@ -63,12 +85,28 @@ impl ProxyError {
         }
     }
 
-    /// The JSON answer: `{"error": "..."}` plus the fields the spec names.
+    /// The JSON answer: `{"error": "..."}` plus the fields the spec names, and for a client's
+    /// addressing mistake a `hint` saying how to fix it (issue 13).
     pub fn body(&self) -> serde_json::Value {
         let mut body = serde_json::json!({ "error": self.to_string() });
+        if let Some(hint) = self.hint() {
+            body["hint"] = hint.into();
+        }
         match self {
-            ProxyError::PromptTooLarge { estimate, max } => {
+            ProxyError::ModelNotFound { model, served } => {
+                body["model"] = model.clone().into();
+                body["served"] = served.clone().into();
+            }
+            ProxyError::UnknownRoute { route, .. } => body["route"] = route.clone().into(),
+            ProxyError::PromptTooLarge {
+                estimate,
+                exact,
+                max,
+            } => {
                 body["estimate"] = (*estimate).into();
+                if let Some(exact) = exact {
+                    body["exact"] = (*exact).into();
+                }
                 body["max"] = (*max).into();
             }
             ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
@@ -77,6 +115,32 @@ impl ProxyError {
             _ => {}
         }
         body
+    }
+
+    /// How to fix a request crossbar cannot place: the URL shape and the names that exist.
+    fn hint(&self) -> Option<String> {
+        let shape = "use http://<gateway>/<route>/v1 as the base URL, or send the header X-Crossbar-Route: <route>";
+        Some(match self {
+            ProxyError::MissingRoute { routes } => {
+                format!("no route named; {shape}; routes: {}", names(routes))
+            }
+            ProxyError::UnknownRoute { route, routes } => format!(
+                "no route is called {route:?}; routes: {}; {shape}",
+                names(routes)
+            ),
+            ProxyError::MissingV1 { route } => format!(
+                "the base URL ends in /v1: use http://<gateway>/{route}/v1 (e.g. /{route}/v1/chat/completions)"
+            ),
+            ProxyError::NotFound => "crossbar forwards /<route>/v1/... and llama-server's inference \
+                 endpoints (/completion, /infill, /tokenize, /detokenize, /embedding, /rerank, \
+                 /apply-template, /health, /props)"
+                .to_string(),
+            ProxyError::ModelNotFound { model, served } => format!(
+                "no host of this route serves {model:?}; name one of: {}",
+                names(served)
+            ),
+            _ => return None,
+        })
     }
 
     /// Seconds a client should wait before retrying a 503.
@@ -93,10 +157,11 @@ impl ProxyError {
 impl fmt::Display for ProxyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ProxyError::MissingRoute => "missing route",
+            ProxyError::MissingRoute { .. } => "missing route",
             ProxyError::ConflictingRoute => "conflicting route",
-            ProxyError::UnknownRoute(_) => "unknown route",
-            ProxyError::NotFound => "not found",
+            ProxyError::UnknownRoute { .. } => "unknown route",
+            ProxyError::NotFound | ProxyError::MissingV1 { .. } => "not found",
+            ProxyError::ModelNotFound { .. } => "model_not_found",
             ProxyError::BodyTooLarge => "body too large",
             ProxyError::PromptTooLarge { .. } => "prompt too large",
             ProxyError::NoHealthyHost => "no healthy host",
@@ -115,6 +180,26 @@ impl fmt::Display for ProxyError {
 }
 
 impl std::error::Error for ProxyError {}
+
+/// Most names a hint lists; a config with more routes or models shows the first ones and a count.
+const MAX_NAMES: usize = 20;
+
+/// `a, b, c` (or `a, b, ... and 7 more`); `(none)` when empty.
+fn names(list: &[String]) -> String {
+    if list.is_empty() {
+        return "(none)".to_string();
+    }
+    let mut out = list
+        .iter()
+        .take(MAX_NAMES)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if list.len() > MAX_NAMES {
+        out.push_str(&format!(" and {} more", list.len() - MAX_NAMES));
+    }
+    out
+}
 
 impl From<LeaseError> for ProxyError {
     fn from(err: LeaseError) -> ProxyError {

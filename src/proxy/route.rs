@@ -22,19 +22,40 @@ const NATIVE: &[&str] = &[
     "/apply-template",
 ];
 
-/// Paths llama-server answers without a slot: server metadata and the tokenizer.
+/// First path segments that are API paths, not route names: `/chat/completions` is a client that
+/// left the route (and `/v1`) out of its base URL, never a route called `chat`.
+const API_WORDS: &[&str] = &[
+    "chat",
+    "completions",
+    "embeddings",
+    "models",
+    "messages",
+    "responses",
+    "audio",
+    "images",
+    "moderations",
+    "rerank",
+    "reranking",
+];
+
+/// Paths llama-server answers without a slot: server metadata, the tokenizer and the three
+/// conversation APIs' token counts.
 const METADATA: &[&str] = &[
     "/health",
     "/props",
     "/tokenize",
     "/detokenize",
     "/apply-template",
+    "/v1/chat/completions/input_tokens",
+    "/v1/messages/count_tokens",
+    "/v1/responses/input_tokens",
 ];
 
 /// A request that uses no inference slot upstream and carries no conversation: a `GET`/`HEAD`
-/// (`/v1/models`, `/health`, `/props`...) or a tokenizer call. It takes no lease and no limiter slot.
+/// (`/v1/models`, `/health`, `/props`...), a CORS preflight `OPTIONS`, a tokenizer call or a token
+/// count. It takes the route-level lease (fingerprint "") but no limiter slot.
 pub fn is_metadata(method: &str, rest: &str) -> bool {
-    method == "GET" || method == "HEAD" || METADATA.contains(&rest)
+    matches!(method, "GET" | "HEAD" | "OPTIONS") || METADATA.contains(&rest)
 }
 
 /// Splits a request path (without its query) into the route and the rest to forward upstream,
@@ -57,17 +78,31 @@ pub fn resolve(
             (named, rest)
         }
         None => {
-            if first.is_empty() || first == "v1" || NATIVE.contains(&path) {
-                return Err(ProxyError::MissingRoute);
+            let api_path = NATIVE.contains(&path) || API_WORDS.contains(&first);
+            if first.is_empty() || first == "v1" || (api_path && !config.routes.contains_key(first))
+            {
+                return Err(ProxyError::MissingRoute {
+                    routes: config.routes.keys().cloned().collect(),
+                });
             }
             (first, after_first)
         }
     };
     if !config.routes.contains_key(route) {
-        return Err(ProxyError::UnknownRoute(route.to_string()));
+        return Err(ProxyError::UnknownRoute {
+            route: route.to_string(),
+            routes: config.routes.keys().cloned().collect(),
+        });
     }
     let rest = if rest.is_empty() { "/" } else { rest };
     if !allowed(rest) {
+        // `/projA/chat/completions`: right route, base URL without its `/v1`.
+        let (word, _) = split_first(rest);
+        if API_WORDS.contains(&word) && allowed(&format!("/v1{rest}")) {
+            return Err(ProxyError::MissingV1 {
+                route: route.to_string(),
+            });
+        }
         return Err(ProxyError::NotFound);
     }
     Ok((route.to_string(), rest.to_string()))
@@ -177,6 +212,10 @@ mod tests {
             ("GET", "/props", true),
             ("POST", "/tokenize", true),
             ("POST", "/apply-template", true),
+            ("OPTIONS", "/v1/chat/completions", true),
+            ("POST", "/v1/chat/completions/input_tokens", true),
+            ("POST", "/v1/messages/count_tokens", true),
+            ("POST", "/v1/responses/input_tokens", true),
             ("POST", "/v1/chat/completions", false),
             ("POST", "/completion", false),
             ("POST", "/v1/embeddings", false),
@@ -230,6 +269,55 @@ mod tests {
         check("/projB/v1/models", Some("projA"), Err("conflicting route"));
         check("/nope/v1/models", None, Err("unknown route"));
         check("/v1/models", Some("nope"), Err("unknown route"));
+    }
+
+    /// Issue 13: each addressing mistake says how to fix it.
+    #[track_caller]
+    fn check_hint(path: &str, error: &str, mentions: &[&str]) {
+        let err = resolve(path, None, &config()).expect_err(path);
+        let body = err.body();
+        assert_eq!(body["error"], error, "{path}: {body}");
+        let hint = body["hint"].as_str().unwrap_or_default();
+        for word in mentions {
+            assert!(
+                hint.contains(word),
+                "{path}: {hint:?} should mention {word:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn addressing_mistakes_say_how_to_fix_them() {
+        let shape = "http://<gateway>/<route>/v1";
+        check_hint(
+            "/v1/chat/completions",
+            "missing route",
+            &["projA, projB", shape, "X-Crossbar-Route"],
+        );
+        // Not a route called `chat`: the client left route and `/v1` out.
+        check_hint(
+            "/chat/completions",
+            "missing route",
+            &["projA, projB", shape],
+        );
+        check_hint("/models", "missing route", &["projA, projB"]);
+        check_hint(
+            "/projC/v1/chat/completions",
+            "unknown route",
+            &["\"projC\"", "projA, projB"],
+        );
+        check_hint(
+            "/projA/chat/completions",
+            "not found",
+            &["ends in /v1", "/projA/v1"],
+        );
+        check_hint("/projA/slots", "not found", &["/<route>/v1/"]);
+        assert_eq!(
+            resolve("/projC/v1/models", None, &config())
+                .unwrap_err()
+                .body()["route"],
+            "projC"
+        );
     }
 
     #[test]

@@ -310,7 +310,7 @@ impl Out<'_> {
 
 /// The text the simulated model sees: chat as `role: content\n` per message plus the generation
 /// prompt `assistant: `, so a later turn that repeats the answer extends the cached text.
-fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
+pub(super) fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
     if kind != Kind::Chat {
         return match body.get("prompt") {
             Some(Value::String(s)) => Ok(s.clone().into_bytes()),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use super::{cache, http, respond, Fault, Seen, SimConfig, SimEvent, SimStats, SEEN_KEPT};
+use super::{cache, http, respond, router, Fault, Seen, SimConfig, SimEvent, SimStats, SEEN_KEPT};
 
 /// State shared by the handle and the server threads. Locks are never nested.
 #[derive(Debug)]
@@ -28,6 +28,8 @@ pub(super) struct Shared {
     /// Notified when a slot is freed or the pool closes.
     pub(super) pool_cv: Condvar,
     pub(super) record: Mutex<Record>,
+    /// Router mode's models and what is loaded; `None` for a single-model server.
+    pub(super) router: Option<Mutex<router::Router>>,
     pub(super) conns: Mutex<Conns>,
     pub(super) events_tx: Sender<SimEvent>,
     pub(super) events_rx: Receiver<SimEvent>,
@@ -99,6 +101,29 @@ impl Drop for SlotLease<'_> {
 impl Shared {
     pub(super) fn per_slot_ctx(&self) -> u64 {
         self.cfg.n_ctx / self.cfg.slots.max(1) as u64
+    }
+
+    /// Router mode: loads `model` if needed (an eviction empties the prompt cache); false when
+    /// the router has no such model. Always true for a single-model server.
+    pub(super) fn load_model(&self, model: &str) -> bool {
+        let Some(router) = &self.router else {
+            return true;
+        };
+        let load = router.lock().load(model);
+        match load {
+            router::Load::Unknown => false,
+            router::Load::Ready => true,
+            router::Load::Loaded { evicted } => {
+                if !evicted.is_empty() {
+                    self.pool.lock().pool.forget();
+                }
+                self.emit(SimEvent::Loaded {
+                    model: model.to_string(),
+                    evicted,
+                });
+                true
+            }
+        }
     }
 
     pub(super) fn fault(&self) -> Fault {
