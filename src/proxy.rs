@@ -144,8 +144,9 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     } else {
         None
     };
-    // The slot may have come free just as the client left: such a request is never forwarded.
-    if permit.is_some() && request.client_gone() {
+    // The slot may have come free just as a queued client left: such a request is never
+    // forwarded. (One that got its slot at once was looked at by no one: nothing to check.)
+    if permit.is_some() && row.queued_ms > 0 && request.client_gone() {
         let err = ProxyError::ClientGone("client gone while queued");
         return refuse(gw, request, err, row, clock);
     }
