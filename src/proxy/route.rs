@@ -38,19 +38,24 @@ const API_WORDS: &[&str] = &[
     "reranking",
 ];
 
-/// Paths llama-server answers without a slot: server metadata and the tokenizer.
+/// Paths llama-server answers without a slot: server metadata, the tokenizer and the three
+/// conversation APIs' token counts.
 const METADATA: &[&str] = &[
     "/health",
     "/props",
     "/tokenize",
     "/detokenize",
     "/apply-template",
+    "/v1/chat/completions/input_tokens",
+    "/v1/messages/count_tokens",
+    "/v1/responses/input_tokens",
 ];
 
 /// A request that uses no inference slot upstream and carries no conversation: a `GET`/`HEAD`
-/// (`/v1/models`, `/health`, `/props`...) or a tokenizer call. It takes no lease and no limiter slot.
+/// (`/v1/models`, `/health`, `/props`...), a CORS preflight `OPTIONS`, a tokenizer call or a token
+/// count. It takes the route-level lease (fingerprint "") but no limiter slot.
 pub fn is_metadata(method: &str, rest: &str) -> bool {
-    method == "GET" || method == "HEAD" || METADATA.contains(&rest)
+    matches!(method, "GET" | "HEAD" | "OPTIONS") || METADATA.contains(&rest)
 }
 
 /// Splits a request path (without its query) into the route and the rest to forward upstream,
@@ -207,6 +212,10 @@ mod tests {
             ("GET", "/props", true),
             ("POST", "/tokenize", true),
             ("POST", "/apply-template", true),
+            ("OPTIONS", "/v1/chat/completions", true),
+            ("POST", "/v1/chat/completions/input_tokens", true),
+            ("POST", "/v1/messages/count_tokens", true),
+            ("POST", "/v1/responses/input_tokens", true),
             ("POST", "/v1/chat/completions", false),
             ("POST", "/completion", false),
             ("POST", "/v1/embeddings", false),

@@ -90,7 +90,8 @@ pub(super) fn run(
         .get("cache_prompt")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let Some(mut lease) = sh.take_slot(&prompt, use_cache) else {
+    let model = body.get("model").and_then(Value::as_str);
+    let Some(mut lease) = sh.take_slot(&prompt, use_cache, model) else {
         return reply_error(sock, 503, "server is shutting down", false);
     };
     let cache_n = lease.cache_n;
@@ -310,7 +311,7 @@ impl Out<'_> {
 
 /// The text the simulated model sees: chat as `role: content\n` per message plus the generation
 /// prompt `assistant: `, so a later turn that repeats the answer extends the cached text.
-fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
+pub(super) fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
     if kind != Kind::Chat {
         return match body.get("prompt") {
             Some(Value::String(s)) => Ok(s.clone().into_bytes()),

@@ -54,6 +54,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
         err               TEXT NOT NULL
     );
     CREATE INDEX requests_started ON requests (started);",
+    // 2: the context guard's estimate and, when it asked the host, the exact prompt count.
+    "ALTER TABLE requests ADD COLUMN ctx_est INTEGER;
+    ALTER TABLE requests ADD COLUMN ctx_exact INTEGER;",
 ];
 
 /// Brings the database up to `MIGRATIONS.len()` in one transaction; a no-op when it is already

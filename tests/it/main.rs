@@ -3,6 +3,7 @@
 mod admin;
 mod affinity;
 mod broken;
+mod exact;
 mod examples;
 mod front;
 mod fuzz;
@@ -12,5 +13,6 @@ mod models;
 mod paths;
 mod proxy;
 mod restart;
+mod router;
 mod signals;
 mod support;
