@@ -349,7 +349,10 @@ fn refuse(
     } else {
         let body = err.body().to_string();
         if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
-            log::debug!("client went away before its error answer: {err}");
+            log::debug!(
+                "client gone before its error answer error={}",
+                val(&err.to_string())
+            );
         }
     }
     log_request(&row, "-");
