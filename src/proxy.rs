@@ -15,6 +15,7 @@ mod route;
 use std::io::Read;
 use std::time::Instant;
 
+use crate::api::Api;
 use crate::config::Config;
 use crate::fingerprint;
 use crate::lease::Key;
@@ -78,9 +79,10 @@ impl Incoming {
     }
 }
 
-/// A request that passed every check: its host, and (unless it is metadata) its lease.
+/// A request that passed every check: its host, and (unless it is metadata or stateless) its lease.
 struct Plan<'a> {
     host: &'a crate::config::Host,
+    api: Api,
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
@@ -94,6 +96,8 @@ enum LeaseUse {
     Reused,
     /// Metadata (`route::is_metadata`): no lease and no slot.
     None,
+    /// Stateless (embeddings, rerank: `Api::takes_lease`): no lease, but a slot.
+    Stateless,
 }
 
 impl LeaseUse {
@@ -101,7 +105,7 @@ impl LeaseUse {
         match self {
             LeaseUse::New => "new",
             LeaseUse::Reused => "reused",
-            LeaseUse::None => "none",
+            LeaseUse::None | LeaseUse::Stateless => "none",
         }
     }
 }
@@ -128,13 +132,15 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
     // Metadata uses no slot upstream, so it never waits behind generations for one here.
     let permit = match plan.lease {
         LeaseUse::None => None,
-        LeaseUse::New | LeaseUse::Reused => match gw.limiter.acquire(&plan.host.name, &key.model) {
-            Ok((permit, waited)) => {
-                row.queued_ms = waited.as_millis() as i64;
-                Some(permit)
+        LeaseUse::New | LeaseUse::Reused | LeaseUse::Stateless => {
+            match gw.limiter.acquire(&plan.host.name, &key.model) {
+                Ok((permit, waited)) => {
+                    row.queued_ms = waited.as_millis() as i64;
+                    Some(permit)
+                }
+                Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
             }
-            Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
-        },
+        }
     };
     match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
         Ok(answer) => {
@@ -142,7 +148,7 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
                 forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             }
             log_request(&row, plan.lease.as_str(), ctx_est);
-            if plan.lease != LeaseUse::None {
+            if matches!(plan.lease, LeaseUse::New | LeaseUse::Reused) {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
@@ -163,6 +169,8 @@ fn prepare<'c>(
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
+    let api = Api::of(&rest);
+    row.api = api.name().to_string();
     let body = read_body(request, incoming)?;
     let (model, fp) = if incoming.bodyless() {
         (None, String::new())
@@ -170,7 +178,7 @@ fn prepare<'c>(
         let session = incoming
             .header("X-Session-Id")
             .or_else(|| incoming.header("X-Conversation-Id"));
-        let peek = fingerprint::peek(&body, session);
+        let peek = fingerprint::peek_as(api, &body, session);
         (peek.model, peek.fp)
     };
     let key = Key {
@@ -186,7 +194,24 @@ fn prepare<'c>(
         return Err(ProxyError::NoHealthyHost);
     }
     if route::is_metadata(&incoming.method, &rest) {
-        return metadata_plan(gw, config, key, &route.hosts, rest, body, row);
+        return metadata_plan(gw, config, key, &route.hosts, (api, rest), body, row);
+    }
+    if !api.takes_lease() {
+        row.host = gw.leases.place(&key, &route.hosts)?;
+        let host = configured_host(config, &row.host)?;
+        let lease = LeaseUse::Stateless;
+        let (ctx_moved, api) = (None, api);
+        return Ok((
+            Plan {
+                host,
+                api,
+                rest,
+                body,
+                lease,
+                ctx_moved,
+            },
+            key,
+        ));
     }
     let now = row.started;
     let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
@@ -200,6 +225,7 @@ fn prepare<'c>(
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
+        api,
         rest,
         body,
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
@@ -220,7 +246,7 @@ fn metadata_plan<'c>(
     config: &'c Config,
     key: Key,
     candidates: &[String],
-    rest: String,
+    (api, rest): (Api, String),
     body: Vec<u8>,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
@@ -233,6 +259,7 @@ fn metadata_plan<'c>(
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
+        api,
         rest,
         body,
         lease: LeaseUse::None,

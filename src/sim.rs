@@ -7,12 +7,15 @@
 //! Must not: pick ports other than the one it is given, panic on anything a client sends, or hold a
 //! lock while writing to a socket (waits for slots, permits and faults use condvars).
 //! Submodules: `http` (wire), `server` (shared state, threads), `cache` (slot choice, pure),
-//! `respond` (routing, metadata endpoints), `generate` (completions and streams), `answer` (shapes).
+//! `respond` (routing, metadata endpoints), `generate` (completions and streams), `answer` (shapes),
+//! `render` (the prompt text of each API's body), `oneshot` (counts, embeddings, rerank).
 
 mod answer;
 mod cache;
 mod generate;
 mod http;
+mod oneshot;
+mod render;
 mod respond;
 mod server;
 #[cfg(test)]

@@ -16,6 +16,7 @@ const NATIVE: &[&str] = &[
     "/embedding",
     "/embeddings",
     "/rerank",
+    "/reranking",
     "/apply-template",
 ];
 
@@ -29,9 +30,10 @@ const METADATA: &[&str] = &[
 ];
 
 /// A request that uses no inference slot upstream and carries no conversation: a `GET`/`HEAD`
-/// (`/v1/models`, `/health`, `/props`...) or a tokenizer call. It takes no lease and no limiter slot.
+/// (`/v1/models`, `/health`, `/props`...), a tokenizer call or an API's token count
+/// (`/v1/messages/count_tokens`...). It takes no lease and no limiter slot.
 pub fn is_metadata(method: &str, rest: &str) -> bool {
-    method == "GET" || method == "HEAD" || METADATA.contains(&rest)
+    method == "GET" || method == "HEAD" || METADATA.contains(&rest) || crate::api::is_count(rest)
 }
 
 /// Splits a request path (without its query) into the route and the rest to forward upstream,
@@ -113,6 +115,10 @@ mod tests {
             ("POST", "/v1/chat/completions", false),
             ("POST", "/completion", false),
             ("POST", "/v1/embeddings", false),
+            ("POST", "/v1/messages/count_tokens", true),
+            ("POST", "/v1/responses/input_tokens", true),
+            ("POST", "/v1/chat/completions/input_tokens", true),
+            ("POST", "/v1/messages", false),
         ] {
             assert_eq!(is_metadata(method, rest), want, "{method} {rest}");
         }

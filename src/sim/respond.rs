@@ -50,6 +50,11 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         let msg = format!("simulated failure (status {code})");
         return reply_error(sock, code, &msg, req.keep_alive);
     }
+    if req.method == "POST" {
+        if let Some(keep) = super::oneshot::answer(sh, sock, req) {
+            return keep;
+        }
+    }
     let garbage = fault == Fault::Garbage;
     let get = req.method == "GET" || req.method == "HEAD";
     match (get, path.as_str(), inference) {

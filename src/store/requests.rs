@@ -41,13 +41,13 @@ impl Store {
 }
 
 const REQUEST_COLUMNS: &str = "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
-     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err";
+     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, api";
 
 fn insert_request(conn: &Connection, row: &RequestRow) -> Result<i64, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
-           status, streamed, prompt_tokens, cached_tokens, completion_tokens, err)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+           status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, api)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?;
     stmt.execute(params![
         row.started,
@@ -63,7 +63,8 @@ fn insert_request(conn: &Connection, row: &RequestRow) -> Result<i64, StoreError
         row.prompt_tokens,
         row.cached_tokens,
         row.completion_tokens,
-        row.err
+        row.err,
+        row.api
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -85,5 +86,6 @@ fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         cached_tokens: r.get(12)?,
         completion_tokens: r.get(13)?,
         err: r.get(14)?,
+        api: r.get(15)?,
     })
 }

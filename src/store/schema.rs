@@ -54,6 +54,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         err               TEXT NOT NULL
     );
     CREATE INDEX requests_started ON requests (started);",
+    // 2: the API each request spoke (chat, messages, responses, completion, stateless, other).
+    "ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Brings the database up to `MIGRATIONS.len()` in one transaction; a no-op when it is already
