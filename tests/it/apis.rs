@@ -285,3 +285,35 @@ fn a_five_turn_completion_style_conversation_stays_on_one_host() {
         "{rows:?}"
     );
 }
+
+#[test]
+fn metrics_the_status_page_and_report_rows_show_each_api() {
+    let h = Harness::start(vec![host("titan", 2)], "");
+    h.post("/projA/v1/messages", &messages("count me", 0, true));
+    h.post("/projA/v1/messages", &messages("count me", 1, false));
+    h.post("/projA/v1/responses", &responses("me too", 0, true));
+    h.post("/projA/v1/embeddings", &json!({"input": "chunk"}));
+    let admin = h.server().admin_addr();
+    let metrics = crate::support::request(admin, "GET", "/metrics", &[], b"").text();
+    for line in [
+        "crossbar_api_requests_total{api=\"messages\"} 2",
+        "crossbar_api_requests_total{api=\"responses\"} 1",
+        "crossbar_api_requests_total{api=\"stateless\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    let rows = h.rows();
+    let cached: i64 = rows
+        .iter()
+        .filter(|r| r.api == "messages")
+        .filter_map(|r| r.cached_tokens)
+        .sum();
+    assert!(cached > 0, "{rows:?}");
+    let want = format!("crossbar_api_tokens_total{{api=\"messages\",kind=\"cached\"}} {cached}");
+    assert!(metrics.contains(&want), "{want} in\n{metrics}");
+    let page = crate::support::request(admin, "GET", "/", &[], b"").text();
+    assert!(
+        page.contains("<h2>APIs</h2>") && page.contains("<td>responses</td>"),
+        "{page}"
+    );
+}
