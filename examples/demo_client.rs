@@ -1,8 +1,10 @@
-//! `make demo`'s scripted client: three conversations of four turns against a running crossbar, one
-//! line per turn with the host that answered, the lease and the cache figures from `timings`.
+//! `make demo`'s scripted client: three conversations of four turns against a running crossbar,
+//! one per API — Chat Completions, Anthropic Messages (as Claude Code sends it) and OpenAI
+//! Responses (as Codex sends it) — one line per turn with the host that answered, the lease and
+//! the cache figures from each API's own usage fields.
 //!
 //! Usage: `demo_client http://127.0.0.1:PORT`. A conversation is a system prompt and a first
-//! question (these name it), then each answer and a follow-up appended, as a chat client does — so
+//! question (these name it), then each answer and a follow-up appended, as an agent does — so
 //! each turn's prompt extends the last. Must not: need anything but the crate's own dependencies
 //! (the demo runs on a machine with nothing else installed).
 
@@ -11,74 +13,181 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
+#[derive(Clone, Copy, PartialEq)]
+enum Api {
+    Chat,
+    Messages,
+    Responses,
+}
+
 struct Conversation {
     route: &'static str,
     topic: &'static str,
+    api: Api,
     stream: bool,
-    messages: Vec<Value>,
+    system: String,
+    /// (role, text) turns after the system prompt.
+    turns: Vec<(&'static str, String)>,
+}
+
+/// What one answer said: its text, prompt tokens (cached included) and cached tokens.
+struct Said {
+    text: String,
+    prompt: i64,
+    cached: i64,
 }
 
 impl Conversation {
-    fn new(route: &'static str, topic: &'static str, stream: bool) -> Conversation {
+    fn new(route: &'static str, topic: &'static str, api: Api, stream: bool) -> Conversation {
         let system = format!(
             "You are a careful assistant on the {topic} project. {}",
             "Follow the house style and explain each step. ".repeat(30)
         );
+        let first = format!("Tell me about {topic}.");
         Conversation {
             route,
             topic,
+            api,
             stream,
-            messages: vec![
-                json!({"role": "system", "content": system}),
-                json!({"role": "user", "content": format!("Tell me about {topic}.")}),
-            ],
+            system,
+            turns: vec![("user", first)],
         }
+    }
+
+    /// The request body in this conversation's API.
+    fn body(&self) -> (String, Value) {
+        let (path, mut body) = match self.api {
+            Api::Chat => {
+                let mut messages = vec![json!({"role": "system", "content": self.system})];
+                messages.extend(
+                    self.turns
+                        .iter()
+                        .map(|(r, t)| json!({"role": r, "content": t})),
+                );
+                (
+                    "v1/chat/completions",
+                    json!({"messages": messages, "max_tokens": 24}),
+                )
+            }
+            Api::Messages => {
+                // Claude Code's shape: system blocks, content blocks, a moving cache marker.
+                let n = self.turns.len();
+                let messages: Vec<Value> = (self.turns.iter().enumerate())
+                    .map(|(i, (r, t))| {
+                        let mut block = json!({"type": "text", "text": t});
+                        if i + 1 == n {
+                            block["cache_control"] = json!({"type": "ephemeral"});
+                        }
+                        json!({"role": r, "content": [block]})
+                    })
+                    .collect();
+                let system = json!([{"type": "text", "text": self.system}]);
+                let body = json!({"system": system, "messages": messages, "max_tokens": 24});
+                ("v1/messages", body)
+            }
+            Api::Responses => {
+                let input: Vec<Value> = (self.turns.iter())
+                    .map(|(r, t)| {
+                        let kind = if *r == "user" {
+                            "input_text"
+                        } else {
+                            "output_text"
+                        };
+                        json!({"type": "message", "role": r,
+                               "content": [{"type": kind, "text": t}]})
+                    })
+                    .collect();
+                let body = json!({"instructions": self.system, "input": input,
+                                  "max_output_tokens": 24});
+                ("v1/responses", body)
+            }
+        };
+        body["stream"] = json!(self.stream);
+        (path.to_string(), body)
     }
 
     /// Sends the next turn and prints its line; appends the answer and the next question.
     fn turn(&mut self, agent: &ureq::Agent, gateway: &str) -> Result<(), String> {
-        let n = (self.messages.len() - 1) / 2;
-        let body = json!({"messages": self.messages, "stream": self.stream, "max_tokens": 24});
-        let url = format!("{gateway}/{}/v1/chat/completions", self.route);
+        let n = self.turns.len() / 2;
+        let (path, body) = self.body();
+        let url = format!("{gateway}/{}/{path}", self.route);
         let resp = agent
             .post(&url)
             .send_json(body)
             .map_err(|e| format!("{url}: {e}"))?;
         let header = |name: &str| resp.header(name).unwrap_or("?").to_string();
         let (host, lease) = (header("X-Crossbar-Host"), header("X-Crossbar-Lease"));
-        let (answer, timings) = if self.stream {
-            read_stream(resp)?
+        let said = if self.stream {
+            read_stream(self.api, resp)?
         } else {
             let v: Value = resp.into_json().map_err(|e| e.to_string())?;
-            let text = v["choices"][0]["message"]["content"].as_str().unwrap_or("");
-            (text.to_string(), v["timings"].clone())
+            read_whole(self.api, &v)
         };
-        let num = |k: &str| timings[k].as_f64().unwrap_or(0.0);
+        let api = match self.api {
+            Api::Chat => "chat",
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+        };
         println!(
-            "  {:<5} {:<8} turn {n}{:<9} host={host:<5} lease={lease:<6} prompt={:<4} cached={:<4} \
-             prefill_ms={}",
+            "  {:<5} {:<9} {:<7} turn {n}{:<9} host={host:<5} lease={lease:<6} prompt={:<4} cached={:<4}",
             self.route,
+            api,
             self.topic,
             if self.stream { " (stream)" } else { "" },
-            num("prompt_n") + num("cache_n"),
-            num("cache_n"),
-            num("prompt_ms").floor(),
+            said.prompt,
+            said.cached,
         );
-        self.messages
-            .push(json!({"role": "assistant", "content": answer}));
+        self.turns.push(("assistant", said.text));
         let next = format!(
             "Go on about {}, part {}, with an example.",
             self.topic,
             n + 1
         );
-        self.messages.push(json!({"role": "user", "content": next}));
+        self.turns.push(("user", next));
         Ok(())
     }
 }
 
-/// Joins an SSE answer's deltas; the last event with `timings` carries the cache figures.
-fn read_stream(resp: ureq::Response) -> Result<(String, Value), String> {
-    let (mut answer, mut timings) = (String::new(), Value::Null);
+fn int(v: &Value) -> i64 {
+    v.as_i64().unwrap_or(0)
+}
+
+/// A non-streamed answer's text and tokens, each API in its own fields.
+fn read_whole(api: Api, v: &Value) -> Said {
+    let u = &v["usage"];
+    match api {
+        Api::Chat => Said {
+            text: v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            prompt: int(&u["prompt_tokens"]),
+            cached: int(&u["prompt_tokens_details"]["cached_tokens"]),
+        },
+        Api::Messages => Said {
+            text: v["content"][0]["text"].as_str().unwrap_or("").to_string(),
+            // Messages' input_tokens excludes the cached part.
+            prompt: int(&u["input_tokens"]) + int(&u["cache_read_input_tokens"]),
+            cached: int(&u["cache_read_input_tokens"]),
+        },
+        Api::Responses => Said {
+            text: v["output"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            prompt: int(&u["input_tokens"]),
+            cached: int(&u["input_tokens_details"]["cached_tokens"]),
+        },
+    }
+}
+
+/// Joins a streamed answer's deltas and picks up its figures; stops at the API's last event.
+fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
+    let mut said = Said {
+        text: String::new(),
+        prompt: 0,
+        cached: 0,
+    };
     for line in BufReader::new(resp.into_reader()).lines() {
         let line = line.map_err(|e| e.to_string())?;
         let Some(data) = line.strip_prefix("data: ") else {
@@ -87,15 +196,39 @@ fn read_stream(resp: ureq::Response) -> Result<(String, Value), String> {
         if data == "[DONE]" {
             break;
         }
-        let event: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
-        if let Some(text) = event["choices"][0]["delta"]["content"].as_str() {
-            answer.push_str(text);
-        }
-        if event.get("timings").is_some() {
-            timings = event["timings"].clone();
+        let ev: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+        match (api, ev["type"].as_str().unwrap_or("")) {
+            (Api::Chat, _) => {
+                if let Some(text) = ev["choices"][0]["delta"]["content"].as_str() {
+                    said.text.push_str(text);
+                }
+                if let Some(t) = ev.get("timings") {
+                    said.prompt = int(&t["prompt_n"]) + int(&t["cache_n"]);
+                    said.cached = int(&t["cache_n"]);
+                }
+            }
+            (Api::Messages, "message_start") => {
+                let u = &ev["message"]["usage"];
+                said.prompt = int(&u["input_tokens"]) + int(&u["cache_read_input_tokens"]);
+                said.cached = int(&u["cache_read_input_tokens"]);
+            }
+            (Api::Messages, "content_block_delta") => {
+                said.text
+                    .push_str(ev["delta"]["text"].as_str().unwrap_or(""));
+            }
+            (Api::Messages, "message_stop") => break,
+            (Api::Responses, "response.output_text.delta") => {
+                said.text.push_str(ev["delta"].as_str().unwrap_or(""));
+            }
+            (Api::Responses, "response.completed") => {
+                let done = read_whole(Api::Responses, &ev["response"]);
+                (said.prompt, said.cached) = (done.prompt, done.cached);
+                break;
+            }
+            _ => {}
         }
     }
-    Ok((answer, timings))
+    Ok(said)
 }
 
 fn main() -> ExitCode {
@@ -107,9 +240,9 @@ fn main() -> ExitCode {
         .timeout(std::time::Duration::from_secs(10))
         .build();
     let mut conversations = [
-        Conversation::new("projA", "parsers", false),
-        Conversation::new("projA", "sqlite", false),
-        Conversation::new("projB", "lexers", true),
+        Conversation::new("projA", "parsers", Api::Chat, false),
+        Conversation::new("projA", "sqlite", Api::Messages, true),
+        Conversation::new("projB", "lexers", Api::Responses, true),
     ];
     for _ in 0..4 {
         for c in &mut conversations {

@@ -104,7 +104,7 @@ LISTENING="$(wait_line "$WORK/crossbar.log" 'crossbar listening clients=')"
 GW="http://$(sed -E 's/.*clients=([^ ]+).*/\1/' <<<"$LISTENING")"
 echo "$LISTENING"
 
-say "three conversations, four turns each (projB's streamed); cached grows turn by turn"
+say "three conversations, one per API (chat, messages, responses), four turns each; cached grows turn by turn"
 "$BIN/examples/demo_client" "$GW"
 
 say "crossbar's log"
