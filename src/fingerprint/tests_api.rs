@@ -277,3 +277,40 @@ fn golden_api_fingerprints_never_change() {
         assert_eq!(fp_as(api, &body), want, "{api:?} {body}");
     }
 }
+
+/// A stranger's bodies: odd types where the APIs expect text, blocks or items. Never a panic; the
+/// same bytes always give the same answer; a conversation still needs its user turn to be read.
+#[test]
+fn hostile_api_bodies_are_read_without_surprises() {
+    let odd = [
+        json!({"model": 7, "system": 42, "messages": [{"role": "user", "content": {"x": 1}}]}),
+        json!({"system": [null, 1, "s", {"cache_control": 1}], "messages": [7, null, {"role": "user"}]}),
+        json!({"messages": [{"role": ["user"], "content": "a"}, {"role": "user", "content": [[], {}]}]}),
+        json!({"instructions": {"a": 1}, "input": [1, null, "x", {"type": "message", "role": "user", "content": 9}]}),
+        json!({"input": {"role": "user"}, "messages": "nope", "system": null}),
+    ];
+    for body in &odd {
+        for api in [Api::Messages, Api::Responses, Api::Completion, Api::Chat] {
+            let (a, b) = (fp_as(api, body), fp_as(api, body));
+            assert_eq!(a, b, "{api:?} {body}");
+            assert!(a.is_empty() || a.len() == 16, "{api:?} {body}: {a}");
+        }
+    }
+    // A Responses input of a thousand items before the first user item is read up to it, no further.
+    let mut items: Vec<serde_json::Value> = (0..1000)
+        .map(|i| json!({"type": "reasoning", "id": i}))
+        .collect();
+    items.push(json!({"role": "user", "content": "go"}));
+    let tail: Vec<serde_json::Value> = (0..10_000)
+        .map(|i| json!({"role": "assistant", "content": i}))
+        .collect();
+    let mut long = items.clone();
+    long.extend(tail);
+    check_same(Api::Responses, &codex(json!(items)), &codex(json!(long)));
+    // cache_control on a tool result or an image is ignored too.
+    let marked = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "ok", "cache_control": {"type": "ephemeral"}}]}]});
+    let plain = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]});
+    check_same(Api::Messages, &marked, &plain);
+}
