@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run demo static bench bench-affinity clean
+.PHONY: build test gate fmt clippy run demo static bench bench-affinity fuzz clean
 
 build:
 	$(CARGO) build --release
@@ -21,8 +21,10 @@ gate:
 	$(CARGO) test --all-targets
 	@echo "gate: ok"
 
+# `make run CONFIG=my.toml` serves another config. Two binaries (crossbar, crossbar-sim): name one.
+CONFIG ?= crossbar.toml
 run:
-	$(CARGO) run --release -- serve -c crossbar.toml
+	$(CARGO) run --release --bin crossbar -- serve -c $(CONFIG)
 
 demo:
 	scripts/demo.sh
@@ -35,6 +37,12 @@ bench:
 
 bench-affinity:
 	scripts/bench-affinity.sh
+
+# The connection layer's seeded mutation runner (no nightly here for cargo-fuzz): CASES cases,
+# SEED to replay a failure it printed.
+CASES ?= 200000
+fuzz:
+	$(CARGO) run --release --example fuzz_conn -- $(CASES) $(SEED)
 
 clean:
 	$(CARGO) clean

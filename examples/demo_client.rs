@@ -3,10 +3,14 @@
 //! Responses (as Codex sends it) — one line per turn with the host that answered, the lease and
 //! the cache figures from each API's own usage fields.
 //!
-//! Usage: `demo_client http://127.0.0.1:PORT`. A conversation is a system prompt and a first
-//! question (these name it), then each answer and a follow-up appended, as an agent does — so
-//! each turn's prompt extends the last. Must not: need anything but the crate's own dependencies
-//! (the demo runs on a machine with nothing else installed).
+//! Usage: `demo_client http://127.0.0.1:PORT` (through crossbar), or `demo_client --direct URL...`
+//! (the same script straight to the hosts, round robin, as a balancer without stickiness would
+//! send it). A conversation is a system prompt and a first question (these name it), then each
+//! answer and a follow-up appended, as an agent does — so each turn's prompt extends the last.
+//! Ends with a `totals:` line (prompt, cached and prefilled tokens, prefill ms where the API
+//! reports `timings` — Messages does not) that the demo compares between the two runs. Must not:
+//! need anything but the crate's own dependencies (the demo runs on a machine with nothing else
+//! installed).
 
 use std::io::{BufRead, BufReader};
 use std::process::ExitCode;
@@ -30,11 +34,31 @@ struct Conversation {
     turns: Vec<(&'static str, String)>,
 }
 
-/// What one answer said: its text, prompt tokens (cached included) and cached tokens.
+/// What one answer said: its text, prompt tokens (cached included), cached tokens and the
+/// prefill time from `timings` (0 when the API does not report it).
+#[derive(Default)]
 struct Said {
     text: String,
     prompt: i64,
     cached: i64,
+    prefill_ms: f64,
+}
+
+/// Where the script's requests go.
+enum Target {
+    /// crossbar: `/<route>/v1/...`.
+    Gateway(String),
+    /// The hosts themselves, one after the other.
+    Direct(Vec<String>),
+}
+
+/// The script's figures.
+#[derive(Default)]
+struct Totals {
+    requests: usize,
+    prompt: i64,
+    cached: i64,
+    prefill_ms: f64,
 }
 
 impl Conversation {
@@ -106,17 +130,30 @@ impl Conversation {
         (path.to_string(), body)
     }
 
-    /// Sends the next turn and prints its line; appends the answer and the next question.
-    fn turn(&mut self, agent: &ureq::Agent, gateway: &str) -> Result<(), String> {
+    /// Sends the next turn to `target` and prints its line; appends the answer and the next
+    /// question; adds the turn's figures to `totals`.
+    fn turn(
+        &mut self,
+        agent: &ureq::Agent,
+        target: &Target,
+        totals: &mut Totals,
+    ) -> Result<(), String> {
         let n = self.turns.len() / 2;
         let (path, body) = self.body();
-        let url = format!("{gateway}/{}/{path}", self.route);
+        let url = match target {
+            Target::Gateway(gateway) => format!("{gateway}/{}/{path}", self.route),
+            Target::Direct(hosts) => format!("{}/{path}", hosts[totals.requests % hosts.len()]),
+        };
         let resp = agent
             .post(&url)
             .send_json(body)
             .map_err(|e| format!("{url}: {e}"))?;
         let header = |name: &str| resp.header(name).unwrap_or("?").to_string();
         let (host, lease) = (header("X-Crossbar-Host"), header("X-Crossbar-Lease"));
+        let host = match target {
+            Target::Gateway(_) => host,
+            Target::Direct(hosts) => format!("#{}", totals.requests % hosts.len()),
+        };
         let said = if self.stream {
             read_stream(self.api, resp)?
         } else {
@@ -128,14 +165,20 @@ impl Conversation {
             Api::Messages => "messages",
             Api::Responses => "responses",
         };
+        totals.requests += 1;
+        totals.prompt += said.prompt;
+        totals.cached += said.cached;
+        totals.prefill_ms += said.prefill_ms;
         println!(
-            "  {:<5} {:<9} {:<7} turn {n}{:<9} host={host:<5} lease={lease:<6} prompt={:<4} cached={:<4}",
+            "  {:<5} {:<9} {:<7} turn {n}{:<9} host={host:<5} lease={lease:<6} prompt={:<4} cached={:<4} \
+             prefill_ms={}",
             self.route,
             api,
             self.topic,
             if self.stream { " (stream)" } else { "" },
             said.prompt,
             said.cached,
+            said.prefill_ms.floor(),
         );
         self.turns.push(("assistant", said.text));
         let next = format!(
@@ -155,7 +198,8 @@ fn int(v: &Value) -> i64 {
 /// A non-streamed answer's text and tokens, each API in its own fields.
 fn read_whole(api: Api, v: &Value) -> Said {
     let u = &v["usage"];
-    match api {
+    let prefill_ms = v["timings"]["prompt_ms"].as_f64().unwrap_or(0.0);
+    let said = match api {
         Api::Chat => Said {
             text: v["choices"][0]["message"]["content"]
                 .as_str()
@@ -163,12 +207,14 @@ fn read_whole(api: Api, v: &Value) -> Said {
                 .to_string(),
             prompt: int(&u["prompt_tokens"]),
             cached: int(&u["prompt_tokens_details"]["cached_tokens"]),
+            prefill_ms: 0.0,
         },
         Api::Messages => Said {
             text: v["content"][0]["text"].as_str().unwrap_or("").to_string(),
             // Messages' input_tokens excludes the cached part.
             prompt: int(&u["input_tokens"]) + int(&u["cache_read_input_tokens"]),
             cached: int(&u["cache_read_input_tokens"]),
+            prefill_ms: 0.0,
         },
         Api::Responses => Said {
             text: v["output"][0]["content"][0]["text"]
@@ -177,17 +223,15 @@ fn read_whole(api: Api, v: &Value) -> Said {
                 .to_string(),
             prompt: int(&u["input_tokens"]),
             cached: int(&u["input_tokens_details"]["cached_tokens"]),
+            prefill_ms: 0.0,
         },
-    }
+    };
+    Said { prefill_ms, ..said }
 }
 
 /// Joins a streamed answer's deltas and picks up its figures; stops at the API's last event.
 fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
-    let mut said = Said {
-        text: String::new(),
-        prompt: 0,
-        cached: 0,
-    };
+    let mut said = Said::default();
     for line in BufReader::new(resp.into_reader()).lines() {
         let line = line.map_err(|e| e.to_string())?;
         let Some(data) = line.strip_prefix("data: ") else {
@@ -205,6 +249,7 @@ fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
                 if let Some(t) = ev.get("timings") {
                     said.prompt = int(&t["prompt_n"]) + int(&t["cache_n"]);
                     said.cached = int(&t["cache_n"]);
+                    said.prefill_ms = t["prompt_ms"].as_f64().unwrap_or(0.0);
                 }
             }
             (Api::Messages, "message_start") => {
@@ -223,6 +268,7 @@ fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
             (Api::Responses, "response.completed") => {
                 let done = read_whole(Api::Responses, &ev["response"]);
                 (said.prompt, said.cached) = (done.prompt, done.cached);
+                said.prefill_ms = ev["timings"]["prompt_ms"].as_f64().unwrap_or(0.0);
                 break;
             }
             _ => {}
@@ -232,10 +278,18 @@ fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
 }
 
 fn main() -> ExitCode {
-    let Some(gateway) = std::env::args().nth(1) else {
-        eprintln!("usage: demo_client http://HOST:PORT");
-        return ExitCode::from(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let target = match args.as_slice() {
+        [flag, hosts @ ..] if flag == "--direct" && !hosts.is_empty() => {
+            Target::Direct(hosts.to_vec())
+        }
+        [gateway] if !gateway.starts_with('-') => Target::Gateway(gateway.clone()),
+        _ => {
+            eprintln!("usage: demo_client http://HOST:PORT | demo_client --direct URL...");
+            return ExitCode::from(2);
+        }
     };
+    let mut totals = Totals::default();
     let agent = ureq::AgentBuilder::new()
         .timeout(std::time::Duration::from_secs(10))
         .build();
@@ -246,11 +300,19 @@ fn main() -> ExitCode {
     ];
     for _ in 0..4 {
         for c in &mut conversations {
-            if let Err(e) = c.turn(&agent, &gateway) {
+            if let Err(e) = c.turn(&agent, &target, &mut totals) {
                 eprintln!("demo_client: {e}");
                 return ExitCode::FAILURE;
             }
         }
     }
+    println!(
+        "totals: requests={} prompt={} cached={} prefilled={} prefill_ms={:.0}",
+        totals.requests,
+        totals.prompt,
+        totals.cached,
+        totals.prompt - totals.cached,
+        totals.prefill_ms
+    );
     ExitCode::SUCCESS
 }

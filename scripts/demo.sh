@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# `make demo`: crossbar in front of two simulated llama-servers, on loopback only, in under a minute.
+# `make demo`: crossbar in front of two simulated llama-servers, on loopback only. A few seconds once
+# built; the first run builds the release binaries and downloads the crates (~5 min on 2 cores).
 #
 # Builds the release binaries, starts two `crossbar-sim` hosts (different contexts, a simulated
 # prefill cost so cache hits show in the timings), writes a temporary config, runs `crossbar serve`,
 # plays a few multi-turn conversations (examples/demo_client.rs, one streamed), then prints crossbar's
-# log lines and `crossbar report`. Everything it starts is stopped and its temp dir removed, whatever happens.
+# log lines and `crossbar report`. It ends with the prefill saved, and plays the same script round
+# robin straight to two fresh, identical sims to show what it would have cost without stickiness.
+# Everything it starts is stopped and its temp dir removed, whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -102,10 +105,11 @@ say "starting crossbar"
 CROSSBAR_PID=$!
 LISTENING="$(wait_line "$WORK/crossbar.log" 'crossbar listening clients=')"
 GW="http://$(sed -E 's/.*clients=([^ ]+).*/\1/' <<<"$LISTENING")"
+ADMIN="$(sed -E 's/.*admin=([^ ]+).*/\1/' <<<"$LISTENING")"
 echo "$LISTENING"
 
 say "three conversations, one per API (chat, messages, responses), four turns each; cached grows turn by turn"
-"$BIN/examples/demo_client" "$GW"
+"$BIN/examples/demo_client" "$GW" | tee "$WORK/sticky.out"
 
 say "crossbar's log"
 cat "$WORK/crossbar.log"
@@ -116,9 +120,29 @@ say "crossbar report --since 1h"
 say "summary"
 echo "leases reused: $(grep -c 'lease=reused' "$WORK/crossbar.log" || true) of $(grep -c ' status=' "$WORK/crossbar.log" || true) requests"
 
+say "the same script without stickiness: round robin straight to two fresh, identical sims"
+start_sim titan2 --ctx 32768 --slots 2
+start_sim mini2 --ctx 8192 --slots 1
+"$BIN/examples/demo_client" --direct "$(sim_url titan2)" "$(sim_url mini2)" | tee "$WORK/rr.out"
+
+# `totals: requests=N prompt=N cached=N prefilled=N prefill_ms=N` -> the value of key $2 in file $1.
+total() { grep '^totals:' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+HEADLINE="$("$BIN/crossbar" status --admin "$ADMIN" | grep '^prefill saved')"
+STICKY=$(total "$WORK/sticky.out" prefilled); RR=$(total "$WORK/rr.out" prefilled)
+CONTRAST="$(
+  echo "with crossbar:            prefilled $STICKY of $(total "$WORK/sticky.out" prompt) prompt tokens ($(total "$WORK/sticky.out" prefill_ms) ms of prefill)"
+  echo "round robin, not sticky:  prefilled $RR of $(total "$WORK/rr.out" prompt) prompt tokens ($(total "$WORK/rr.out" prefill_ms) ms of prefill)"
+  awk -v s="$STICKY" -v r="$RR" 'BEGIN { if (s > 0) printf "without stickiness the hosts would have prefilled %.1fx the tokens\n", r / s }'
+)"
+
 say "stopping"
 kill -TERM "$CROSSBAR_PID"
 wait "$CROSSBAR_PID"
 echo "crossbar exited $?"
 tail -n 2 "$WORK/crossbar.log"
 CROSSBAR_PID=""
+
+# The saving last, where a newcomer's eye lands.
+say "prefill saved"
+echo "$HEADLINE"
+echo "$CONTRAST"

@@ -4,7 +4,7 @@
 //! into typed requests whose errors name the bad field, and calls the lease table, drain set and
 //! store. It never serves client (proxy) paths, and the client listener never serves these.
 
-use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
 
 use serde::Deserialize;
@@ -12,16 +12,16 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, Route};
+use crate::conn::{BodyError, Request};
 use crate::lease::LeaseError;
 use crate::logfmt::val;
 use crate::metrics::Gauges;
 use crate::page;
 use crate::state::Gateway;
 use crate::store::unix_ms;
-use crate::wire;
 
 /// Admin bodies are a few fields; anything larger is a mistake.
-const MAX_ADMIN_BODY: u64 = 64 * 1024;
+const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// An admin answer: status and JSON (or another content type for `/metrics` and `/`).
 #[derive(Debug)]
@@ -45,64 +45,137 @@ impl Answer {
     }
 }
 
-/// Serves one admin request.
-pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
-    let Some(request) = slot.as_mut() else {
-        return;
-    };
-    let method = request.method().as_str().to_string();
-    let url = request.url().to_string();
-    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let answer = if !authorized(gw, request) {
-        Answer::error(401, "missing or wrong admin token")
-    } else {
-        let mut body = Vec::new();
-        match request
-            .as_reader()
-            .take(MAX_ADMIN_BODY)
-            .read_to_end(&mut body)
-        {
-            Ok(_) => route(gw, &method, path, query, &body),
+/// Serves one admin request. The gateway's own health probes need no token; otherwise the token
+/// (or, without one, the browser checks) is decided before any body is read.
+pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
+    let method = request.method().to_string();
+    let target = request.target().to_string();
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let answer = match probe(gw, &method, path).map_or_else(|| guard(gw, request), Err) {
+        Err(answer) => answer,
+        Ok(()) => match request.read_body(MAX_ADMIN_BODY) {
+            Ok(body) => route(gw, &method, path, query, &body),
+            Err(BodyError::TooLarge) => Answer::error(413, "body too large"),
             Err(err) => Answer::error(400, format!("cannot read the body: {err}")),
-        }
+        },
     };
     if answer.status >= 400 {
         log::info!(
-            "admin {} {} status={}",
+            "admin refused method={} path={} status={}",
             val(&method),
             val(path),
             answer.status
         );
     }
-    if let Some(request) = slot.take() {
-        let http10 = request.http_version() == &tiny_http::HTTPVersion(1, 0);
-        let headers = [
-            ("Content-Type".to_string(), answer.content_type.to_string()),
-            ("Cache-Control".to_string(), "no-store".to_string()),
-        ];
-        let out = request.into_writer();
-        let _ = wire::send(
-            out,
-            http10,
-            method == "HEAD",
-            answer.status,
-            &headers,
-            answer.body.as_bytes(),
-        );
+    let headers = [
+        ("Content-Type".to_string(), answer.content_type.to_string()),
+        ("Cache-Control".to_string(), "no-store".to_string()),
+    ];
+    if let Err(err) = request.send(answer.status, &headers, answer.body.as_bytes()) {
+        log::debug!("admin client went away before its answer: {err}");
     }
 }
 
-fn authorized(gw: &Gateway, request: &tiny_http::Request) -> bool {
+/// The gateway's own health, answered without the token for systemd and uptime checks:
+/// `/livez` (the process serves) and `/readyz` (at least one host polled and up, else 503). They
+/// say nothing a token would protect: counts only, no names.
+fn probe(gw: &Gateway, method: &str, path: &str) -> Option<Answer> {
+    if method != "GET" && method != "HEAD" {
+        return None;
+    }
+    match path {
+        "/livez" | "/health/live" => Some(Answer::json(200, json!({ "status": "live" }))),
+        "/readyz" | "/health/ready" => {
+            let config = gw.config();
+            let up = config
+                .hosts
+                .keys()
+                .filter(|h| {
+                    gw.health
+                        .get(h)
+                        .is_some_and(|s| s.healthy && s.last_poll > 0)
+                })
+                .count();
+            let (status, word) = if up > 0 {
+                (200, "ready")
+            } else {
+                (503, "not ready")
+            };
+            Some(Answer::json(
+                status,
+                json!({ "status": word, "hosts_up": up, "hosts": config.hosts.len() }),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Who may use the admin API. With a token: whoever presents it (constant-time compare). Without
+/// one, only what a browser page on another site cannot forge: a `Host` naming this listener or
+/// `localhost` (DNS rebinding), no foreign `Origin`, and `Content-Type: application/json` on a POST
+/// (a plain HTML form cannot send it).
+fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
     let config = gw.config();
-    let Some(token) = config.admin_token.as_deref() else {
-        return true;
+    if let Some(token) = config.admin_token.as_deref() {
+        let expected = format!("Bearer {token}");
+        let given = request
+            .headers()
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("Authorization"))
+            .any(|(_, v)| bool::from(v.as_bytes().ct_eq(expected.as_bytes())));
+        return if given {
+            Ok(())
+        } else {
+            Err(Answer::error(401, "missing or wrong admin token"))
+        };
+    }
+    let host = request.header("Host").unwrap_or("");
+    if !own_host(host, request.local_addr()) {
+        return Err(Answer::error(403, "Host is not this admin listener"));
+    }
+    if let Some(origin) = request.header("Origin") {
+        let same = origin
+            .strip_prefix("http://")
+            .is_some_and(|o| o.eq_ignore_ascii_case(host));
+        if !same {
+            return Err(Answer::error(403, "cross-site request refused"));
+        }
+    }
+    let json = request
+        .header("Content-Type")
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if request.method() == "POST" && !json {
+        return Err(Answer::error(415, "Content-Type must be application/json"));
+    }
+    Ok(())
+}
+
+/// Whether a `Host` header names this listener: `localhost` or the address the client connected
+/// to, with or without the port.
+fn own_host(host: &str, local: Option<SocketAddr>) -> bool {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((name, "")) => (name, None),
+            Some((name, rest)) => match rest.strip_prefix(':') {
+                Some(port) => (name, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
     };
-    let expected = format!("Bearer {token}");
-    request
-        .headers()
-        .iter()
-        .filter(|h| h.field.equiv("Authorization"))
-        .any(|h| bool::from(h.value.as_str().as_bytes().ct_eq(expected.as_bytes())))
+    let Some(local) = local else {
+        return false;
+    };
+    if port.is_some_and(|p| p != local.port().to_string()) {
+        return false;
+    }
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip == local.ip())
 }
 
 fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> Answer {
@@ -373,7 +446,15 @@ pub fn status(gw: &Gateway) -> Value {
                     "leases": snapshot.iter().filter(|l| l.key.route == r.name).count() })
         })
         .collect();
-    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len() })
+    let now = unix_ms(SystemTime::now());
+    let hours: Vec<_> = config
+        .hosts
+        .keys()
+        .map(|h| gw.metrics.hour(h, now))
+        .collect();
+    let (tokens, seconds) = crate::metrics::recent::saved(&hours);
+    json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
+            "prefill_saved": { "tokens": tokens, "seconds": seconds } })
 }
 
 fn gauges(gw: &Gateway) -> Gauges {

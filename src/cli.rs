@@ -4,6 +4,7 @@
 //! to the admin API (`ops`) or read the database (`report`). Errors come back to `main` as one
 //! [`CliError`] and are printed once, as one line (or one line per config problem).
 
+mod help;
 mod ops;
 
 pub(crate) use ops::table;
@@ -18,29 +19,8 @@ use crate::config::{self, Config, ConfigError};
 use crate::report;
 use crate::server::Server;
 
-const USAGE: &str = "\
-crossbar — a sticky, cache-aware gateway for llama-server hosts
-
-usage: crossbar <command> [options]
-
-commands:
-  serve                 run the gateway
-  check                 validate the config; prints ok or every problem
-  status [--json]       hosts, slots, routes and pins
-  leases [--json]       conversation leases
-  pin ROUTE HOST        send every conversation of ROUTE to HOST
-  unpin ROUTE           remove the pin (leases stay where they are)
-  release ROUTE         drop the route's leases (the pin stays)
-  drain HOST [--off]    give HOST no new leases (its leases stay); --off ends it
-  report [--since DUR] [--route R] [--json]
-                        requests, tokens and cache hits per route and host (reads the db)
-
-options:
-  -c, --config FILE     config file (default: crossbar.toml)
-  --admin URL           admin API address (default: from the config)
-  --token TOKEN         admin token (default: from the config)
-  -h, --help            this text
-";
+/// Where a config is looked for when `-c` is not given, in order.
+pub const DEFAULT_CONFIGS: &[&str] = &["crossbar.toml", "/etc/crossbar/crossbar.toml"];
 
 /// Why a command failed.
 #[derive(Debug)]
@@ -88,17 +68,36 @@ pub struct Args {
     pub since: Option<Duration>,
     pub route: Option<String>,
     pub help: bool,
+    pub version: bool,
 }
 
 impl Args {
-    pub fn config_path(&self) -> PathBuf {
-        self.config
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("crossbar.toml"))
+    /// `-c FILE`, else the first of [`DEFAULT_CONFIGS`] that exists; the error names every path
+    /// tried.
+    pub fn config_path(&self) -> Result<PathBuf, CliError> {
+        if let Some(path) = &self.config {
+            return Ok(path.clone());
+        }
+        DEFAULT_CONFIGS
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .ok_or_else(|| {
+                CliError::Failed(format!(
+                    "no config file: tried ./{} and {}; pass -c FILE{}",
+                    DEFAULT_CONFIGS[0],
+                    DEFAULT_CONFIGS[1],
+                    if matches!(self.command.as_str(), "serve" | "check" | "report") {
+                        ""
+                    } else {
+                        " or --admin ADDR"
+                    }
+                ))
+            })
     }
 
     fn load_config(&self) -> Result<Config, CliError> {
-        Config::load(&self.config_path()).map_err(CliError::Config)
+        Config::load(&self.config_path()?).map_err(CliError::Config)
     }
 }
 
@@ -109,6 +108,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, CliError>
     while let Some(arg) = parser.next()? {
         match arg {
             Short('h') | Long("help") => out.help = true,
+            Short('V') | Long("version") => out.version = true,
             Short('c') | Long("config") => out.config = Some(parser.value()?.into()),
             Long("admin") => out.admin = Some(parser.value()?.string()?),
             Long("token") => out.token = Some(parser.value()?.string()?),
@@ -133,8 +133,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, CliError>
 /// Runs a command; returns what `main` should exit with.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
     let args = parse(args)?;
+    if args.version {
+        println!("crossbar {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
     if args.help || args.command.is_empty() {
-        print!("{USAGE}");
+        match help::command(&args.command) {
+            Some(text) if args.help => print!("{text}"),
+            _ => print!("{}", help::global()),
+        }
         return if args.help {
             Ok(())
         } else {
@@ -180,9 +187,13 @@ fn check(args: &Args) -> Result<(), CliError> {
 fn serve(args: &Args) -> Result<(), CliError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-    let path = args.config_path();
-    let config = args.load_config()?;
+    let path = args.config_path()?;
+    let config = Config::load(&path).map_err(CliError::Config)?;
     init_logging(config.log_level);
+    log::info!(
+        "config loaded path={}",
+        crate::logfmt::val(&path.display().to_string())
+    );
     // Register before starting so a signal during start-up is not lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| CliError::Failed(format!("cannot handle signals: {e}")))?;
@@ -201,8 +212,11 @@ fn serve(args: &Args) -> Result<(), CliError> {
                 server.reload(new);
             }
             Err(err) => {
-                for line in err.lines() {
-                    log::error!("config reload refused, keeping the old config: {line}");
+                for line in err.problems() {
+                    log::error!(
+                        "config reload refused kept=old problem={}",
+                        crate::logfmt::val(&line)
+                    );
                 }
             }
         }

@@ -30,6 +30,9 @@ pub struct Config {
     pub first_byte_timeout: Duration,
     /// How long a stop waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// The connection layer's limits (`client_header_timeout`, `client_body_timeout`,
+    /// `client_body_min_rate`, `keepalive_idle`, `client_write_timeout`, `accept_queue`).
+    pub front: crate::conn::Settings,
     pub log_level: log::LevelFilter,
     pub hosts: BTreeMap<String, Host>,
     pub routes: BTreeMap<String, Route>,
@@ -73,7 +76,7 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let mut table: toml::Table = text
             .parse()
-            .map_err(|err: toml::de::Error| ConfigError::Syntax(err.to_string()))?;
+            .map_err(|err: toml::de::Error| syntax_error(text, &err))?;
         let mut problems = Vec::new();
         let mut mistyped = Vec::new();
         // A wrongly typed value stops deserialization: note it, take it out, and go again, so one
@@ -85,7 +88,13 @@ impl Config {
             let tracked = serde_path_to_error::Deserializer::new(value, &mut track);
             match serde_ignored::deserialize(tracked, |path| unknown.push(path.to_string())) {
                 Ok(raw) => {
-                    problems.extend(unknown.into_iter().map(|k| Problem::new(k, "unknown key")));
+                    problems.extend(unknown.into_iter().map(|k| {
+                        let message = match suggest::for_key(&k) {
+                            Some(near) => format!("unknown key; did you mean `{near}`?"),
+                            None => "unknown key".to_string(),
+                        };
+                        Problem::new(k, message)
+                    }));
                     break raw;
                 }
                 Err(err) => {
@@ -117,6 +126,16 @@ impl Config {
         self.hosts
             .get(host)
             .is_some_and(|h| h.models.contains_key(model))
+    }
+
+    /// The models any of `hosts` lists, sorted, each once.
+    pub fn models_of(&self, hosts: &[String]) -> Vec<String> {
+        let set: std::collections::BTreeSet<&String> = hosts
+            .iter()
+            .filter_map(|h| self.hosts.get(h))
+            .flat_map(|h| h.models.keys())
+            .collect();
+        set.into_iter().cloned().collect()
     }
 
     /// The slots `host` has for `model`; 0 when it does not serve it.
@@ -174,14 +193,37 @@ pub enum ConfigError {
         path: PathBuf,
         err: std::io::Error,
     },
-    /// The text is not TOML of the expected shape (wrong type, bad syntax).
-    Syntax(String),
+    /// The text is not TOML: the parser's message, and where (1-based line and column, and that
+    /// line's text) when it knows.
+    Syntax {
+        message: String,
+        at: Option<(usize, usize, String)>,
+    },
     Invalid(Vec<Problem>),
 }
 
 impl ConfigError {
-    /// One line per problem, for `crossbar check` and start-up errors.
+    /// What `crossbar check` and a failed start print: one line per problem; a syntax error's
+    /// line is followed by the source line, indented, and a caret under the column.
     pub fn lines(&self) -> Vec<String> {
+        match self {
+            ConfigError::Syntax {
+                at: Some((_, column, source)),
+                ..
+            } => {
+                let caret = " ".repeat(column.saturating_sub(1));
+                vec![
+                    self.to_string(),
+                    format!("    {source}"),
+                    format!("    {caret}^"),
+                ]
+            }
+            other => other.problems(),
+        }
+    }
+
+    /// One line per problem and nothing else, for the log (a refused reload).
+    pub fn problems(&self) -> Vec<String> {
         match self {
             ConfigError::Invalid(problems) => problems.iter().map(|p| p.to_string()).collect(),
             other => vec![other.to_string()],
@@ -193,7 +235,13 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::Read { path, err } => write!(f, "cannot read {}: {err}", path.display()),
-            ConfigError::Syntax(msg) => write!(f, "config is not valid TOML: {}", one_line(msg)),
+            ConfigError::Syntax { message, at } => {
+                write!(f, "config is not valid TOML")?;
+                if let Some((line, column, _)) = at {
+                    write!(f, " at line {line}, column {column}")?;
+                }
+                write!(f, ": {}", one_line(message))
+            }
             ConfigError::Invalid(problems) => {
                 let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
                 write!(f, "{}", lines.join("; "))
@@ -208,6 +256,23 @@ impl std::error::Error for ConfigError {
             ConfigError::Read { err, .. } => Some(err),
             _ => None,
         }
+    }
+}
+
+/// A parse error as the parser reports it, with the line and column of its span.
+fn syntax_error(text: &str, err: &toml::de::Error) -> ConfigError {
+    let at = err.span().map(|span| {
+        let start = span.start.min(text.len());
+        let before = &text[..start];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = text[line_start..start].chars().count() + 1;
+        let source = text[line_start..].lines().next().unwrap_or("").to_string();
+        (line, column, source)
+    });
+    ConfigError::Syntax {
+        message: err.message().to_string(),
+        at,
     }
 }
 
@@ -235,13 +300,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => return Err(format!("{text:?} has no unit; use ms, s, m, h or d")),
+        "" => return Err(format!("{text:?} has no unit; use ms, s, m, h or d")),
+        unit => {
+            return Err(format!(
+                "{text:?} has an unknown unit {unit:?}; use ms, s, m, h or d"
+            ))
+        }
     };
     n.checked_mul(millis)
         .map(Duration::from_millis)
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+mod suggest;
 mod validate;
 
 #[cfg(test)]

@@ -103,6 +103,7 @@ impl Health {
             let entry = inner.hosts.entry(name.clone()).or_insert_with(Entry::fresh);
             entry.ctx_override = host.ctx;
             entry.models = host.models.keys().cloned().collect();
+            entry.parallel = host.models.values().sum();
             entry.status.per_slot_ctx = host.ctx.or(entry.polled_ctx);
         }
     }
@@ -157,6 +158,7 @@ impl Health {
         let Some(entry) = inner.hosts.get_mut(host) else {
             return false;
         };
+        let first = entry.status.last_poll == 0;
         entry.status.last_poll = now;
         match poll {
             Poll::Down(reason) => entry.down(host, reason, now),
@@ -170,14 +172,25 @@ impl Health {
                 status.per_slot_ctx = entry.ctx_override.or(per_slot_ctx);
                 status.total_slots = total_slots;
                 status.loaded = loaded;
-                if status.healthy {
-                    return false;
-                }
+                let flipped = !status.healthy;
                 status.healthy = true;
                 status.reason = None;
-                status.since = now;
-                log::info!("host up host={host}");
-                true
+                if flipped {
+                    status.since = now;
+                }
+                // Every host's first poll says what it found, so the start of the log shows each
+                // host's state, slots and context; later only flips are logged.
+                if first || flipped {
+                    let known = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+                    log::info!(
+                        "host up host={host} ctx={} slots={} parallel={} loaded={}",
+                        known(status.per_slot_ctx),
+                        known(status.total_slots),
+                        entry.parallel,
+                        crate::logfmt::val(&status.loaded.join(","))
+                    );
+                }
+                flipped
             }
         }
     }
@@ -199,6 +212,8 @@ struct Entry {
     polled_ctx: Option<u64>,
     /// The models the config lists for this host, sorted.
     models: Vec<String>,
+    /// The slots the config gives this host, all models together.
+    parallel: usize,
 }
 
 impl Entry {
@@ -216,6 +231,7 @@ impl Entry {
             ctx_override: None,
             polled_ctx: None,
             models: Vec::new(),
+            parallel: 0,
         }
     }
 
@@ -232,7 +248,10 @@ impl Entry {
             status.since = now;
         }
         status.reason = Some(reason);
-        log::info!("host down host={host} reason={reason}");
+        log::info!(
+            "host down host={host} reason={}",
+            crate::logfmt::val(reason.as_str())
+        );
         true
     }
 }

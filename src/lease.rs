@@ -136,7 +136,7 @@ impl Table {
             }
             if row.state == LeaseState::Pinned {
                 log::warn!(
-                    "lease row pinned but keyed like a lease, kept as a lease route={} fp={} model={}",
+                    "odd lease row kept as a lease state=pinned route={} fp={} model={}",
                     val(&row.route),
                     val(short(&row.fp)),
                     val(&row.model)

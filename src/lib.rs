@@ -7,6 +7,7 @@ pub mod api;
 pub mod choose;
 pub mod cli;
 pub mod config;
+pub mod conn;
 pub mod fingerprint;
 pub mod health;
 pub mod lease;

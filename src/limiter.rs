@@ -11,7 +11,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+/// How often a waiter checks that its client is still there (seed 001 step 4: within a second).
+pub const GONE_CHECK: Duration = Duration::from_millis(500);
 
 /// Why [`Limiter::acquire`] gave no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +27,8 @@ pub enum LimitError {
     Closed,
     /// The config gives this host+model no slots: a request for it must not get here.
     NotConfigured,
+    /// The waiter's `gone` check said its client left; it gave up its place in line.
+    Gone,
 }
 
 impl fmt::Display for LimitError {
@@ -33,6 +38,7 @@ impl fmt::Display for LimitError {
             LimitError::Timeout => "queue timeout",
             LimitError::Closed => "shutting down",
             LimitError::NotConfigured => "host and model not configured",
+            LimitError::Gone => "client gone while queued",
         })
     }
 }
@@ -112,6 +118,18 @@ impl Limiter {
     /// how long the caller waited for it. A pair [`Limiter::set_capacity`] never named is refused,
     /// so client-chosen model names cannot grow the table.
     pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
+        self.acquire_unless(host, model, || false)
+    }
+
+    /// [`Limiter::acquire`], but a waiter also asks `gone` at least every [`GONE_CHECK`] and
+    /// leaves the line ([`LimitError::Gone`]) when it says yes. `gone` runs with the lock
+    /// released (it may peek at a socket).
+    pub fn acquire_unless(
+        &self,
+        host: &str,
+        model: &str,
+        mut gone: impl FnMut() -> bool,
+    ) -> Result<(Permit, Duration), LimitError> {
         let started = Instant::now();
         let mut inner = self.shared.inner.lock();
         if inner.closed {
@@ -155,7 +173,16 @@ impl Limiter {
                 slot.leave(ticket);
                 return Err(LimitError::Timeout);
             }
-            cond.wait_until(&mut inner, wait_until);
+            let step = wait_until.min(Instant::now() + GONE_CHECK);
+            if cond.wait_until(&mut inner, step).timed_out()
+                && MutexGuard::unlocked(&mut inner, &mut gone)
+            {
+                inner
+                    .slot(host, model)
+                    .expect("a slot with waiters is never removed")
+                    .leave(ticket);
+                return Err(LimitError::Gone);
+            }
         }
     }
 

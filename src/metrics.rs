@@ -1,5 +1,9 @@
-//! Prometheus metrics: counters fed by the request path and the lease table, gauges read from live
-//! state at scrape time, rendered in the text exposition format. No I/O here.
+//! Prometheus metrics: counters and histograms fed by the request path and the lease table, gauges
+//! read from live state at scrape time, rendered in the text exposition format; and the last hour
+//! per host for the status page (`recent`). No I/O here.
+
+mod histogram;
+pub mod recent;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -7,10 +11,16 @@ use std::fmt::Write;
 use parking_lot::Mutex;
 
 use crate::store::RequestRow;
+use histogram::Histogram;
+pub use recent::HourView;
 
-/// Upper bounds (seconds) of the request-duration histogram buckets.
+/// Upper bounds (seconds) of the request-duration and time-to-first-byte histogram buckets.
 const BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// Upper bounds (seconds) of the queue-wait histogram buckets: most waits are none at all.
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
 ];
 
 /// Counters since start. Gauges are not kept here: they are read from live state when rendered.
@@ -19,13 +29,22 @@ pub struct Metrics {
     inner: Mutex<Inner>,
 }
 
-/// Invariant: every histogram's `counts` has one entry per bucket in `BUCKETS` (cumulative at render).
+/// Keys are configured route and host names (or `-`), never client text: the request path
+/// refuses unknown routes and models before anything is observed, so every map stays small.
 #[derive(Debug, Default)]
 struct Inner {
     requests: BTreeMap<(String, String, u16), u64>,
     tokens: BTreeMap<(String, String), Tokens>,
     durations: BTreeMap<String, Histogram>,
+    /// Request start to the upstream's response head, by (route, host).
+    ttfb: BTreeMap<(String, String), Histogram>,
+    /// Time waiting for a slot, by (route, host).
+    queue_wait: BTreeMap<(String, String), Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// (listener, reason) → connections answered before a request was routed (no accounting row).
+    refused: BTreeMap<(&'static str, &'static str), u64>,
+    /// The last hour, per host.
+    recent: BTreeMap<String, recent::Window>,
     /// Per API (`crate::api::Api::name`, `-` before the API is known): requests and tokens.
     apis: BTreeMap<String, ApiTotals>,
 }
@@ -44,13 +63,6 @@ struct Tokens {
     prompt: u64,
     cached: u64,
     completion: u64,
-}
-
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
 }
 
 /// Live values the renderer needs besides the counters.
@@ -94,16 +106,75 @@ impl Metrics {
         add(&mut totals.prompt, row.prompt_tokens);
         add(&mut totals.cached, row.cached_tokens);
         add(&mut totals.completion, row.completion_tokens);
-        let hist = inner.durations.entry(route.to_string()).or_default();
-        if hist.counts.is_empty() {
-            hist.counts = vec![0; BUCKETS.len()];
+        inner
+            .durations
+            .entry(route.to_string())
+            .or_insert_with(|| Histogram::new(BUCKETS))
+            .observe(row.total_ms.max(0) as f64 / 1000.0);
+        if !row.host.is_empty() {
+            let positive = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
+            inner.recent.entry(row.host.clone()).or_default().request(
+                row.started,
+                positive(row.prompt_tokens),
+                positive(row.cached_tokens),
+            );
         }
-        let secs = row.total_ms.max(0) as f64 / 1000.0;
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
-            hist.counts[i] += 1;
-        }
-        hist.sum += secs;
-        hist.count += 1;
+    }
+
+    /// The upstream's response head arrived `ms` after the request (started at `started`, unix
+    /// ms) reached crossbar.
+    pub fn observe_ttfb(&self, route: &str, host: &str, started: i64, ms: i64) {
+        let mut inner = self.inner.lock();
+        inner
+            .ttfb
+            .entry((route.to_string(), host.to_string()))
+            .or_insert_with(|| Histogram::new(BUCKETS))
+            .observe(ms.max(0) as f64 / 1000.0);
+        inner
+            .recent
+            .entry(host.to_string())
+            .or_default()
+            .ttfb(started, ms.max(0) as f64);
+    }
+
+    /// A request waited `ms` for a slot on `host` (0 when one was free).
+    pub fn observe_queue_wait(&self, route: &str, host: &str, ms: i64) {
+        self.inner
+            .lock()
+            .queue_wait
+            .entry((route.to_string(), host.to_string()))
+            .or_insert_with(|| Histogram::new(WAIT_BUCKETS))
+            .observe(ms.max(0) as f64 / 1000.0);
+    }
+
+    /// llama-server's `timings` said it prefilled `tokens` in `us` microseconds on `host`.
+    pub fn observe_prefill(&self, host: &str, tokens: u64, us: u64) {
+        self.inner
+            .lock()
+            .recent
+            .entry(host.to_string())
+            .or_default()
+            .prefill(tokens, us);
+    }
+
+    /// The last hour of `host` up to `now` (unix ms); empty when it served nothing yet.
+    pub fn hour(&self, host: &str, now: i64) -> HourView {
+        let inner = self.inner.lock();
+        inner
+            .recent
+            .get(host)
+            .map_or_else(|| recent::Window::default().hour(now), |w| w.hour(now))
+    }
+
+    /// A connection refused by the connection layer before any handler saw a request (busy, a
+    /// head too large, bad framing, a head timeout). Both labels are crossbar's own constants.
+    pub fn observe_refused(&self, listener: &'static str, reason: &'static str) {
+        *self
+            .inner
+            .lock()
+            .refused
+            .entry((listener, reason))
+            .or_default() += 1;
     }
 
     /// Requests and tokens per API since start, by API name.
@@ -174,34 +245,25 @@ impl Metrics {
             "Time from request to the end of the answer.",
         );
         for (route, hist) in &inner.durations {
-            let mut cumulative = 0;
-            for (bound, count) in BUCKETS.iter().zip(&hist.counts) {
-                cumulative += count;
-                let le = bound.to_string();
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{} {cumulative}",
-                    labels(&[("route", route), ("le", &le)])
-                );
+            hist.render(&mut out, name, inner_labels(&[("route", route)]).as_str());
+        }
+        for (name, help, map) in [
+            (
+                "crossbar_ttfb_seconds",
+                "Time from request to the upstream's response head (queue wait and prefill included), by route and host.",
+                &inner.ttfb,
+            ),
+            (
+                "crossbar_queue_wait_seconds",
+                "Time a request waited for a slot, by route and host.",
+                &inner.queue_wait,
+            ),
+        ] {
+            header(&mut out, name, "histogram", help);
+            for ((route, host), hist) in map {
+                let labels = inner_labels(&[("route", route), ("host", host)]);
+                hist.render(&mut out, name, &labels);
             }
-            let _ = writeln!(
-                out,
-                "{name}_bucket{} {}",
-                labels(&[("route", route), ("le", "+Inf")]),
-                hist.count
-            );
-            let _ = writeln!(
-                out,
-                "{name}_sum{} {}",
-                labels(&[("route", route)]),
-                hist.sum
-            );
-            let _ = writeln!(
-                out,
-                "{name}_count{} {}",
-                labels(&[("route", route)]),
-                hist.count
-            );
         }
         header(
             &mut out,
@@ -214,6 +276,19 @@ impl Metrics {
                 out,
                 "crossbar_lease_events_total{} {n}",
                 labels(&[("reason", reason)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_refused_total",
+            "counter",
+            "Connections answered before their request was routed (no accounting row), by listener and reason.",
+        );
+        for ((listener, reason), n) in &inner.refused {
+            let _ = writeln!(
+                out,
+                "crossbar_refused_total{} {n}",
+                labels(&[("listener", listener), ("reason", reason)])
             );
         }
         header(
@@ -299,6 +374,12 @@ impl Metrics {
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// `a="x",b="y"`: [`labels`] without the braces.
+fn inner_labels(pairs: &[(&str, &str)]) -> String {
+    let all = labels(pairs);
+    all[1..all.len() - 1].to_string()
 }
 
 /// `{a="x",b="y"}` with values escaped as the format requires.

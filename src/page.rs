@@ -1,9 +1,14 @@
 //! The status page at the admin listener's `/`: one self-contained HTML document (no scripts, no
-//! external assets) rendered on the server from live state, refreshing itself every few seconds.
+//! external assets) rendered on the server from live state, refreshing itself every few seconds:
+//! the "prefill saved" headline, per-host charts of the last hour (inline SVG, `chart`), and
+//! tables of hosts, routes, leases and recent requests.
+
+mod chart;
 
 use std::fmt::Write;
 
 use crate::fingerprint;
+use crate::metrics::HourView;
 use crate::state::Gateway;
 
 /// Seconds between the page's own refreshes.
@@ -18,7 +23,10 @@ table{border-collapse:collapse;background:#fff;box-shadow:0 0 0 1px #ddd}\
 th,td{padding:.3em .8em;text-align:left;border-bottom:1px solid #eee;white-space:nowrap}\
 th{background:#f0f0f0;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .up{color:#0a7a2f;font-weight:600}.down{color:#b3261e;font-weight:600}.warn{color:#9a6700}\
-.muted{color:#777}code{font-size:.95em}";
+.muted{color:#777}code{font-size:.95em}\
+.headline{font-size:1.25em;margin:.6em 0 .2em}.headline b{color:#0a5a8a}\
+.host{display:flex;gap:.8em;align-items:flex-end;flex-wrap:wrap;margin:.4em 0 .9em}\
+.host .name{min-width:11em}svg{background:#fff;box-shadow:0 0 0 1px #ddd}";
 
 /// Renders the page.
 pub fn render(gw: &Gateway, now: i64) -> String {
@@ -35,6 +43,12 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         config.routes.len(),
         snapshot.len()
     );
+    let hours: Vec<(&str, HourView)> = config
+        .hosts
+        .keys()
+        .map(|h| (h.as_str(), gw.metrics.hour(h, now)))
+        .collect();
+    headline(&mut out, &hours);
 
     out.push_str(
         "<h2>Hosts</h2><table><tr><th>host</th><th>state</th><th>per-slot ctx</th><th>models loaded</th>\
@@ -75,6 +89,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         );
     }
     out.push_str("</table>");
+    last_hour(&mut out, &hours);
 
     out.push_str("<h2>Routes</h2><table><tr><th>route</th><th>candidates</th><th>model</th><th>pinned to</th><th>leases</th></tr>");
     let pins = gw.leases.pins();
@@ -190,6 +205,89 @@ fn api_table(gw: &Gateway, out: &mut String) {
     out.push_str("</table>");
 }
 
+/// "prefill saved: N tokens (≈ M minutes at each host's measured prefill rate)".
+fn headline(out: &mut String, hours: &[(&str, HourView)]) {
+    let views: Vec<HourView> = hours.iter().map(|(_, h)| h.clone()).collect();
+    let (tokens, seconds) = crate::metrics::recent::saved(&views);
+    let unmeasured: Vec<&str> = hours
+        .iter()
+        .filter(|(_, h)| h.cached_total > 0 && h.prefill_rate.is_none())
+        .map(|(name, _)| *name)
+        .collect();
+    let _ = write!(
+        out,
+        "<div class=headline>prefill saved: <b>{} tokens</b> (≈ <b>{}</b> at each host's measured \
+         prefill rate, from llama-server's <code>timings</code>)</div>\
+         <div class=muted>prompt tokens the hosts served from their caches since crossbar started",
+        group(tokens),
+        crate::metrics::recent::in_words(seconds)
+    );
+    if !unmeasured.is_empty() {
+        let _ = write!(
+            out,
+            "; no prefill rate measured yet for {}",
+            esc(&unmeasured.join(", "))
+        );
+    }
+    out.push_str("</div>");
+}
+
+/// Per host: requests, cached-token share and TTFB p50/p95 per minute over the last hour.
+fn last_hour(out: &mut String, hours: &[(&str, HourView)]) {
+    out.push_str("<h2>Last hour, per minute</h2>");
+    for (name, hour) in hours {
+        let requests: Vec<f64> = hour.minutes.iter().map(|m| m.requests as f64).collect();
+        let share: Vec<Option<f64>> = hour
+            .minutes
+            .iter()
+            .map(|m| m.cached_share.map(|s| s * 100.0))
+            .collect();
+        let p50: Vec<Option<f64>> = hour.minutes.iter().map(|m| m.ttfb_p50_ms).collect();
+        let p95: Vec<Option<f64>> = hour.minutes.iter().map(|m| m.ttfb_p95_ms).collect();
+        let rate = hour
+            .prefill_rate
+            .map_or("prefill rate not measured yet".to_string(), |r| {
+                format!("prefill {r:.0} tokens/s")
+            });
+        let _ = write!(
+            out,
+            "<div class=host><div class=name><b>{}</b><br><span class=muted>saved {} tokens ≈ {}<br>{rate}</span></div>{}{}{}</div>",
+            esc(name),
+            group(hour.cached_total),
+            crate::metrics::recent::in_words(hour.saved_seconds().unwrap_or(0.0)),
+            chart::bars("requests / min", &requests, "#3a6fd8"),
+            chart::lines(
+                "cached share",
+                &[chart::Series { values: &share, color: "#0a7a2f", name: "%" }],
+                Some(100.0),
+                "%"
+            ),
+            chart::lines(
+                "TTFB",
+                &[
+                    chart::Series { values: &p50, color: "#3a6fd8", name: "p50" },
+                    chart::Series { values: &p95, color: "#c2410c", name: "p95" },
+                ],
+                None,
+                " ms"
+            ),
+        );
+    }
+}
+
+/// `1234567` → `1,234,567`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A short human duration for a millisecond span: `4s`, `12m`, `3h`.
 fn ago(ms: i64) -> String {
     let s = ms.max(0) / 1000;
@@ -226,6 +324,13 @@ mod tests {
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    #[test]
+    fn big_numbers_are_grouped() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1_234_567), "1,234,567");
     }
 
     #[test]

@@ -12,21 +12,20 @@ mod forward;
 mod record;
 mod route;
 
-use std::io::Read;
 use std::time::Instant;
 
 use crate::api::Api;
 use crate::config::Config;
+use crate::conn::{BodyError, Request};
 use crate::fingerprint;
 use crate::lease::Key;
 use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
-use crate::wire;
 
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
-pub use route::resolve;
+pub use route::{normalize, resolve};
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;
@@ -35,7 +34,7 @@ pub const LEASE_HEADER: &str = "X-Crossbar-Lease";
 pub const ROUTE_HEADER: &str = "X-Crossbar-Route";
 pub const CTX_HEADER: &str = "X-Crossbar-Ctx";
 
-/// What the client asked, copied out of the tiny_http request before its body is read.
+/// What the client asked, copied out of the request before its body is read.
 #[derive(Debug)]
 struct Incoming {
     method: String,
@@ -46,32 +45,23 @@ struct Incoming {
 }
 
 impl Incoming {
-    fn of(request: &tiny_http::Request) -> Incoming {
-        let url = request.url();
-        let (path, query) = match url.split_once('?') {
+    fn of(request: &Request<'_>) -> Incoming {
+        let target = request.target();
+        let (path, query) = match target.split_once('?') {
             Some((path, query)) => (path, format!("?{query}")),
-            None => (url, String::new()),
+            None => (target, String::new()),
         };
         Incoming {
-            method: request.method().as_str().to_string(),
+            method: request.method().to_string(),
             path: path.to_string(),
             query,
-            headers: request
-                .headers()
-                .iter()
-                .map(|h| {
-                    (
-                        h.field.as_str().as_str().to_string(),
-                        h.value.as_str().to_string(),
-                    )
-                })
-                .collect(),
-            http10: request.http_version() == &tiny_http::HTTPVersion(1, 0),
+            headers: request.headers().to_vec(),
+            http10: request.http10(),
         }
     }
 
     fn header(&self, name: &str) -> Option<&str> {
-        wire::header(&self.headers, name)
+        crate::wire::header(&self.headers, name)
     }
 
     fn bodyless(&self) -> bool {
@@ -111,12 +101,8 @@ impl LeaseUse {
 }
 
 /// Serves one client request completely. Never panics on client input; every outcome is answered
-/// and recorded. The request stays in `slot` until the answer starts, so a worker that catches a
-/// panic before then can still answer 500.
-pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
-    let Some(request) = slot.as_mut() else {
-        return;
-    };
+/// (or, when the client left, recorded as 499).
+pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let clock = Instant::now();
     let incoming = Incoming::of(request);
     let mut row = RequestRow {
@@ -127,32 +113,49 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
     let config = gw.config();
     let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row, &mut ctx_est) {
         Ok(ready) => ready,
-        Err(err) => return refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+        Err(err) => return refuse(gw, request, err, row, clock, ctx_est),
     };
-    // Metadata uses no slot upstream, so it never waits behind generations for one here.
+    // Metadata uses no slot upstream, so it never waits behind generations for one here. A
+    // client that leaves while queued leaves the queue within a second (seed 001 step 4).
     let permit = match plan.lease {
         LeaseUse::None => None,
         LeaseUse::New | LeaseUse::Reused | LeaseUse::Stateless => {
-            match gw.limiter.acquire(&plan.host.name, &key.model) {
+            let model = &key.model;
+            match gw
+                .limiter
+                .acquire_unless(&plan.host.name, model, || request.client_gone())
+            {
                 Ok((permit, waited)) => {
                     row.queued_ms = waited.as_millis() as i64;
+                    gw.metrics
+                        .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
                     Some(permit)
                 }
-                Err(err) => return refuse(gw, slot, &incoming, err.into(), row, clock, ctx_est),
+                Err(err) => {
+                    if err == crate::limiter::LimitError::Timeout {
+                        let waited = config.queue_timeout.as_millis() as i64;
+                        gw.metrics
+                            .observe_queue_wait(&row.route, &plan.host.name, waited);
+                    }
+                    return refuse(gw, request, err.into(), row, clock, ctx_est);
+                }
             }
         }
     };
+    // The slot may have come free just as the client left: such a request is never forwarded.
+    if permit.is_some() && request.client_gone() {
+        let err = ProxyError::ClientGone("client gone while queued");
+        return refuse(gw, request, err, row, clock, ctx_est);
+    }
     match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
         Ok(answer) => {
-            if let Some(request) = slot.take() {
-                forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
-            }
+            forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             log_request(&row, plan.lease.as_str(), ctx_est);
             if matches!(plan.lease, LeaseUse::New | LeaseUse::Reused) {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
-        Err(err) => refuse(gw, slot, &incoming, err, row, clock, ctx_est),
+        Err(err) => refuse(gw, request, err, row, clock, ctx_est),
     }
 }
 
@@ -161,7 +164,7 @@ pub fn handle(gw: &Gateway, slot: &mut Option<tiny_http::Request>) {
 fn prepare<'c>(
     gw: &Gateway,
     config: &'c Config,
-    request: &mut tiny_http::Request,
+    request: &mut Request<'_>,
     incoming: &Incoming,
     row: &mut RequestRow,
     ctx_est: &mut Option<u64>,
@@ -171,7 +174,11 @@ fn prepare<'c>(
     row.route = route_name.clone();
     let api = Api::of(&rest);
     row.api = api.name().to_string();
-    let body = read_body(request, incoming)?;
+    let body = request.read_body(MAX_BODY).map_err(|err| match err {
+        BodyError::TooLarge => ProxyError::BodyTooLarge,
+        BodyError::Timeout => ProxyError::BodyTimeout,
+        other => ProxyError::BadBody(other.to_string()),
+    })?;
     let (model, fp) = if incoming.bodyless() {
         (None, String::new())
     } else {
@@ -188,10 +195,13 @@ fn prepare<'c>(
     };
     row.fp = key.fp.clone();
     row.model = key.model.clone();
-    // A model no candidate serves has no usable host (spec §2), pinned route or not. Refused
+    // A model no candidate serves is 404 model_not_found (spec §2), pinned route or not. Refused
     // before the lease so a client's made-up names create no lease, slot or metric series.
     if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
-        return Err(ProxyError::NoHealthyHost);
+        return Err(ProxyError::ModelNotFound {
+            model: key.model,
+            served: config.models_of(&route.hosts),
+        });
     }
     if route::is_metadata(&incoming.method, &rest) {
         return metadata_plan(gw, config, key, &route.hosts, (api, rest), body, row);
@@ -279,31 +289,10 @@ fn configured_host<'c>(
         .ok_or_else(|| ProxyError::Internal(format!("host {name} is not configured")))
 }
 
-/// Reads the body, refusing more than [`MAX_BODY`] bytes.
-fn read_body(request: &mut tiny_http::Request, incoming: &Incoming) -> Result<Vec<u8>, ProxyError> {
-    let declared = incoming
-        .header("Content-Length")
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(ProxyError::BodyTooLarge);
-    }
-    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
-    request
-        .as_reader()
-        .take(MAX_BODY as u64 + 1)
-        .read_to_end(&mut body)
-        .map_err(|err| ProxyError::BadBody(err.to_string()))?;
-    if body.len() > MAX_BODY {
-        return Err(ProxyError::BodyTooLarge);
-    }
-    Ok(body)
-}
-
 /// Answers with crossbar's own error, recording the row before the client can see the answer.
 fn refuse(
     gw: &Gateway,
-    slot: &mut Option<tiny_http::Request>,
-    incoming: &Incoming,
+    request: &mut Request<'_>,
     err: ProxyError,
     mut row: RequestRow,
     clock: Instant,
@@ -312,8 +301,10 @@ fn refuse(
     if let ProxyError::Upstream { host, detail } = &err {
         row.host = host.clone();
         row.err = format!("upstream error: {detail}");
-    } else if let ProxyError::BadBody(detail) = &err {
+    } else if let ProxyError::BadBody(detail) | ProxyError::BadRequest(detail) = &err {
         row.err = format!("{err}: {detail}");
+    } else if let ProxyError::ClientGone(why) = &err {
+        row.err = why.to_string();
     } else if let ProxyError::Internal(detail) = &err {
         row.err = detail.clone();
         log::error!(
@@ -334,18 +325,14 @@ fn refuse(
         headers.push((HOST_HEADER.to_string(), row.host.clone()));
     }
     record(gw, &row);
-    let body = err.body().to_string();
-    let head_only = incoming.method == "HEAD";
-    if let Some(request) = slot.take() {
-        let out = request.into_writer();
-        let _ = wire::send(
-            out,
-            incoming.http10,
-            head_only,
-            row.status,
-            &headers,
-            body.as_bytes(),
-        );
+    if row.status == 499 {
+        // Nobody to answer.
+        request.abandon();
+    } else {
+        let body = err.body().to_string();
+        if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
+            log::debug!("client went away before its error answer: {err}");
+        }
     }
     log_request(&row, "-", ctx_est);
 }

@@ -2,20 +2,20 @@
 //!
 //! [`Server::start`] opens the store, binds both listeners and starts every thread; [`Server::stop`]
 //! stops taking requests, lets in-flight ones finish within the grace period and joins everything.
-//! Every thread here is owned and joinable. A panic while serving one request becomes a 500 for that
-//! request; the worker lives on.
+//! Every thread here is owned and joinable. The listeners' accept threads and workers are `conn`'s
+//! (a panic while serving one request becomes a 500 for that request; the worker lives on).
 
 use std::net::SocketAddr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::admin;
 use crate::config::Config;
+use crate::conn::{Pool, Request, Service};
 use crate::health::Poller;
 use crate::proxy;
 use crate::state::Gateway;
@@ -59,14 +59,8 @@ impl std::error::Error for StartError {
 /// A started gateway. Dropping it without [`Server::stop`] leaves its threads running.
 pub struct Server {
     gateway: Arc<Gateway>,
-    client: Arc<tiny_http::Server>,
-    admin: Arc<tiny_http::Server>,
-    client_addr: SocketAddr,
-    admin_addr: SocketAddr,
-    workers: Vec<JoinHandle<()>>,
-    admin_workers: Vec<JoinHandle<()>>,
-    /// Each client worker sends once here when it exits, so `stop` can wait with a deadline.
-    exited: Receiver<()>,
+    client: Pool,
+    admin: Pool,
     sweeper: Option<(Sender<()>, JoinHandle<()>)>,
     poller: Mutex<Option<Poller>>,
 }
@@ -75,76 +69,85 @@ impl Server {
     /// Opens the store, loads the leases, binds the listeners and starts all threads.
     pub fn start(config: Config) -> Result<Server, StartError> {
         let store = Store::open(&config.db).map_err(StartError::Store)?;
-        let workers = config.workers;
         let bind = |what, addr: SocketAddr| {
-            listener(addr)
-                .map_err(|err| err.to_string())
-                .and_then(|l| tiny_http::Server::from_listener(l, None).map_err(|e| e.to_string()))
-                .map(Arc::new)
-                .map_err(|detail| StartError::Bind { what, addr, detail })
+            listener(addr).map_err(|err| StartError::Bind {
+                what,
+                addr,
+                detail: err.to_string(),
+            })
         };
-        let client = bind("clients", config.listen)?;
-        let admin = bind("the admin API", config.admin_listen)?;
-        let client_addr = listen_addr(&client, config.listen);
-        let admin_addr = listen_addr(&admin, config.admin_listen);
+        let client_listener = bind("clients", config.listen)?;
+        let admin_listener = bind("the admin API", config.admin_listen)?;
+        let (workers, settings) = (config.workers, config.front);
         let gateway = Arc::new(Gateway::new(config, store).map_err(StartError::Store)?);
-        let (exit_tx, exited) = bounded(workers);
-        let workers = (0..workers)
-            .map(|i| {
-                let (gw, listener, done) = (gateway.clone(), client.clone(), exit_tx.clone());
-                spawn(format!("worker-{i}"), move || {
-                    serve(&listener, |request| proxy::handle(&gw, request));
-                    let _ = done.send(());
-                })
+        let service = |name, handle: fn(&Gateway, &mut Request<'_>)| {
+            let (gw, counted) = (gateway.clone(), gateway.clone());
+            Service {
+                name,
+                handle: Box::new(move |request| handle(&gw, request)),
+                refused: Box::new(move |why| counted.metrics.observe_refused(name, why.as_str())),
+            }
+        };
+        let start = |listener, workers, service, addr| {
+            Pool::start(listener, workers, settings, service).map_err(|err| StartError::Bind {
+                what: "workers",
+                addr,
+                detail: err.to_string(),
             })
-            .collect();
-        let admin_workers = (0..ADMIN_WORKERS)
-            .map(|i| {
-                let (gw, listener) = (gateway.clone(), admin.clone());
-                spawn(format!("admin-{i}"), move || {
-                    serve(&listener, |request| admin::handle(&gw, request))
-                })
-            })
-            .collect();
+        };
+        let listen = (gateway.config().listen, gateway.config().admin_listen);
+        let client = start(
+            client_listener,
+            workers,
+            service("clients", proxy::handle),
+            listen.0,
+        )?;
+        let admin = start(
+            admin_listener,
+            ADMIN_WORKERS,
+            service("admin", admin::handle),
+            listen.1,
+        )?;
         let sweeper = Some(start_sweeper(gateway.clone()));
         let poller = Mutex::new(Some(start_poller(&gateway)));
-        log::info!("crossbar listening clients={client_addr} admin={admin_addr}");
+        log::info!(
+            "crossbar listening clients={} admin={}",
+            client.addr(),
+            admin.addr()
+        );
         Ok(Server {
             gateway,
             client,
             admin,
-            client_addr,
-            admin_addr,
-            workers,
-            admin_workers,
-            exited,
             sweeper,
             poller,
         })
     }
 
     pub fn client_addr(&self) -> SocketAddr {
-        self.client_addr
+        self.client.addr()
     }
 
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_addr
+        self.admin.addr()
     }
 
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
     }
 
-    /// Puts a new, already validated config in force. Listener addresses and the worker count
-    /// only change with a restart; everything else changes now, leases kept.
+    /// Puts a new, already validated config in force. Listener addresses, the worker count and
+    /// the connection layer's limits only change with a restart; everything else changes now,
+    /// leases kept.
     pub fn reload(&self, config: Config) {
         let old = self.gateway.config();
         if config.listen != old.listen
             || config.admin_listen != old.admin_listen
             || config.workers != old.workers
+            || config.front != old.front
         {
             log::warn!(
-                "config reload: listen, admin_listen and workers take effect at the next restart"
+                "config reload needs a restart keys=listen,admin_listen,workers,client_limits"
             );
         }
         self.gateway
@@ -160,38 +163,16 @@ impl Server {
     /// Stops taking requests, gives in-flight ones up to `grace` to finish, then joins every
     /// thread. Accounting rows are written by each request as it ends, so none is pending after.
     pub fn stop(mut self, grace: Duration) {
-        log::info!(
-            "stopping: waiting up to {}s for in-flight requests",
-            grace.as_secs()
-        );
+        log::info!("stopping grace_s={}", grace.as_secs());
         // Waiters for a slot will not get one now; they are answered 503.
         self.gateway.limiter.close();
-        for _ in 0..self.workers.len() {
-            self.client.unblock();
-        }
         let deadline = Instant::now() + grace;
-        let mut running = self.workers.len();
-        while running > 0 {
-            match self.exited.recv_deadline(deadline) {
-                Ok(()) => running -= 1,
-                Err(_) => break,
-            }
-        }
+        let running = self.client.stop(deadline);
         if running > 0 {
-            log::warn!(
-                "stopping: {running} requests still running after the grace period; leaving them"
-            );
-        } else {
-            for worker in self.workers.drain(..) {
-                let _ = worker.join();
-            }
+            log::warn!("stopping grace over requests_left={running}");
         }
-        for _ in 0..self.admin_workers.len() {
-            self.admin.unblock();
-        }
-        for worker in self.admin_workers.drain(..) {
-            let _ = worker.join();
-        }
+        self.admin
+            .stop(deadline.max(Instant::now() + Duration::from_secs(1)));
         if let Some((stop, handle)) = self.sweeper.take() {
             drop(stop);
             let _ = handle.join();
@@ -206,31 +187,16 @@ impl Server {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("client_addr", &self.client_addr)
-            .field("admin_addr", &self.admin_addr)
+            .field("client_addr", &self.client.addr())
+            .field("admin_addr", &self.admin.addr())
             .finish_non_exhaustive()
     }
 }
 
-/// Serves requests from `listener` until it is unblocked.
-fn serve(listener: &tiny_http::Server, handle: impl Fn(&mut Option<tiny_http::Request>)) {
-    while let Ok(request) = listener.recv() {
-        let mut slot = Some(request);
-        if catch_unwind(AssertUnwindSafe(|| handle(&mut slot))).is_err() {
-            log::error!("a request handler panicked; answered 500");
-            if let Some(request) = slot.take() {
-                let body = br#"{"error":"internal error"}"#;
-                let headers = [("Content-Type".to_string(), "application/json".to_string())];
-                let _ = crate::wire::send(request.into_writer(), false, false, 500, &headers, body);
-            }
-        }
-    }
-}
-
 /// A listening socket whose accepted connections have Nagle off (Linux copies TCP_NODELAY from
-/// the listener to each accepted socket). Answers go out as small flushed writes — a head, then
-/// each SSE event — and with Nagle on, a write behind an unacknowledged one waits for the
-/// client's delayed ACK, up to 40 ms. tiny_http offers no hook on accepted sockets, hence socket2.
+/// the listener to each accepted socket; `conn` sets it on each as well). Answers go out as small
+/// flushed writes — a head, then each SSE event — and with Nagle on, a write behind an
+/// unacknowledged one waits for the client's delayed ACK, up to 40 ms.
 fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
@@ -246,10 +212,6 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .name(name)
         .spawn(f)
         .expect("the OS refused to start a thread")
-}
-
-fn listen_addr(server: &tiny_http::Server, configured: SocketAddr) -> SocketAddr {
-    server.server_addr().to_ip().unwrap_or(configured)
 }
 
 /// Expires idle leases often enough that none outlives `lease_idle` by more than a second.

@@ -105,6 +105,16 @@ impl Tee {
         }
     }
 
+    /// llama-server's prefill of this answer from `timings`: (`prompt_n` tokens, `prompt_ms` in
+    /// microseconds), when both were given.
+    pub fn prefill(&self) -> Option<(u64, u64)> {
+        match &self.mode {
+            Mode::Sse(s) => s.seen.prefill(),
+            Mode::Json(j) => j.seen().and_then(Seen::prefill),
+            Mode::Ignore => None,
+        }
+    }
+
     /// SSE: `data: [DONE]`, a native `"stop": true` chunk or the API's named last event was seen.
     /// Other modes: always true.
     pub fn finished(&self) -> bool {

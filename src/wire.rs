@@ -1,14 +1,12 @@
-//! Writing HTTP responses to a client socket handed over by tiny_http.
-//!
-//! tiny_http's `Response` pushes bodies of unknown length through an 8 KiB buffer that is not flushed
-//! per write, which would hold SSE events back. So every answer crossbar sends goes out through
-//! `Request::into_writer()`: this module writes the status line and headers itself and frames the body,
-//! flushing after every piece. It owns framing and hop-by-hop headers; it knows nothing about routes,
+//! Writing HTTP answers to a socket: the status line and headers, then the body framed by crossbar
+//! itself and flushed after every piece (a buffered writer would hold SSE events back). The
+//! connection layer (`conn`) and the simulator both answer through here. It owns framing and hop-by-hop headers; it knows nothing about routes,
 //! leases or upstreams. Only chunked and close-delimited bodies can end visibly broken
 //! ([`BodyWriter::abort`]); a body with a `Content-Length` cannot, so it is used for bodies crossbar
 //! holds whole.
 
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Headers a proxy must not forward (RFC 9110 §7.6.1), plus framing headers crossbar rewrites.
 const HOP_BY_HOP: &[&str] = &[
@@ -62,20 +60,22 @@ pub enum Framing {
     Length(u64),
     /// `Transfer-Encoding: chunked` (HTTP/1.1 clients).
     Chunked,
-    /// HTTP/1.0 client that did not ask for keep-alive: the end of the body is the end of the
-    /// connection (tiny_http closes it once the response's writer is dropped).
+    /// HTTP/1.0 client: the end of the body is the end of the connection (the connection layer
+    /// closes it after the answer).
     UntilClose,
     /// HEAD, 204, 304: no body at all.
     Empty,
 }
 
 /// A response being written to one client. Every write is flushed at once.
-pub struct BodyWriter {
-    out: Box<dyn Write + Send>,
+pub struct BodyWriter<'a> {
+    out: Box<dyn Write + Send + 'a>,
     framing: Framing,
+    /// Raised on a write error or an abort: the connection must not carry another request.
+    broken: Option<&'a AtomicBool>,
 }
 
-impl std::fmt::Debug for BodyWriter {
+impl std::fmt::Debug for BodyWriter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BodyWriter")
             .field("framing", &self.framing)
@@ -83,17 +83,53 @@ impl std::fmt::Debug for BodyWriter {
     }
 }
 
-impl BodyWriter {
+impl<'a> BodyWriter<'a> {
     /// Writes the status line and headers. `headers` must not hold framing headers: they are
     /// derived from `framing`.
     pub fn start(
-        mut out: Box<dyn Write + Send>,
+        out: Box<dyn Write + Send + 'a>,
         http10: bool,
         status: u16,
         headers: &[(String, String)],
         framing: Framing,
-    ) -> io::Result<BodyWriter> {
-        let mut head = Vec::with_capacity(256);
+    ) -> io::Result<BodyWriter<'a>> {
+        let mut writer = BodyWriter {
+            out,
+            framing,
+            broken: None,
+        };
+        writer.head(http10, status, headers, &[])?;
+        Ok(writer)
+    }
+
+    /// [`BodyWriter::start`], raising `broken` if any write fails or the body is aborted.
+    pub fn start_tracked(
+        out: Box<dyn Write + Send + 'a>,
+        broken: &'a AtomicBool,
+        http10: bool,
+        status: u16,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> io::Result<BodyWriter<'a>> {
+        let mut writer = BodyWriter {
+            out,
+            framing,
+            broken: Some(broken),
+        };
+        writer.head(http10, status, headers, &[])?;
+        Ok(writer)
+    }
+
+    /// Writes the head, and `body` (a whole `Length` body) with it in the same write.
+    fn head(
+        &mut self,
+        http10: bool,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> io::Result<()> {
+        let framing = self.framing;
+        let mut head = Vec::with_capacity(256 + body.len());
         let version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
         write!(head, "{version} {status} {}\r\n", reason(status))?;
         for (name, value) in headers {
@@ -106,15 +142,33 @@ impl BodyWriter {
             Framing::Empty => {}
         }
         head.extend_from_slice(b"\r\n");
-        // Sent at once, before a long prefill. The listener has Nagle off (see `server`), so this
-        // small write and the body's do not wait on each other's ACKs.
-        out.write_all(&head)?;
-        out.flush()?;
-        Ok(BodyWriter { out, framing })
+        head.extend_from_slice(body);
+        // Sent at once, before a long prefill. Accepted sockets have Nagle off (see `conn`), so
+        // this small write and the body's do not wait on each other's ACKs.
+        let sent = self.out.write_all(&head).and_then(|()| self.out.flush());
+        self.track(sent)
+    }
+
+    fn track<T>(&self, result: io::Result<T>) -> io::Result<T> {
+        if result.is_err() {
+            self.mark_broken();
+        }
+        result
+    }
+
+    fn mark_broken(&self) {
+        if let Some(flag) = self.broken {
+            flag.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Sends one piece of body and flushes it.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        let result = self.write_piece(data);
+        self.track(result)
+    }
+
+    fn write_piece(&mut self, data: &[u8]) -> io::Result<()> {
         if data.is_empty() || self.framing == Framing::Empty {
             return Ok(());
         }
@@ -133,10 +187,14 @@ impl BodyWriter {
 
     /// Ends the body cleanly (the last chunk for chunked framing).
     pub fn finish(mut self) -> io::Result<()> {
-        if self.framing == Framing::Chunked {
-            self.out.write_all(b"0\r\n\r\n")?;
-        }
-        self.out.flush()
+        let mut end = || {
+            if self.framing == Framing::Chunked {
+                self.out.write_all(b"0\r\n\r\n")?;
+            }
+            self.out.flush()
+        };
+        let result = end();
+        self.track(result)
     }
 
     /// Ends the body so that the client cannot mistake it for a complete answer: a chunked body gets
@@ -145,6 +203,7 @@ impl BodyWriter {
     /// best HTTP/1.0 allows: the cut shows as truncated JSON or a stream without its last event).
     /// A `Length` body cannot be marked; see [`Framing::Length`].
     pub fn abort(mut self) {
+        self.mark_broken();
         if self.framing == Framing::Chunked {
             // Not hex: the client's chunk parser fails and it drops the connection.
             let _ = self
@@ -155,9 +214,22 @@ impl BodyWriter {
     }
 }
 
-/// Sends a whole response with a fixed body.
-pub fn send(
-    out: Box<dyn Write + Send>,
+/// Sends a whole response with a fixed body (none when `head_only`), head and body in one write.
+pub fn send<'a>(
+    out: Box<dyn Write + Send + 'a>,
+    http10: bool,
+    head_only: bool,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> io::Result<()> {
+    send_tracked(out, None, http10, head_only, status, headers, body)
+}
+
+/// [`send`], raising `broken` if the write fails.
+pub fn send_tracked<'a>(
+    out: Box<dyn Write + Send + 'a>,
+    broken: Option<&'a AtomicBool>,
     http10: bool,
     head_only: bool,
     status: u16,
@@ -169,9 +241,13 @@ pub fn send(
     } else {
         Framing::Length(body.len() as u64)
     };
-    let mut writer = BodyWriter::start(out, http10, status, headers, framing)?;
-    writer.write(body)?;
-    writer.finish()
+    let mut writer = BodyWriter {
+        out,
+        framing,
+        broken,
+    };
+    let body = if head_only { &[][..] } else { body };
+    writer.head(http10, status, headers, body)
 }
 
 /// The standard reason phrase, or a neutral one for codes without a common phrase.
@@ -188,6 +264,7 @@ pub fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
         422 => "Unprocessable Content",
         429 => "Too Many Requests",
         499 => "Client Closed Request",

@@ -26,7 +26,7 @@ impl Admin {
             (None, Err(err)) => return Err(err),
         };
         let base = match &args.admin {
-            Some(url) => url.trim_end_matches('/').to_string(),
+            Some(addr) => admin_base(addr),
             None => configured,
         };
         let token = args.token.clone().or(config_token);
@@ -63,6 +63,16 @@ impl Admin {
                 self.base
             ))),
         }
+    }
+}
+
+/// `--admin` as an URL base: `127.0.0.1:8081` (the form `admin_listen` takes) gets `http://`.
+fn admin_base(addr: &str) -> String {
+    let addr = addr.trim().trim_end_matches('/');
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
     }
 }
 
@@ -135,6 +145,14 @@ pub fn status(args: &Args) -> Result<(), CliError> {
         ]);
     }
     print!("{}", table(&rows));
+    let saved = &status["prefill_saved"];
+    if let (Some(tokens), Some(seconds)) = (saved["tokens"].as_u64(), saved["seconds"].as_f64()) {
+        println!(
+            "\nprefill saved: {tokens} tokens (≈ {} at each host's measured prefill rate, from \
+             llama-server's timings) since crossbar started",
+            crate::metrics::recent::in_words(seconds)
+        );
+    }
     Ok(())
 }
 

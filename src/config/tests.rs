@@ -232,8 +232,60 @@ fn toml_that_does_not_parse_is_one_error_with_its_line() {
     let err = Config::from_toml("workers = [1,\n")
         .unwrap_err()
         .to_string();
-    assert!(err.starts_with("config is not valid TOML:"), "{err}");
+    assert!(err.starts_with("config is not valid TOML"), "{err}");
     assert!(err.contains("line"), "{err}");
+}
+
+/// Issue 13: one problem line, then the source line indented and a caret under the column.
+#[test]
+fn a_syntax_error_shows_its_source_line_and_a_caret() {
+    let lines = Config::from_toml("workers = 4\nlease_idle = 2h\n")
+        .unwrap_err()
+        .lines();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("config is not valid TOML at line 2, column 15: "),
+        "{lines:#?}"
+    );
+    assert_eq!(lines[1], "    lease_idle = 2h");
+    assert_eq!(lines[2], "                  ^");
+}
+
+/// Issue 13: a typo'd key names the key it probably meant.
+#[test]
+fn unknown_keys_suggest_the_nearest_one() {
+    let text = MINIMAL.replace("parallel = 2", "pararell = 2");
+    check_problem(
+        &text,
+        "hosts.titan.models.qwen.pararell: unknown key; did you mean `parallel`?",
+    );
+}
+
+/// Issue 13: `5min` has a unit, just not one crossbar knows.
+#[test]
+fn an_unknown_duration_unit_is_not_a_missing_one() {
+    let text = format!("queue_timeout = \"5min\"\n{MINIMAL}");
+    check_problem(
+        &text,
+        "queue_timeout: \"5min\" has an unknown unit \"min\"; use ms, s, m, h or d",
+    );
+    check_problem(
+        &format!("queue_timeout = \"5\"\n{MINIMAL}"),
+        "queue_timeout: \"5\" has no unit; use ms, s, m, h or d",
+    );
+}
+
+/// Issue 13: a host URL ending in /v1 passed `check` and failed at runtime.
+#[test]
+fn a_host_url_ending_in_v1_is_refused() {
+    for url in ["http://10.0.0.1:8080/v1", "http://10.0.0.1:8080/v1/"] {
+        let text = MINIMAL.replace("http://10.0.0.1:8080/", url);
+        check_problem(
+            &text,
+            "hosts.titan.url: \"http://10.0.0.1:8080/v1\" ends in /v1; crossbar adds the /v1/... \
+             of each request itself: use \"http://10.0.0.1:8080\"",
+        );
+    }
 }
 
 #[test]

@@ -26,6 +26,12 @@ pub(super) struct RawConfig {
     connect_timeout: Option<String>,
     first_byte_timeout: Option<String>,
     shutdown_grace: Option<String>,
+    client_header_timeout: Option<String>,
+    client_body_timeout: Option<String>,
+    client_body_min_rate: Option<u64>,
+    keepalive_idle: Option<String>,
+    client_write_timeout: Option<String>,
+    accept_queue: Option<usize>,
     log_level: Option<String>,
     #[serde(default)]
     hosts: BTreeMap<String, RawHost>,
@@ -34,7 +40,7 @@ pub(super) struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawHost {
+pub(super) struct RawHost {
     url: Option<String>,
     weight: Option<u32>,
     api_key: Option<String>,
@@ -44,12 +50,12 @@ struct RawHost {
 }
 
 #[derive(Debug, Deserialize)]
-struct RawModel {
+pub(super) struct RawModel {
     parallel: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
-struct RawRoute {
+pub(super) struct RawRoute {
     #[serde(default)]
     hosts: Vec<String>,
     model: Option<String>,
@@ -78,6 +84,25 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
     let connect_timeout = duration("connect_timeout", raw.connect_timeout, "3s");
     let first_byte_timeout = duration("first_byte_timeout", raw.first_byte_timeout, "15m");
     let shutdown_grace = duration("shutdown_grace", raw.shutdown_grace, "30s");
+    let mut front = crate::conn::Settings {
+        header_timeout: duration("client_header_timeout", raw.client_header_timeout, "10s"),
+        body_timeout: duration("client_body_timeout", raw.client_body_timeout, "10s"),
+        body_min_rate: raw.client_body_min_rate.unwrap_or(64 * 1024),
+        keepalive_idle: duration("keepalive_idle", raw.keepalive_idle, "15s"),
+        write_timeout: duration("client_write_timeout", raw.client_write_timeout, "60s"),
+        accept_queue: raw.accept_queue.unwrap_or(128),
+    };
+    if front.body_min_rate == 0 {
+        problems.push(Problem::new(
+            "client_body_min_rate",
+            "must be at least 1 (bytes per second)",
+        ));
+        front.body_min_rate = 1;
+    }
+    if front.accept_queue == 0 {
+        problems.push(Problem::new("accept_queue", "must be at least 1"));
+        front.accept_queue = 1;
+    }
 
     let listen = socket_addr(
         "listen",
@@ -157,6 +182,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         connect_timeout,
         first_byte_timeout,
         shutdown_grace,
+        front,
         log_level,
         hosts,
         routes,
@@ -322,7 +348,14 @@ pub(super) fn check_url(url: &str) -> Result<String, String> {
     if rest.contains(['?', '#']) {
         return Err(format!("{url:?} must not carry a query or fragment"));
     }
-    Ok(url.trim_end_matches('/').to_string())
+    let url = url.trim_end_matches('/');
+    // Clients' paths already start with /v1; a base ending in it would ask for /v1/v1/... (issue 13).
+    if let Some(base) = url.strip_suffix("/v1") {
+        return Err(format!(
+            "{url:?} ends in /v1; crossbar adds the /v1/... of each request itself: use {base:?}"
+        ));
+    }
+    Ok(url.to_string())
 }
 
 /// Whether two different listen addresses cannot both be bound: the same (non-zero) port where

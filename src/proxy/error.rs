@@ -9,10 +9,25 @@ use crate::limiter::LimitError;
 /// Why crossbar answers a request itself instead of forwarding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProxyError {
-    MissingRoute,
+    /// No route in the path or header; `routes` are the configured ones, for the hint.
+    MissingRoute {
+        routes: Vec<String>,
+    },
     ConflictingRoute,
-    UnknownRoute(String),
+    UnknownRoute {
+        route: String,
+        routes: Vec<String>,
+    },
     NotFound,
+    /// `/projA/chat/completions`: a path that exists under `/v1`; the client's base URL lacks it.
+    MissingV1 {
+        route: String,
+    },
+    /// No candidate of the route lists the model (spec §2): 404 with what the route serves.
+    ModelNotFound {
+        model: String,
+        served: Vec<String>,
+    },
     BodyTooLarge,
     PromptTooLarge {
         estimate: u64,
@@ -30,16 +45,34 @@ pub enum ProxyError {
     /// The request body could not be read: malformed chunked framing, or the client went away
     /// mid-upload. The client's fault, not crossbar's.
     BadBody(String),
+    /// The request itself is malformed or cannot be forwarded as sent: a dot segment, backslash,
+    /// encoded `/` or NUL in the path, a header name or value upstream would refuse (spec §2's
+    /// "bad request (+ what)"). The client's fault; it never counts against a host.
+    BadRequest(String),
+    /// The body did not arrive within its deadline (`client_body_timeout` plus its size at
+    /// `client_body_min_rate`).
+    BodyTimeout,
+    /// The client left before an answer could start (queued for a slot): recorded as 499, never
+    /// answered.
+    ClientGone(&'static str),
     Internal(String),
 }
 
 impl ProxyError {
     pub fn status(&self) -> u16 {
         match self {
-            ProxyError::MissingRoute | ProxyError::ConflictingRoute | ProxyError::BadBody(_) => 400,
+            ProxyError::MissingRoute { .. }
+            | ProxyError::ConflictingRoute
+            | ProxyError::BadBody(_)
+            | ProxyError::BadRequest(_) => 400,
             ProxyError::PromptTooLarge { .. } => 400,
-            ProxyError::UnknownRoute(_) | ProxyError::NotFound => 404,
+            ProxyError::UnknownRoute { .. }
+            | ProxyError::NotFound
+            | ProxyError::MissingV1 { .. }
+            | ProxyError::ModelNotFound { .. } => 404,
             ProxyError::BodyTooLarge => 413,
+            ProxyError::BodyTimeout => 408,
+            ProxyError::ClientGone(_) => 499,
             ProxyError::NoHealthyHost
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
@@ -50,19 +83,55 @@ impl ProxyError {
         }
     }
 
-    /// The JSON answer: `{"error": "..."}` plus the fields the spec names.
+    /// The JSON answer: `{"error": "..."}` plus the fields the spec names, and for a client's
+    /// addressing mistake a `hint` saying how to fix it (issue 13).
     pub fn body(&self) -> serde_json::Value {
         let mut body = serde_json::json!({ "error": self.to_string() });
+        if let Some(hint) = self.hint() {
+            body["hint"] = hint.into();
+        }
         match self {
+            ProxyError::ModelNotFound { model, served } => {
+                body["model"] = model.clone().into();
+                body["served"] = served.clone().into();
+            }
+            ProxyError::UnknownRoute { route, .. } => body["route"] = route.clone().into(),
             ProxyError::PromptTooLarge { estimate, max } => {
                 body["estimate"] = (*estimate).into();
                 body["max"] = (*max).into();
             }
             ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
             ProxyError::PinnedDown(host) => body["host"] = host.clone().into(),
+            ProxyError::BadRequest(detail) => body["detail"] = detail.clone().into(),
             _ => {}
         }
         body
+    }
+
+    /// How to fix a request crossbar cannot place: the URL shape and the names that exist.
+    fn hint(&self) -> Option<String> {
+        let shape = "use http://<gateway>/<route>/v1 as the base URL, or send the header X-Crossbar-Route: <route>";
+        Some(match self {
+            ProxyError::MissingRoute { routes } => {
+                format!("no route named; {shape}; routes: {}", names(routes))
+            }
+            ProxyError::UnknownRoute { route, routes } => format!(
+                "no route is called {route:?}; routes: {}; {shape}",
+                names(routes)
+            ),
+            ProxyError::MissingV1 { route } => format!(
+                "the base URL ends in /v1: use http://<gateway>/{route}/v1 (e.g. /{route}/v1/chat/completions)"
+            ),
+            ProxyError::NotFound => "crossbar forwards /<route>/v1/... and llama-server's inference \
+                 endpoints (/completion, /infill, /tokenize, /detokenize, /embedding, /rerank, \
+                 /apply-template, /health, /props)"
+                .to_string(),
+            ProxyError::ModelNotFound { model, served } => format!(
+                "no host of this route serves {model:?}; name one of: {}",
+                names(served)
+            ),
+            _ => return None,
+        })
     }
 
     /// Seconds a client should wait before retrying a 503.
@@ -79,10 +148,11 @@ impl ProxyError {
 impl fmt::Display for ProxyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ProxyError::MissingRoute => "missing route",
+            ProxyError::MissingRoute { .. } => "missing route",
             ProxyError::ConflictingRoute => "conflicting route",
-            ProxyError::UnknownRoute(_) => "unknown route",
-            ProxyError::NotFound => "not found",
+            ProxyError::UnknownRoute { .. } => "unknown route",
+            ProxyError::NotFound | ProxyError::MissingV1 { .. } => "not found",
+            ProxyError::ModelNotFound { .. } => "model_not_found",
             ProxyError::BodyTooLarge => "body too large",
             ProxyError::PromptTooLarge { .. } => "prompt too large",
             ProxyError::NoHealthyHost => "no healthy host",
@@ -92,12 +162,35 @@ impl fmt::Display for ProxyError {
             ProxyError::ShuttingDown => "shutting down",
             ProxyError::Upstream { .. } => "upstream error",
             ProxyError::BadBody(_) => "unreadable body",
+            ProxyError::BadRequest(_) => "bad request",
+            ProxyError::BodyTimeout => "request timeout",
+            ProxyError::ClientGone(_) => "client gone",
             ProxyError::Internal(_) => "internal error",
         })
     }
 }
 
 impl std::error::Error for ProxyError {}
+
+/// Most names a hint lists; a config with more routes or models shows the first ones and a count.
+const MAX_NAMES: usize = 20;
+
+/// `a, b, c` (or `a, b, ... and 7 more`); `(none)` when empty.
+fn names(list: &[String]) -> String {
+    if list.is_empty() {
+        return "(none)".to_string();
+    }
+    let mut out = list
+        .iter()
+        .take(MAX_NAMES)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if list.len() > MAX_NAMES {
+        out.push_str(&format!(" and {} more", list.len() - MAX_NAMES));
+    }
+    out
+}
 
 impl From<LeaseError> for ProxyError {
     fn from(err: LeaseError) -> ProxyError {
@@ -115,6 +208,7 @@ impl From<LimitError> for ProxyError {
             LimitError::QueueFull => ProxyError::QueueFull,
             LimitError::Timeout => ProxyError::QueueTimeout,
             LimitError::Closed => ProxyError::ShuttingDown,
+            LimitError::Gone => ProxyError::ClientGone("client gone while queued"),
             // Not reached: `prepare` refuses a model the host does not serve.
             LimitError::NotConfigured => ProxyError::NoHealthyHost,
         }

@@ -4,6 +4,7 @@
 use std::io::{ErrorKind, Read};
 use std::time::{Instant, SystemTime};
 
+use crate::conn::Request;
 use crate::health::DownReason;
 use crate::limiter::Permit;
 use crate::logfmt::val;
@@ -37,6 +38,11 @@ pub(super) fn exchange(
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
     let mut request = gw.agent().request(&incoming.method, &url);
     let tokens = wire::connection_tokens(incoming.header("Connection"));
+    // Checked before anything is sent: ureq refuses such a header only once it is asked to send,
+    // and that refusal must not look like the host's failure (issue 10).
+    for (name, value) in &incoming.headers {
+        forwardable(name, value)?;
+    }
     for (name, value) in &incoming.headers {
         let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
         let replaced = plan.host.api_key.is_some()
@@ -62,7 +68,14 @@ pub(super) fn exchange(
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) | Err(ureq::Error::Status(_, response)) => Ok(Answer { response, permit }),
+        Ok(response) | Err(ureq::Error::Status(_, response)) => {
+            gw.metrics
+                .observe_ttfb(&row.route, &plan.host.name, row.started, row.ttfb_ms);
+            Ok(Answer { response, permit })
+        }
+        Err(ureq::Error::Transport(err)) if !counts_against_host(err.kind()) => {
+            Err(ProxyError::BadRequest(err.to_string()))
+        }
         Err(ureq::Error::Transport(err)) => {
             let host = plan.host.name.clone();
             gw.health
@@ -80,6 +93,37 @@ pub(super) fn exchange(
     }
 }
 
+/// A header ureq would send as is: a token for a name, visible ASCII, space and tab for a value
+/// (RFC 9110 §5.5 without obs-text, which ureq refuses). Anything else is the client's 400.
+fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if name.is_empty() || !name.as_bytes().iter().all(tchar) {
+        return Err(ProxyError::BadRequest(format!(
+            "header name {name:?} is not a token"
+        )));
+    }
+    if !value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        return Err(ProxyError::BadRequest(format!(
+            "header {name} holds a byte that cannot be forwarded"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a ureq failure before the response head is the host's (it cannot be reached, or
+/// answered something that is not HTTP) rather than a request ureq would not build. Only the
+/// host's failures mark it down.
+fn counts_against_host(kind: ureq::ErrorKind) -> bool {
+    use ureq::ErrorKind as K;
+    !matches!(
+        kind,
+        K::InvalidUrl | K::UnknownScheme | K::InsecureRequestHttpsOnly | K::HTTP
+    )
+}
+
 /// Relays the upstream answer: head first, then every read as soon as it arrives. Once upstream
 /// is done the row is written and the slot freed before the body's end goes out, so a client that
 /// has the whole answer finds its row in the db and the host's slot free for its next turn.
@@ -88,10 +132,11 @@ pub(super) fn exchange(
 /// that ends before its API's last event: `[DONE]`, a native `stop`, `message_stop`,
 /// `response.completed`) ends the client's body visibly broken: never as a
 /// clean end, never left hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes
-/// inside are upstream's, unchanged), whose end can be spoiled. See [`framing`] for HTTP/1.0.
+/// inside are upstream's, unchanged), whose end can be spoiled; HTTP/1.0 clients see the
+/// connection close where it broke.
 pub(super) fn relay(
     gw: &Gateway,
-    request: tiny_http::Request,
+    request: &mut Request<'_>,
     incoming: &Incoming,
     plan: &Plan<'_>,
     answer: Answer,
@@ -106,24 +151,7 @@ pub(super) fn relay(
     let headers = response_headers(&response, plan);
     let mut tee = Tee::for_api(&content_type, plan.api);
     let mut upstream = response.into_reader();
-    let framing = match framing {
-        Out::Chunked => Framing::Chunked,
-        Out::UntilClose => Framing::UntilClose,
-        Out::Empty => Framing::Empty,
-        Out::Held => {
-            let held = read_held(upstream, &mut tee);
-            finish_row(row, clock, &tee);
-            drop(permit);
-            return send_held(gw, request, plan, headers, held, row);
-        }
-    };
-    let mut out = match BodyWriter::start(
-        request.into_writer(),
-        incoming.http10,
-        row.status,
-        &headers,
-        framing,
-    ) {
+    let mut out = match request.start(row.status, &headers, framing) {
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };
@@ -149,49 +177,28 @@ pub(super) fn relay(
     if let Some(detail) = cut_short(&tee) {
         return upstream_broke(gw, row, clock, &tee, out, detail);
     }
-    finish_row(row, clock, &tee);
+    finish_row(gw, row, clock, &tee);
     record(gw, row);
     drop(permit);
     if let Err(err) = out.finish() {
-        log::debug!("client went away before the end of the body: {err}");
+        log::debug!(
+            "client gone before the end of the body error={}",
+            val(&err.to_string())
+        );
     }
 }
 
-/// Largest answer held whole for an HTTP/1.0 keep-alive client (see [`framing`]).
-const HELD_MAX: u64 = 64 << 20;
-
-/// How the client's body goes out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Out {
-    /// HTTP/1.1: chunked, whatever upstream used.
-    Chunked,
-    /// HTTP/1.0 without keep-alive: tiny_http closes the connection after the answer.
-    UntilClose,
-    /// HTTP/1.0 with `Connection: keep-alive`: tiny_http keeps the connection and crossbar has no
-    /// way to close it, so neither a close-delimited body (the client would wait for a close that
-    /// never comes) nor a length that may prove false will do: the answer is read whole first, then
-    /// sent with its length, or replaced by a 502 if it broke off.
-    Held,
-    /// HEAD, 1xx, 204, 304: no body.
-    Empty,
-}
-
-/// The client's framing: see [`Out`].
-fn framing(incoming: &Incoming, response: &ureq::Response) -> Out {
+/// The client's framing: chunked for HTTP/1.1 (whatever upstream used, so a break can be shown),
+/// close-delimited for HTTP/1.0 (the connection closes after the answer), none for HEAD, 1xx, 204
+/// and 304.
+fn framing(incoming: &Incoming, response: &ureq::Response) -> Framing {
     let status = response.status();
     if incoming.method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status) {
-        return Out::Empty;
-    }
-    if !incoming.http10 {
-        return Out::Chunked;
-    }
-    let tokens = wire::connection_tokens(incoming.header("Connection"));
-    let has = |t: &str| tokens.iter().any(|k| k == t);
-    // tiny_http's own rule for keeping an HTTP/1.0 connection.
-    if has("keep-alive") && !has("close") {
-        Out::Held
+        Framing::Empty
+    } else if incoming.http10 {
+        Framing::UntilClose
     } else {
-        Out::UntilClose
+        Framing::Chunked
     }
 }
 
@@ -201,63 +208,6 @@ fn framing(incoming: &Incoming, response: &ureq::Response) -> Out {
 fn cut_short(tee: &Tee) -> Option<&'static str> {
     (!tee.finished() && tee.upstream_error().is_none())
         .then_some("upstream ended the stream before its last event")
-}
-
-/// [`Out::Held`]: the whole answer, or why it broke off.
-fn read_held(upstream: Box<dyn Read + Send + Sync>, tee: &mut Tee) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    let read = upstream.take(HELD_MAX + 1).read_to_end(&mut body);
-    tee.feed(&body);
-    read.map_err(|err| err.to_string())?;
-    if body.len() as u64 > HELD_MAX {
-        return Err(format!(
-            "answer over {HELD_MAX} bytes for an HTTP/1.0 keep-alive client"
-        ));
-    }
-    match cut_short(tee) {
-        Some(detail) => Err(detail.to_string()),
-        None => Ok(body),
-    }
-}
-
-/// [`Out::Held`]: records the row, then sends the answer with its length, or a 502 with crossbar's
-/// `upstream error` body if it broke off. The connection stays open, as the client asked.
-fn send_held(
-    gw: &Gateway,
-    request: tiny_http::Request,
-    plan: &Plan<'_>,
-    mut headers: Vec<(String, String)>,
-    held: Result<Vec<u8>, String>,
-    row: &mut RequestRow,
-) {
-    let body = match held {
-        Ok(body) => body,
-        Err(detail) => {
-            row.err = format!("upstream failed mid-body: {detail}");
-            row.status = 502;
-            let host = plan.host.name.clone();
-            headers = vec![
-                ("Content-Type".to_string(), "application/json".to_string()),
-                (HOST_HEADER.to_string(), host.clone()),
-            ];
-            ProxyError::Upstream { host, detail }
-                .body()
-                .to_string()
-                .into_bytes()
-        }
-    };
-    headers.push(("Connection".to_string(), "keep-alive".to_string()));
-    record(gw, row);
-    if let Err(err) = wire::send(
-        request.into_writer(),
-        true,
-        false,
-        row.status,
-        &headers,
-        &body,
-    ) {
-        log::debug!("client went away before its held answer: {err}");
-    }
 }
 
 /// Upstream headers minus hop-by-hop ones, plus crossbar's own.
@@ -291,7 +241,10 @@ fn canonical(name: &str) -> String {
     out
 }
 
-fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
+fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
+    if let Some((tokens, us)) = tee.prefill() {
+        gw.metrics.observe_prefill(&row.host, tokens, us);
+    }
     let usage = tee.usage();
     row.prompt_tokens = usage.prompt_tokens;
     row.cached_tokens = usage.cached_tokens;
@@ -302,10 +255,17 @@ fn finish_row(row: &mut RequestRow, clock: Instant, tee: &Tee) {
     }
 }
 
+/// The client stopped taking the answer: it left, or read nothing for `client_write_timeout`.
+/// Returning drops the upstream reader, which closes the upstream connection so llama-server
+/// cancels the generation; the slot's permit is dropped with it.
 fn client_gone(gw: &Gateway, row: &mut RequestRow, clock: Instant, err: &std::io::Error) {
     row.total_ms = clock.elapsed().as_millis() as i64;
     row.status = 499;
-    row.err = format!("client went away: {err}");
+    row.err = if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+        "client stalled".to_string()
+    } else {
+        format!("client gone: {err}")
+    };
     record(gw, row);
 }
 
@@ -314,10 +274,10 @@ fn upstream_broke(
     row: &mut RequestRow,
     clock: Instant,
     tee: &Tee,
-    out: BodyWriter,
+    out: BodyWriter<'_>,
     detail: &str,
 ) {
-    finish_row(row, clock, tee);
+    finish_row(gw, row, clock, tee);
     row.err = format!("upstream failed mid-body: {detail}");
     record(gw, row);
     out.abort();

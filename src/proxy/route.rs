@@ -1,4 +1,7 @@
 //! Which route a request names and which llama-server path it asks for. Pure: no I/O.
+//!
+//! The path is percent-decoded and checked ([`normalize`]) before anything looks at it, and what
+//! goes upstream is cut from that checked form, so the allow-list sees exactly what the host gets.
 
 use crate::config::Config;
 
@@ -18,6 +21,22 @@ const NATIVE: &[&str] = &[
     "/rerank",
     "/reranking",
     "/apply-template",
+];
+
+/// First path segments that are API paths, not route names: `/chat/completions` is a client that
+/// left the route (and `/v1`) out of its base URL, never a route called `chat`.
+const API_WORDS: &[&str] = &[
+    "chat",
+    "completions",
+    "embeddings",
+    "models",
+    "messages",
+    "responses",
+    "audio",
+    "images",
+    "moderations",
+    "rerank",
+    "reranking",
 ];
 
 /// Paths llama-server answers without a slot: server metadata and the tokenizer.
@@ -43,6 +62,8 @@ pub fn resolve(
     header: Option<&str>,
     config: &Config,
 ) -> Result<(String, String), ProxyError> {
+    let normalized = normalize(path)?;
+    let path = normalized.as_str();
     let (first, after_first) = split_first(path);
     let (route, rest) = match header.map(str::trim).filter(|h| !h.is_empty()) {
         Some(named) => {
@@ -54,20 +75,96 @@ pub fn resolve(
             (named, rest)
         }
         None => {
-            if first.is_empty() || first == "v1" || NATIVE.contains(&path) {
-                return Err(ProxyError::MissingRoute);
+            let api_path = NATIVE.contains(&path) || API_WORDS.contains(&first);
+            if first.is_empty() || first == "v1" || (api_path && !config.routes.contains_key(first))
+            {
+                return Err(ProxyError::MissingRoute {
+                    routes: config.routes.keys().cloned().collect(),
+                });
             }
             (first, after_first)
         }
     };
     if !config.routes.contains_key(route) {
-        return Err(ProxyError::UnknownRoute(route.to_string()));
+        return Err(ProxyError::UnknownRoute {
+            route: route.to_string(),
+            routes: config.routes.keys().cloned().collect(),
+        });
     }
     let rest = if rest.is_empty() { "/" } else { rest };
     if !allowed(rest) {
+        // `/projA/chat/completions`: right route, base URL without its `/v1`.
+        let (word, _) = split_first(rest);
+        if API_WORDS.contains(&word) && allowed(&format!("/v1{rest}")) {
+            return Err(ProxyError::MissingV1 {
+                route: route.to_string(),
+            });
+        }
         return Err(ProxyError::NotFound);
     }
     Ok((route.to_string(), rest.to_string()))
+}
+
+/// Percent-decodes a request path (without its query) and re-encodes it in one canonical form, or
+/// refuses it (spec §2): a `.` or `..` segment, a backslash (raw or encoded), an encoded `/`, NUL or
+/// another control byte, or a `%` not followed by two hex digits. The upstream's URL parser would
+/// otherwise resolve `/projA/v1/%2e%2e/slots` to `/slots` after the allow-list said yes (issue 10).
+pub fn normalize(path: &str) -> Result<String, ProxyError> {
+    let bad = |what: &str| Err(ProxyError::BadRequest(format!("path: {what}")));
+    if !path.starts_with('/') {
+        return bad("must start with /");
+    }
+    let raw = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut segment_start = 0;
+    let mut i = 0;
+    while i < raw.len() {
+        let (byte, encoded) = if raw[i] == b'%' {
+            let hex = |b: u8| (b as char).to_digit(16);
+            match (
+                raw.get(i + 1).and_then(|&b| hex(b)),
+                raw.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                (Some(hi), Some(lo)) => {
+                    i += 3;
+                    ((hi * 16 + lo) as u8, true)
+                }
+                _ => return bad("bad percent-encoding"),
+            }
+        } else {
+            i += 1;
+            (raw[i - 1], false)
+        };
+        match byte {
+            b'/' if encoded => return bad("encoded /"),
+            b'\\' => return bad("backslash"),
+            0 => return bad("NUL byte"),
+            b if b < 0x20 || b == 0x7f => return bad("control byte"),
+            b'/' => {
+                if is_dot_segment(&out[segment_start..]) {
+                    return bad("dot segment");
+                }
+                out.push('/');
+                segment_start = out.len();
+            }
+            b if plain(b) => out.push(b as char),
+            b => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    if is_dot_segment(&out[segment_start..]) {
+        return bad("dot segment");
+    }
+    Ok(out)
+}
+
+/// `.` or `..`, in the re-encoded form (a decoded `.` is written back as `.`).
+fn is_dot_segment(segment: &str) -> bool {
+    segment == "." || segment == ".."
+}
+
+/// Bytes a path segment may hold unencoded (RFC 3986 `pchar` minus `%`).
+fn plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b)
 }
 
 /// `/projA/v1/chat` → (`projA`, `/v1/chat`).
@@ -171,17 +268,95 @@ mod tests {
         check("/v1/models", Some("nope"), Err("unknown route"));
     }
 
+    /// Issue 13: each addressing mistake says how to fix it.
+    #[track_caller]
+    fn check_hint(path: &str, error: &str, mentions: &[&str]) {
+        let err = resolve(path, None, &config()).expect_err(path);
+        let body = err.body();
+        assert_eq!(body["error"], error, "{path}: {body}");
+        let hint = body["hint"].as_str().unwrap_or_default();
+        for word in mentions {
+            assert!(
+                hint.contains(word),
+                "{path}: {hint:?} should mention {word:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn addressing_mistakes_say_how_to_fix_them() {
+        let shape = "http://<gateway>/<route>/v1";
+        check_hint(
+            "/v1/chat/completions",
+            "missing route",
+            &["projA, projB", shape, "X-Crossbar-Route"],
+        );
+        // Not a route called `chat`: the client left route and `/v1` out.
+        check_hint(
+            "/chat/completions",
+            "missing route",
+            &["projA, projB", shape],
+        );
+        check_hint("/models", "missing route", &["projA, projB"]);
+        check_hint(
+            "/projC/v1/chat/completions",
+            "unknown route",
+            &["\"projC\"", "projA, projB"],
+        );
+        check_hint(
+            "/projA/chat/completions",
+            "not found",
+            &["ends in /v1", "/projA/v1"],
+        );
+        check_hint("/projA/slots", "not found", &["/<route>/v1/"]);
+        assert_eq!(
+            resolve("/projC/v1/models", None, &config())
+                .unwrap_err()
+                .body()["route"],
+            "projC"
+        );
+    }
+
     #[test]
     fn only_inference_paths_are_forwarded() {
-        for rest in [
-            "/slots",
-            "/metrics",
-            "/",
-            "/v1",
-            "/slots/0?action=erase",
-            "/v1/../slots",
-        ] {
+        for rest in ["/slots", "/metrics", "/", "/v1", "/slots/0?action=erase"] {
             check(&format!("/projA{rest}"), None, Err("not found"));
         }
+    }
+
+    /// Issue 10: the allow-list was checked before the path was decoded, so these reached the host
+    /// as `/slots`, `/` and `/slots/0`.
+    #[test]
+    fn dot_segments_backslashes_encoded_slashes_and_nul_are_bad_requests_issue_10() {
+        for path in [
+            "/projA/v1/%2e%2e/slots",
+            "/projA/v1/%2E%2E/slots",
+            "/projA/v1/..",
+            "/projA/v1/../slots",
+            "/projA/v1/./chat/completions",
+            "/projA/v1/.%2e/slots",
+            "/projA/v1/..\\slots",
+            "/projA/v1/%5cslots",
+            "/projA/v1%2fslots",
+            "/projA/v1/%2F..%2Fslots",
+            "/projA/v1/chat%00",
+            "/projA/v1/chat%0a",
+            "/projA/v1/chat%zz",
+            "/projA/v1/chat%4",
+            "/%2e%2e/projA/v1/models",
+        ] {
+            check(path, None, Err("bad request"));
+        }
+    }
+
+    #[test]
+    fn the_rest_is_the_decoded_path_in_one_canonical_encoding() {
+        check("/projA/v1/%6dodels", None, Ok(("projA", "/v1/models")));
+        check("/%70rojA/v1/models", None, Ok(("projA", "/v1/models")));
+        check("/projA/v1/a%20b", None, Ok(("projA", "/v1/a%20b")));
+        check("/projA/v1/a%25b", None, Ok(("projA", "/v1/a%25b")));
+        check("/projA/v1/...", None, Ok(("projA", "/v1/...")));
+        check("/projA/v1/%3F", None, Ok(("projA", "/v1/%3F")));
+        check("/projA/%73lots", None, Err("not found"));
     }
 }

@@ -5,7 +5,6 @@
 //! Must not: hold any lock while reading or writing a socket; nest locks.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::BufReader;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -241,7 +240,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, stop: &AtomicBool) 
 
 fn serve_connection(shared: &Shared, sock: TcpStream, id: u64) {
     if let Ok(read_half) = sock.try_clone() {
-        let mut reader = BufReader::new(read_half);
+        let mut reader = crate::conn::Inbound::new(read_half);
         loop {
             match http::read_request(&mut reader, &sock) {
                 Ok(req) => {
@@ -251,7 +250,7 @@ fn serve_connection(shared: &Shared, sock: TcpStream, id: u64) {
                     }
                 }
                 Err(http::ReadError::Bad(status, msg)) => {
-                    respond::reply_error(&sock, status, msg, false);
+                    respond::reply_error(&sock, status, &msg, false);
                     break;
                 }
                 Err(http::ReadError::Io(e)) => {

@@ -38,6 +38,8 @@ struct Nested {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TimingsSeen {
     prompt_n: Option<i64>,
+    /// `prompt_ms` in whole microseconds.
+    prompt_us: Option<i64>,
     cache_n: Option<i64>,
     predicted_n: Option<i64>,
 }
@@ -100,6 +102,11 @@ impl Seen {
         if let Some(t) = p.timings.as_ref().filter(|t| t.is_object()) {
             self.timings = Some(TimingsSeen {
                 prompt_n: count(t.get("prompt_n")),
+                prompt_us: t
+                    .get("prompt_ms")
+                    .and_then(Value::as_f64)
+                    .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
+                    .map(|ms| (ms * 1000.0) as i64),
                 cache_n: count(t.get("cache_n")),
                 predicted_n: count(t.get("predicted_n")),
             });
@@ -162,6 +169,12 @@ impl Seen {
             msg.truncate(cut);
         }
         self.error = Some(msg);
+    }
+
+    /// The last `timings`' (`prompt_n`, `prompt_ms` in µs), when both are there.
+    pub fn prefill(&self) -> Option<(u64, u64)> {
+        let t = self.timings?;
+        Some((t.prompt_n? as u64, t.prompt_us? as u64))
     }
 
     /// The token counts by the rules in the module header of `tee.rs`.

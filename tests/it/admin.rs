@@ -121,7 +121,13 @@ fn bad_admin_input_is_answered_naming_what_is_wrong() {
         "bad body: invalid type",
     );
     check_error(
-        &admin(&h, "POST", "/admin/pin", &[], &Value::Null),
+        &admin(
+            &h,
+            "POST",
+            "/admin/pin",
+            &[("Content-Type", "application/json")],
+            &Value::Null,
+        ),
         400,
         "bad body",
     );
@@ -298,6 +304,24 @@ fn metrics_parse_as_prometheus_text_with_every_family() {
         if b.iter().any(|b| b.less_than.is_infinite() && b.count == 2.0))),
         "{text}"
     );
+    // Issue 13: the two latencies LLM users watch, per route and host.
+    for name in ["crossbar_ttfb_seconds", "crossbar_queue_wait_seconds"] {
+        let samples = family(name, &["route", "host"]);
+        let titan = samples
+            .iter()
+            .find(|s| s.labels.get("host") == Some("titan"))
+            .unwrap_or_else(|| panic!("no titan {name}\n{text}"));
+        assert!(
+            matches!(&titan.value, V::Histogram(b)
+                if b.iter().any(|b| b.less_than.is_infinite() && b.count == 2.0)),
+            "{name}: {titan:?}"
+        );
+        assert!(
+            text.contains(&format!("{name}_count{{route=\"projA\",host=\"titan\"}} 2")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{name}_sum{{route=\"projA\",host=\"titan\"}} ")));
+    }
     for name in ["crossbar_in_flight", "crossbar_queued"] {
         let samples = family(name, &["host", "model"]);
         assert!(samples.iter().all(|s| matches!(s.value, V::Gauge(_))));
@@ -355,4 +379,82 @@ fn the_status_page_is_one_self_contained_page_that_refreshes() {
         "{page}"
     );
     assert!(page.contains('%'), "a cached share is shown");
+}
+
+/// Issue 13: the gateway's own liveness and readiness, without the token, for systemd and
+/// uptime checks; readiness follows the hosts.
+#[test]
+fn liveness_and_readiness_answer_without_the_token() {
+    let h = Harness::start(
+        vec![host("titan", 1)],
+        "admin_token = \"s3cret\"\nhealth_interval = \"1h\"",
+    );
+    assert_eq!(get(&h, "/admin/status").status, 401);
+    let live = get(&h, "/livez");
+    assert_eq!(live.status, 200, "{}", live.text());
+    assert_eq!(live.json()["status"], "live");
+    let ready = get(&h, "/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert_eq!(
+        ready.json(),
+        json!({ "status": "ready", "hosts_up": 1, "hosts": 1 })
+    );
+    let gw = h.server().gateway();
+    gw.health
+        .mark_down("titan", crossbar::health::DownReason::ForwardFailed, 1);
+    let ready = get(&h, "/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["status"], "not ready");
+    assert_eq!(get(&h, "/health/live").status, 200);
+    // Only reads are open: anything else still needs the token.
+    assert_eq!(admin(&h, "POST", "/livez", &[], &Value::Null).status, 401);
+}
+
+/// Issue 13: the status page leads with the prefill saved (tokens, and minutes at the host's
+/// prefill rate measured from `timings`) and draws the last hour per host as inline SVG.
+#[test]
+fn the_status_page_shows_prefill_saved_and_charts_of_the_last_hour() {
+    let mut titan = host("titan", 1);
+    titan.sim.prefill_us_per_token = 200; // 5000 tokens/s
+    let h = Harness::start(vec![titan], "");
+    for turns in 0..3 {
+        turn(
+            &h,
+            "a conversation long enough to measure the host's prefill rate by",
+            turns,
+        );
+    }
+    wait_until("three rows", || h.rows().len() >= 3);
+    let cached: i64 = h.rows().iter().filter_map(|r| r.cached_tokens).sum();
+    assert!(cached > 0, "later turns hit the cache");
+    let page = get(&h, "/").text();
+    let headline = format!("prefill saved: <b>{cached} tokens</b>");
+    let headline = if cached >= 1000 {
+        headline.replace(
+            &cached.to_string(),
+            &format!("{},{:03}", cached / 1000, cached % 1000),
+        )
+    } else {
+        headline
+    };
+    assert!(page.contains(&headline), "no {headline:?} in\n{page}");
+    let seconds = cached as f64 / 5000.0;
+    assert!(
+        page.contains(&format!("≈ <b>{seconds:.1} seconds</b>")),
+        "{seconds:.1} seconds at 5000 tokens/s\n{page}"
+    );
+    assert!(page.contains("prefill 5000 tokens/s"), "{page}");
+    assert_eq!(
+        page.matches("<svg").count(),
+        3,
+        "requests, cached share, TTFB"
+    );
+    for chart in ["requests / min", "cached share", "TTFB", "p50", "p95"] {
+        assert!(page.contains(chart), "no {chart:?}");
+    }
+    assert!(
+        page.matches("<rect").count() > 3,
+        "three chart frames and a bar for this minute's requests"
+    );
+    assert!(!page.contains("<script"), "no script");
 }

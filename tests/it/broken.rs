@@ -160,28 +160,33 @@ fn an_http10_client_sees_the_connection_close_where_upstream_broke() {
     check_recovered(&h, 200);
 }
 
+/// Issue 10: an HTTP/1.0 client asking for keep-alive gets its stream as it is made, ended by the
+/// close (tiny_http kept such connections open, so crossbar used to hold the answer whole).
 #[test]
-fn an_http10_keep_alive_client_gets_whole_answers_or_a_502() {
-    // tiny_http keeps an HTTP/1.0 keep-alive connection open and crossbar cannot close it, so a
-    // close-delimited body would never end: these answers are held whole and sent with a length.
+fn an_http10_keep_alive_client_gets_its_stream_ended_by_the_close_issue_10() {
     let h = Harness::start(vec![host("titan", 1)], "");
     let mut conn = send_http10(&h, true, true);
-    let answer = conn.read_answer();
-    assert_eq!(answer.status, 200);
-    assert_eq!(answer.header("Connection"), Some("keep-alive"));
-    assert!(
-        answer.text().ends_with("data: [DONE]\n\n"),
-        "{}",
-        answer.text()
+    let (status, headers) = conn.read_head();
+    assert_eq!(status, 200);
+    assert_eq!(
+        crossbar::wire::header(&headers, "Connection"),
+        Some("close")
     );
+    let mut body = String::new();
+    conn.reader
+        .read_to_string(&mut body)
+        .expect("closed, no hang");
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body:?}");
     h.sim("titan").set_fault(Fault::CutBody { after_bytes: 40 });
-    resend_http10(&conn, true, false);
-    let answer = conn.read_answer();
-    assert_eq!(answer.status, 502, "{}", answer.text());
-    assert_eq!(answer.json()["error"], "upstream error");
-    check_recovered(&h, 502);
-    resend_http10(&conn, true, false);
-    let answer = conn.read_answer();
-    assert_eq!(answer.status, 200, "the connection carries on");
-    assert!(answer.json()["usage"].is_object(), "{}", answer.text());
+    let mut conn = send_http10(&h, true, false);
+    assert_eq!(conn.read_head().0, 200);
+    let mut body = String::new();
+    conn.reader
+        .read_to_string(&mut body)
+        .expect("closed, no hang");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&body).is_err(),
+        "cut: {body:?}"
+    );
+    check_recovered(&h, 200);
 }

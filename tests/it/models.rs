@@ -20,7 +20,7 @@ fn footprint(h: &Harness) -> (usize, usize, usize, usize) {
 /// Review finding: a pin returned its host without checking the model, so every made-up model
 /// name got a limiter slot, a lease row and metric series, forever.
 #[test]
-fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_no_healthy_host() {
+fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_model_not_found() {
     let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
     let gw = h.server().gateway().clone();
     gw.leases.pin("projA", "mini", 0).unwrap();
@@ -28,7 +28,7 @@ fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_no_healthy_ho
     assert_eq!(h.post(CHAT, &chat("hello", 0, false)).status, 200);
     let mut body = chat("hello", 0, false);
     body["model"] = "made-up".into();
-    assert_eq!(h.post(CHAT, &body).status, 503);
+    assert_eq!(h.post(CHAT, &body).status, 404);
     let before = footprint(&h);
     let chats_before = h.sim("mini").requests().len();
 
@@ -36,9 +36,13 @@ fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_no_healthy_ho
         let mut body = chat("hello", 0, false);
         body["model"] = format!("made-up-{i}").into();
         let answer = h.post(CHAT, &body);
-        assert_eq!(answer.status, 503, "{}", answer.text());
-        assert_eq!(answer.json()["error"], "no healthy host");
-        assert!(answer.header("Retry-After").is_some());
+        // Issue 13 (spec §2): 404 naming the model and what the route serves, not a 503.
+        assert_eq!(answer.status, 404, "{}", answer.text());
+        let json = answer.json();
+        assert_eq!(json["error"], "model_not_found");
+        assert_eq!(json["model"], format!("made-up-{i}"));
+        assert_eq!(json["served"], serde_json::json!(["m"]), "{json}");
+        assert!(answer.header("Retry-After").is_none());
     }
 
     assert_eq!(
@@ -59,5 +63,5 @@ fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_no_healthy_ho
         .filter(|r| r.model.starts_with("made-up"))
         .collect::<Vec<_>>();
     assert_eq!(refused.len(), 51, "one accounting row each");
-    assert!(refused.iter().all(|r| r.status == 503 && r.host.is_empty()));
+    assert!(refused.iter().all(|r| r.status == 404 && r.host.is_empty()));
 }

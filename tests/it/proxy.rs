@@ -40,6 +40,38 @@ fn every_routing_error_has_its_status_and_json() {
         .all(|r| !r.path.contains("chat")));
 }
 
+/// Issue 13: a newcomer's addressing mistakes each answer how to fix them, end to end.
+#[test]
+fn addressing_mistakes_answer_how_to_fix_them() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let body = chat("hi", 0, false);
+    let hint =
+        |answer: &crate::support::Answer| answer.json()["hint"].as_str().unwrap_or("").to_string();
+    for path in ["/v1/chat/completions", "/chat/completions"] {
+        let answer = h.post(path, &body);
+        check_error(&answer, 400, "missing route");
+        let hint = hint(&answer);
+        assert!(hint.contains("routes: projA"), "{path}: {hint}");
+        assert!(
+            hint.contains("http://<gateway>/<route>/v1"),
+            "{path}: {hint}"
+        );
+    }
+    let answer = h.post("/projC/v1/chat/completions", &body);
+    check_error(&answer, 404, "unknown route");
+    assert!(hint(&answer).contains("\"projC\""), "{}", answer.text());
+    assert!(hint(&answer).contains("routes: projA"), "{}", answer.text());
+    let answer = h.post("/projA/chat/completions", &body);
+    check_error(&answer, 404, "not found");
+    assert!(
+        hint(&answer).contains("base URL ends in /v1"),
+        "{}",
+        answer.text()
+    );
+    assert!(hint(&answer).contains("/projA/v1"), "{}", answer.text());
+    assert!(h.sim("titan").requests().iter().all(|r| r.method != "POST"));
+}
+
 #[test]
 fn header_and_path_naming_different_routes_conflict() {
     let second_route = "[routes.projB]\nhosts = [\"titan\"]\nmodel = \"m\"";

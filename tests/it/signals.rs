@@ -204,7 +204,7 @@ fn sigterm_lets_a_stream_in_flight_finish_records_it_and_exits_0() {
 
     crossbar.signal("TERM");
     crossbar.wait_log("signal received signal=TERM");
-    crossbar.wait_log("stopping: waiting");
+    crossbar.wait_log("stopping grace_s=");
     titan.release(1000);
 
     let answer = conn.read_answer();
@@ -285,12 +285,75 @@ fn sighup_applies_a_valid_config_keeping_leases_and_refuses_an_invalid_one() {
 
     crossbar.signal("TERM");
     let status = crossbar.wait_exit();
-    assert_eq!(
-        status.code(),
-        Some(0),
-        "{}",
-        crossbar.drain_log().join("\n")
-    );
+    let log = crossbar.drain_log();
+    assert_eq!(status.code(), Some(0), "{}", log.join("\n"));
+    // Issue 13: at start one line per host with its state, slots and context; every line splits
+    // into a kind and key=value pairs.
+    for host in ["titan", "mini"] {
+        let start = format!("host up host={host} ctx=");
+        assert!(
+            log.iter()
+                .any(|l| l.contains(&start) && l.contains(" slots=")),
+            "no {start:?} line in\n{}",
+            log.join("\n")
+        );
+    }
+    for line in &log {
+        check_splits(line);
+    }
+}
+
+/// A log line is `TIME [LEVEL] kind words key=value key="quoted value" ...`: the kind is lowercase
+/// words, and after it every token is a key=value pair (issue 13).
+#[track_caller]
+fn check_splits(line: &str) {
+    let mut rest = line
+        .splitn(3, ' ')
+        .nth(2)
+        .unwrap_or_else(|| panic!("{line}"));
+    let mut pairs = 0;
+    while !rest.is_empty() {
+        let end = rest.find(' ').unwrap_or(rest.len());
+        let token = &rest[..end];
+        match token.split_once('=') {
+            None => {
+                assert_eq!(pairs, 0, "a bare word after key=value pairs: {line}");
+                assert!(
+                    token.chars().all(|c| c.is_ascii_lowercase()),
+                    "kind word {token:?}: {line}"
+                );
+                rest = rest[end..].trim_start();
+            }
+            Some((key, value)) => {
+                pairs += 1;
+                assert!(
+                    !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                    "key {key:?}: {line}"
+                );
+                let after_key = &rest[key.len() + 1..];
+                let len = if let Some(quoted) = value.strip_prefix('"') {
+                    // A quoted value runs to the next unescaped quote.
+                    let _ = quoted;
+                    let bytes = after_key.as_bytes();
+                    let mut i = 1;
+                    while i < bytes.len() && bytes[i] != b'"' {
+                        i += if bytes[i] == b'\\' { 2 } else { 1 };
+                    }
+                    assert!(i < bytes.len(), "unterminated quote: {line}");
+                    i + 1
+                } else {
+                    assert!(!value.contains('"'), "stray quote: {line}");
+                    value.len()
+                };
+                let next = &after_key[len..];
+                assert!(
+                    next.is_empty() || next.starts_with(' '),
+                    "value of {key} runs on: {line}"
+                );
+                rest = next.trim_start();
+            }
+        }
+    }
 }
 
 /// Replaces the file whole, as an editor or a config tool would.

@@ -142,9 +142,12 @@ fn config_text(
     extra: &str,
 ) -> String {
     let mut text = format!(
-        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n",
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\n",
         dir.join("crossbar.db")
     );
+    if !extra.contains("workers") {
+        text.push_str("workers = 8\n");
+    }
     if !extra.contains("health_interval") {
         text.push_str("health_interval = \"1s\"\n");
     }
@@ -220,10 +223,19 @@ impl Conn {
     }
 
     pub fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
+        // The Host a real client sends: the address it connected to. Bodies are JSON unless the
+        // test says otherwise.
+        let peer = self.reader.get_ref().peer_addr().unwrap();
         let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: crossbar\r\nContent-Length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {peer}\r\nContent-Length: {}\r\n",
             body.len()
         );
+        let typed = headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("Content-Type"));
+        if !body.is_empty() && !typed {
+            head.push_str("Content-Type: application/json\r\n");
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }

@@ -76,7 +76,7 @@ fn every_operator_verb_works_against_a_running_crossbar() {
     assert_eq!(turn(&h, "cli conversation", 1).0, "titan");
 
     let table = verb(&h, &["status"]);
-    for shown in ["HOST", "titan", "mini", "projA"] {
+    for shown in ["HOST", "titan", "mini", "projA", "prefill saved: "] {
         assert!(check_ok(&table).contains(shown), "{table:#?}");
     }
     let json: Value = serde_json::from_str(check_ok(&verb(&h, &["status", "--json"]))).unwrap();
@@ -111,7 +111,10 @@ fn every_operator_verb_works_against_a_running_crossbar() {
     check_fails(&verb(&h, &["pin", "projA", "nope"]), "nope");
     check_fails(&verb(&h, &["release", "projZ"]), "projZ");
     check_fails(&verb(&h, &["pin", "projA"]), "ROUTE HOST");
-    check_fails(&crossbar(&h.dir, &["status"]), "crossbar.toml");
+    check_fails(
+        &crossbar(&h.dir, &["status"]),
+        "tried ./crossbar.toml and /etc/crossbar/crossbar.toml",
+    );
     let nowhere = crossbar(&h.dir, &["status", "--admin", "http://127.0.0.1:1"]);
     check_fails(&nowhere, "cannot reach");
 }
@@ -274,5 +277,70 @@ fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
         ],
         "{run:#?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 13: `--version`, each command's own help, and `--admin` in the form `admin_listen` takes.
+#[test]
+fn version_per_command_help_and_a_bare_admin_address() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let version = crossbar(&h.dir, &["--version"]);
+    assert_eq!(
+        check_ok(&version),
+        format!("crossbar {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let global = crossbar(&h.dir, &["--help"]);
+    let serve = crossbar(&h.dir, &["serve", "--help"]);
+    assert!(
+        check_ok(&serve).starts_with("crossbar serve — "),
+        "{serve:#?}"
+    );
+    assert!(check_ok(&serve).contains("SIGHUP"), "{serve:#?}");
+    assert_ne!(serve.stdout, global.stdout);
+    let drain = crossbar(&h.dir, &["drain", "--help"]);
+    assert!(check_ok(&drain).contains("--off"), "{drain:#?}");
+    assert!(
+        check_ok(&global).contains("report [--since DUR]"),
+        "{global:#?}"
+    );
+
+    let bare = h.server().admin_addr().to_string();
+    let status = crossbar(&h.dir, &["status", "--admin", &bare]);
+    assert!(check_ok(&status).contains("titan"), "{status:#?}");
+}
+
+/// Issue 13: `check` names a typo'd key's likely meaning, shows where TOML broke, and says a
+/// host URL must not end in /v1.
+#[test]
+fn check_explains_typos_syntax_errors_and_a_v1_url() {
+    let dir = temp_dir();
+    let path = dir.join("typo.toml");
+    let db = dir.join("x.db");
+    let good = write_config(&dir, &db, "http://127.0.0.1:9/v1", "");
+    let text = std::fs::read_to_string(&good)
+        .unwrap()
+        .replace("parallel", "pararell");
+    std::fs::write(&path, text).unwrap();
+    let run = crossbar(&dir, &["check", "-c", path.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert!(
+        run.stderr
+            .contains("hosts.titan.models.m.pararell: unknown key; did you mean `parallel`?"),
+        "{run:#?}"
+    );
+    assert!(
+        run.stderr
+            .contains("hosts.titan.url: \"http://127.0.0.1:9/v1\" ends in /v1"),
+        "{run:#?}"
+    );
+
+    std::fs::write(&path, "workers = 4\nqueue_timeout = 5min\n").unwrap();
+    let run = crossbar(&dir, &["check", "-c", path.to_str().unwrap()]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{run:#?}");
+    assert!(lines[0].contains("at line 2, column"), "{run:#?}");
+    assert_eq!(lines[1], "    queue_timeout = 5min");
+    assert_eq!(lines[2].trim(), "^");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,6 +5,9 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::conn::{Pool, Request, Service, Settings};
 
 use crossbeam_channel::{unbounded, Receiver};
 
@@ -14,46 +17,40 @@ pub type Answer = fn(&str) -> (u16, &'static str);
 /// One request a fake host received: its path and Authorization header.
 pub type Hit = (String, Option<String>);
 
-/// A fake llama-server answering from a fixed table, reporting every request on `hits`.
+/// A fake llama-server answering from a fixed table, reporting every request on `hits`. It is
+/// served by crossbar's own connection layer, like crossbar's listeners.
 pub struct Fake {
     pub url: String,
     pub hits: Receiver<Hit>,
-    server: Arc<tiny_http::Server>,
-    thread: Option<thread::JoinHandle<()>>,
+    pool: Option<Pool>,
 }
 
 pub fn fake(answer: Answer) -> Fake {
-    let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind a test server"));
-    let addr = server.server_addr().to_ip().expect("an IP address");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a test server");
     let (tx, hits) = unbounded();
-    let serving = Arc::clone(&server);
-    let thread = thread::spawn(move || {
-        while let Ok(request) = serving.recv() {
-            let auth = request
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Authorization"))
-                .map(|h| h.value.as_str().to_string());
-            let path = request.url().to_string();
+    let service = Service {
+        name: "fake",
+        handle: Box::new(move |request: &mut Request<'_>| {
+            let auth = request.header("Authorization").map(str::to_string);
+            let path = request.target().to_string();
             let (status, body) = answer(&path);
             let _ = tx.send((path, auth));
-            let _ =
-                request.respond(tiny_http::Response::from_string(body).with_status_code(status));
-        }
-    });
+            let _ = request.send(status, &[], body.as_bytes());
+        }),
+        refused: Box::new(|_| {}),
+    };
+    let pool = Pool::start(listener, 2, Settings::default(), service).expect("start a test server");
     Fake {
-        url: format!("http://{addr}"),
+        url: format!("http://{}", pool.addr()),
         hits,
-        server,
-        thread: Some(thread),
+        pool: Some(pool),
     }
 }
 
 impl Drop for Fake {
     fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        if let Some(pool) = self.pool.take() {
+            pool.stop(Instant::now() + Duration::from_secs(5));
         }
     }
 }

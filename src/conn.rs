@@ -1,0 +1,84 @@
+//! crossbar's own connection layer, in the design card's shape: one accept thread hands sockets to a
+//! fixed pool of workers through a bounded queue, and each worker serves one connection at a time.
+//!
+//! Owns: accepting (errors logged once per burst, brief backoff, the listener never dies), the
+//! bounded accept queue (full → `503 busy` with `Retry-After`, then close), request heads and bodies
+//! under limits and deadlines (`head`, `body`, `inbound`), keep-alive and pipelining, parking idle
+//! keep-alive connections off the workers (`park`), and answering what is refused before a handler
+//! sees it (431, 400, 408, 503 — a log line and a counter, no accounting row). Must not: know about
+//! routes, leases or upstreams (handlers do), hold a lock across socket I/O, or size an allocation by
+//! a number a client sent.
+
+mod body;
+mod head;
+mod inbound;
+mod park;
+mod pool;
+mod request;
+
+pub mod fuzz;
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::time::Duration;
+
+pub use body::{read as read_body, BodyError, BodyTiming};
+pub use head::{parse as parse_head, BodyKind, Head, HeadError, MAX_HEAD, MAX_HEADERS};
+pub use inbound::{Inbound, Wire};
+pub use pool::{Pool, Refused, Service};
+pub use request::Request;
+
+/// Time limits of one listener (config keys; see crossbar.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// The whole head must arrive within this (`client_header_timeout`).
+    pub header_timeout: Duration,
+    /// A body gets this plus its size at `body_min_rate` (`client_body_timeout`).
+    pub body_timeout: Duration,
+    /// Bytes per second a body must at least arrive at (`client_body_min_rate`).
+    pub body_min_rate: u64,
+    /// An idle keep-alive connection is closed after this (`keepalive_idle`).
+    pub keepalive_idle: Duration,
+    /// A client that takes nothing from its socket this long loses it (`client_write_timeout`).
+    pub write_timeout: Duration,
+    /// Accepted connections waiting for a worker; beyond it, `503 busy` (`accept_queue`).
+    pub accept_queue: usize,
+}
+
+impl Settings {
+    pub fn body_timing(&self) -> BodyTiming {
+        BodyTiming {
+            base: self.body_timeout,
+            min_rate: self.body_min_rate,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            body_min_rate: 64 << 10,
+            keepalive_idle: Duration::from_secs(15),
+            write_timeout: Duration::from_secs(60),
+            accept_queue: 128,
+        }
+    }
+}
+
+/// True when the peer has closed or broken its side of `sock`. Bytes waiting (a pipelined request)
+/// mean it is still there. Never blocks: the socket is non-blocking just for the peek.
+pub fn peer_gone(sock: &TcpStream) -> bool {
+    if sock.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut b = [0u8; 1];
+    let gone = match sock.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != ErrorKind::WouldBlock,
+    };
+    let restored = sock.set_nonblocking(false).is_ok();
+    gone || !restored
+}

@@ -1,0 +1,173 @@
+//! The read side of a connection: one bounded buffer of bytes received but not yet consumed, filled
+//! by reads that never wait past a deadline. Heads and bodies are parsed out of it (`head`, `body`);
+//! bytes after a request (a pipelined next one) stay for the next parse.
+//!
+//! [`Wire`] is what a connection must offer: a `TcpStream`, or in the mutation runner and unit tests
+//! an in-memory source, so the parsers under test are exactly the ones serving sockets.
+
+use std::io::{self, ErrorKind, Read};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Bytes asked of the socket per read.
+const READ_PIECE: usize = 16 << 10;
+
+/// A byte source whose reads can be bounded in time.
+pub trait Wire: Read {
+    /// Bounds the next reads to `timeout` (never zero).
+    fn read_timeout(&mut self, timeout: Duration) -> io::Result<()>;
+}
+
+impl Wire for TcpStream {
+    fn read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(timeout))
+    }
+}
+
+impl Wire for io::Cursor<Vec<u8>> {
+    fn read_timeout(&mut self, _: Duration) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What one [`Inbound::fill`] got.
+#[derive(Debug)]
+pub enum Fill {
+    /// At least one new byte is pending.
+    Data,
+    /// The peer closed its side.
+    Eof,
+    /// The deadline passed first.
+    Timeout,
+    Failed(io::Error),
+}
+
+/// A connection's read side: the wire and the bytes read from it but not yet consumed.
+#[derive(Debug)]
+pub struct Inbound<W> {
+    wire: W,
+    buf: Vec<u8>,
+    /// `buf[pos..]` is pending; `buf[..pos]` was consumed.
+    pos: usize,
+}
+
+impl<W: Wire> Inbound<W> {
+    pub fn new(wire: W) -> Inbound<W> {
+        Inbound {
+            wire,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    pub fn wire(&self) -> &W {
+        &self.wire
+    }
+
+    /// The wire back; pending bytes are dropped.
+    pub fn into_wire(self) -> W {
+        self.wire
+    }
+
+    /// Bytes received and not consumed yet.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.buf.len());
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+    }
+
+    /// Drops empty lines before a request line (a client may send a CRLF after a body).
+    pub fn skip_leading_newlines(&mut self) {
+        let n = self
+            .pending()
+            .iter()
+            .take_while(|&&b| b == b'\r' || b == b'\n')
+            .count();
+        self.consume(n);
+    }
+
+    /// Reads once more into the buffer, waiting at most until `deadline`; the buffer never holds
+    /// more than `cap` pending bytes plus one read.
+    pub fn fill(&mut self, deadline: Instant, cap: usize) -> Fill {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        let room = READ_PIECE.min(cap.saturating_sub(self.buf.len()).max(1));
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Fill::Timeout;
+            }
+            if let Err(err) = self.wire.read_timeout(left) {
+                return Fill::Failed(err);
+            }
+            let start = self.buf.len();
+            self.buf.resize(start + room, 0);
+            let read = self.wire.read(&mut self.buf[start..]);
+            self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
+            match read {
+                Ok(0) => return Fill::Eof,
+                Ok(_) => return Fill::Data,
+                Err(err) if err.kind() == ErrorKind::Interrupted => {}
+                Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if Instant::now() >= deadline {
+                        return Fill::Timeout;
+                    }
+                }
+                Err(err) => return Fill::Failed(err),
+            }
+        }
+    }
+
+    /// Takes up to `n` pending bytes into `out`, reading when none are pending.
+    pub fn take_into(
+        &mut self,
+        out: &mut Vec<u8>,
+        n: usize,
+        deadline: Instant,
+    ) -> Result<usize, Fill> {
+        if self.pending().is_empty() {
+            match self.fill(deadline, READ_PIECE) {
+                Fill::Data => {}
+                other => return Err(other),
+            }
+        }
+        let k = n.min(self.pending().len());
+        out.extend_from_slice(&self.pending()[..k]);
+        self.consume(k);
+        Ok(k)
+    }
+
+    /// One line ending in CRLF, without it, at most `max` bytes long. `Err(None)` when the line is
+    /// too long or ends in a bare LF; `Err(Some(fill))` when the wire failed first.
+    pub fn line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Option<Fill>> {
+        let mut scanned = 0;
+        loop {
+            let pending = self.pending();
+            if let Some(i) = pending[scanned..].iter().position(|&b| b == b'\n') {
+                let end = scanned + i;
+                if end == 0 || pending[end - 1] != b'\r' || end > max + 1 {
+                    return Err(None);
+                }
+                let line = pending[..end - 1].to_vec();
+                self.consume(end + 1);
+                return Ok(line);
+            }
+            if pending.len() > max + 1 {
+                return Err(None);
+            }
+            scanned = pending.len();
+            match self.fill(deadline, max + 2) {
+                Fill::Data => {}
+                other => return Err(Some(other)),
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! [`Request`]: one request as a handler sees it — its head, its body on demand, a way to notice
+//! that the client left, and its answer, written through `wire`. It decides whether the
+//! connection may carry another request: only when the body was read whole, the answer finished
+//! cleanly and the client allows it.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::body::{self, BodyError};
+use super::head::{BodyKind, Head};
+use super::inbound::Inbound;
+use super::Settings;
+use crate::wire::{self, BodyWriter, Framing};
+
+/// One request on a connection, lent to a handler.
+#[derive(Debug)]
+pub struct Request<'c> {
+    head: Head,
+    inb: &'c mut Inbound<TcpStream>,
+    settings: &'c Settings,
+    body_read: bool,
+    answered: bool,
+    /// The connection closes after this answer: set when the answer starts without keep-alive,
+    /// and by the answer's writer on a write error or an aborted body.
+    close_after: AtomicBool,
+    stopping: bool,
+}
+
+impl<'c> Request<'c> {
+    pub(super) fn new(
+        head: Head,
+        inb: &'c mut Inbound<TcpStream>,
+        settings: &'c Settings,
+        stopping: bool,
+    ) -> Request<'c> {
+        let body_read = head.body == BodyKind::None;
+        Request {
+            head,
+            inb,
+            settings,
+            body_read,
+            answered: false,
+            close_after: AtomicBool::new(false),
+            stopping,
+        }
+    }
+
+    pub fn method(&self) -> &str {
+        &self.head.method
+    }
+
+    /// Path and query as sent.
+    pub fn target(&self) -> &str {
+        &self.head.target
+    }
+
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.head.headers
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.header(name)
+    }
+
+    pub fn http10(&self) -> bool {
+        self.head.http10
+    }
+
+    /// The address the client connected to (this listener's own address as the client sees it).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inb.wire().local_addr().ok()
+    }
+
+    /// Reads the whole body, at most `max` bytes (else [`BodyError::TooLarge`], the rest unread and
+    /// the connection closed after the answer). Answers `100 Continue` first if the client waits
+    /// for it. A second call returns an empty body.
+    pub fn read_body(&mut self, max: usize) -> Result<Vec<u8>, BodyError> {
+        if self.body_read {
+            return Ok(Vec::new());
+        }
+        if let BodyKind::Length(n) = self.head.body {
+            if n > max as u64 {
+                return Err(BodyError::TooLarge);
+            }
+        }
+        if self.head.expect_continue {
+            let mut out = self.inb.wire();
+            io::Write::write_all(&mut out, b"HTTP/1.1 100 Continue\r\n\r\n")
+                .map_err(BodyError::Io)?;
+        }
+        let body = body::read(self.inb, self.head.body, max, self.settings.body_timing())?;
+        self.body_read = true;
+        Ok(body)
+    }
+
+    /// Whether the client has gone: its side of the connection is closed or broken. Bytes it sent
+    /// after this request (pipelining) mean it is still there. Never blocks.
+    pub fn client_gone(&self) -> bool {
+        super::peer_gone(self.inb.wire())
+    }
+
+    /// Writes the answer's head; the body follows through the returned writer.
+    pub fn start(
+        &mut self,
+        status: u16,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> io::Result<BodyWriter<'_>> {
+        let all = self.answer_headers(headers, framing);
+        BodyWriter::start_tracked(
+            Box::new(self.inb.wire()),
+            &self.close_after,
+            self.head.http10,
+            status,
+            &all,
+            framing,
+        )
+    }
+
+    /// A whole answer with a fixed body (none for `HEAD`), in one write.
+    pub fn send(
+        &mut self,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> io::Result<()> {
+        let head_only = self.head.method == "HEAD";
+        let all = self.answer_headers(headers, Framing::Length(body.len() as u64));
+        wire::send_tracked(
+            Box::new(self.inb.wire()),
+            Some(&self.close_after),
+            self.head.http10,
+            head_only,
+            status,
+            &all,
+            body,
+        )
+    }
+
+    /// `headers` plus the connection's own: `Keep-Alive` when it stays open, else `Connection:
+    /// close` (which close-delimited framing writes itself).
+    fn answer_headers(
+        &mut self,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> Vec<(String, String)> {
+        self.answered = true;
+        let keep = self.reusable() && framing != Framing::UntilClose;
+        let mut all = headers.to_vec();
+        if keep {
+            let secs = self.settings.keepalive_idle.as_secs().max(1);
+            all.push(("Keep-Alive".into(), format!("timeout={secs}")));
+        } else {
+            self.close_after.store(true, Ordering::Relaxed);
+            if framing != Framing::UntilClose {
+                all.push(("Connection".into(), "close".into()));
+            }
+        }
+        all
+    }
+
+    /// Ends the request without an answer: the client has gone. The connection closes.
+    pub fn abandon(&mut self) {
+        self.answered = true;
+        self.close_after.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn answered(&self) -> bool {
+        self.answered
+    }
+
+    /// Whether the connection can carry the next request once this answer is out.
+    pub(super) fn keep(&self) -> bool {
+        self.answered && self.reusable() && !self.close_after.load(Ordering::Relaxed)
+    }
+
+    fn reusable(&self) -> bool {
+        self.head.keep_alive && self.body_read && !self.stopping
+    }
+}
+
+/// `wire::send` for code that answers outside a handler (refusals before a head was parsed).
+pub(super) fn refuse(
+    sock: &TcpStream,
+    status: u16,
+    error: &str,
+    detail: Option<&str>,
+    retry_after: Option<u64>,
+) {
+    let mut body = serde_json::json!({ "error": error });
+    if let Some(detail) = detail {
+        body["detail"] = detail.into();
+    }
+    let mut headers = vec![
+        ("Content-Type".to_string(), "application/json".to_string()),
+        ("Connection".to_string(), "close".to_string()),
+    ];
+    if let Some(secs) = retry_after {
+        headers.push(("Retry-After".to_string(), secs.to_string()));
+    }
+    let body = body.to_string();
+    let _ = wire::send(
+        Box::new(sock),
+        false,
+        false,
+        status,
+        &headers,
+        body.as_bytes(),
+    );
+}
