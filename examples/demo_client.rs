@@ -35,13 +35,13 @@ struct Conversation {
 }
 
 /// What one answer said: its text, prompt tokens (cached included), cached tokens and the
-/// prefill time from `timings` (0 when the API does not report it).
+/// prefill time from `timings` (none in Messages answers).
 #[derive(Default)]
 struct Said {
     text: String,
     prompt: i64,
     cached: i64,
-    prefill_ms: f64,
+    prefill_ms: Option<f64>,
 }
 
 /// Where the script's requests go.
@@ -168,7 +168,7 @@ impl Conversation {
         totals.requests += 1;
         totals.prompt += said.prompt;
         totals.cached += said.cached;
-        totals.prefill_ms += said.prefill_ms;
+        totals.prefill_ms += said.prefill_ms.unwrap_or(0.0);
         println!(
             "  {:<5} {:<9} {:<7} turn {n}{:<9} host={host:<5} lease={lease:<6} prompt={:<4} cached={:<4} \
              prefill_ms={}",
@@ -178,7 +178,7 @@ impl Conversation {
             if self.stream { " (stream)" } else { "" },
             said.prompt,
             said.cached,
-            said.prefill_ms.floor(),
+            said.prefill_ms.map_or("-".to_string(), |ms| ms.floor().to_string()),
         );
         self.turns.push(("assistant", said.text));
         let next = format!(
@@ -198,7 +198,7 @@ fn int(v: &Value) -> i64 {
 /// A non-streamed answer's text and tokens, each API in its own fields.
 fn read_whole(api: Api, v: &Value) -> Said {
     let u = &v["usage"];
-    let prefill_ms = v["timings"]["prompt_ms"].as_f64().unwrap_or(0.0);
+    let prefill_ms = v["timings"]["prompt_ms"].as_f64();
     let said = match api {
         Api::Chat => Said {
             text: v["choices"][0]["message"]["content"]
@@ -207,14 +207,14 @@ fn read_whole(api: Api, v: &Value) -> Said {
                 .to_string(),
             prompt: int(&u["prompt_tokens"]),
             cached: int(&u["prompt_tokens_details"]["cached_tokens"]),
-            prefill_ms: 0.0,
+            prefill_ms: None,
         },
         Api::Messages => Said {
             text: v["content"][0]["text"].as_str().unwrap_or("").to_string(),
             // Messages' input_tokens excludes the cached part.
             prompt: int(&u["input_tokens"]) + int(&u["cache_read_input_tokens"]),
             cached: int(&u["cache_read_input_tokens"]),
-            prefill_ms: 0.0,
+            prefill_ms: None,
         },
         Api::Responses => Said {
             text: v["output"][0]["content"][0]["text"]
@@ -223,7 +223,7 @@ fn read_whole(api: Api, v: &Value) -> Said {
                 .to_string(),
             prompt: int(&u["input_tokens"]),
             cached: int(&u["input_tokens_details"]["cached_tokens"]),
-            prefill_ms: 0.0,
+            prefill_ms: None,
         },
     };
     Said { prefill_ms, ..said }
@@ -249,7 +249,7 @@ fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
                 if let Some(t) = ev.get("timings") {
                     said.prompt = int(&t["prompt_n"]) + int(&t["cache_n"]);
                     said.cached = int(&t["cache_n"]);
-                    said.prefill_ms = t["prompt_ms"].as_f64().unwrap_or(0.0);
+                    said.prefill_ms = t["prompt_ms"].as_f64();
                 }
             }
             (Api::Messages, "message_start") => {
@@ -268,7 +268,7 @@ fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
             (Api::Responses, "response.completed") => {
                 let done = read_whole(Api::Responses, &ev["response"]);
                 (said.prompt, said.cached) = (done.prompt, done.cached);
-                said.prefill_ms = ev["timings"]["prompt_ms"].as_f64().unwrap_or(0.0);
+                said.prefill_ms = ev["timings"]["prompt_ms"].as_f64();
                 break;
             }
             _ => {}
