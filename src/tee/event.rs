@@ -22,16 +22,11 @@ struct Payload {
     error: Option<Value>,
     tokens_evaluated: Option<Value>,
     tokens_predicted: Option<Value>,
-    /// Anthropic `message_start`'s message, with its `usage`.
-    message: Option<Nested>,
+    /// Anthropic `message_start`'s message, with its `usage` (any other type is no message: an
+    /// error object's `message` string must not spoil the payload).
+    message: Option<Value>,
     /// OpenAI Responses' `response.completed` response, with its `usage`.
-    response: Option<Nested>,
-}
-
-/// An object that may carry a `usage` (anything else in it is skipped unbuilt).
-#[derive(Deserialize)]
-struct Nested {
-    usage: Option<Value>,
+    response: Option<Value>,
 }
 
 /// The counters of the last `timings` object seen.
@@ -87,7 +82,7 @@ impl Seen {
         let Ok(p) = serde_json::from_slice::<Payload>(json) else {
             return;
         };
-        let nested = [&p.message, &p.response].map(|n| n.as_ref().and_then(|n| n.usage.as_ref()));
+        let nested = [&p.message, &p.response].map(|n| n.as_ref().and_then(|n| n.get("usage")));
         for u in [p.usage.as_ref()].into_iter().chain(nested).flatten() {
             if u.is_object() {
                 let new = self.api.counts(u);

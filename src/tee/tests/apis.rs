@@ -176,3 +176,14 @@ fn non_streamed_answers_read_each_apis_usage() {
         );
     }
 }
+
+#[test]
+fn a_top_level_message_string_does_not_hide_usage_or_errors() {
+    // An error object at the top level carries `message` as a string, not Messages' message.
+    let stream = "data: {\"usage\":{\"prompt_tokens\":9},\"message\":\"hi\",\"error\":{\"message\":\"bad\"}}\n\n";
+    let got = check_every_split(&sse, stream.as_bytes());
+    assert_eq!(
+        (got.usage.prompt_tokens, got.error.as_deref()),
+        (Some(9), Some("bad"))
+    );
+}
