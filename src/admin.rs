@@ -4,12 +4,12 @@
 //! into typed requests whose errors name the bad field, and calls the lease table, drain set and
 //! store. It never serves client (proxy) paths, and the client listener never serves these.
 
-use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
+
+mod guard;
 
 use crate::config::{Config, Route};
 use crate::conn::{BodyError, Request};
@@ -25,7 +25,7 @@ const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// An admin answer: status and JSON (or another content type for `/metrics` and `/`).
 #[derive(Debug)]
-struct Answer {
+pub(crate) struct Answer {
     status: u16,
     content_type: &'static str,
     body: String,
@@ -40,7 +40,7 @@ impl Answer {
         }
     }
 
-    fn error(status: u16, message: impl Into<String>) -> Answer {
+    pub(crate) fn error(status: u16, message: impl Into<String>) -> Answer {
         Answer::json(status, json!({ "error": message.into() }))
     }
 }
@@ -51,7 +51,7 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let method = request.method().to_string();
     let target = request.target().to_string();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let answer = match probe(gw, &method, path).map_or_else(|| guard(gw, request), Err) {
+    let answer = match probe(gw, &method, path).map_or_else(|| guard::guard(gw, request), Err) {
         Err(answer) => answer,
         Ok(()) => match request.read_body(MAX_ADMIN_BODY) {
             Ok(body) => route(gw, &method, path, query, &body),
@@ -108,74 +108,6 @@ fn probe(gw: &Gateway, method: &str, path: &str) -> Option<Answer> {
         }
         _ => None,
     }
-}
-
-/// Who may use the admin API. With a token: whoever presents it (constant-time compare). Without
-/// one, only what a browser page on another site cannot forge: a `Host` naming this listener or
-/// `localhost` (DNS rebinding), no foreign `Origin`, and `Content-Type: application/json` on a POST
-/// (a plain HTML form cannot send it).
-fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
-    let config = gw.config();
-    if let Some(token) = config.admin_token.as_deref() {
-        let expected = format!("Bearer {token}");
-        let given = request
-            .headers()
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("Authorization"))
-            .any(|(_, v)| bool::from(v.as_bytes().ct_eq(expected.as_bytes())));
-        return if given {
-            Ok(())
-        } else {
-            Err(Answer::error(401, "missing or wrong admin token"))
-        };
-    }
-    let host = request.header("Host").unwrap_or("");
-    if !own_host(host, request.local_addr()) {
-        return Err(Answer::error(403, "Host is not this admin listener"));
-    }
-    if let Some(origin) = request.header("Origin") {
-        let same = origin
-            .strip_prefix("http://")
-            .is_some_and(|o| o.eq_ignore_ascii_case(host));
-        if !same {
-            return Err(Answer::error(403, "cross-site request refused"));
-        }
-    }
-    let json = request
-        .header("Content-Type")
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if request.method() == "POST" && !json {
-        return Err(Answer::error(415, "Content-Type must be application/json"));
-    }
-    Ok(())
-}
-
-/// Whether a `Host` header names this listener: `localhost` or the address the client connected
-/// to, with or without the port.
-fn own_host(host: &str, local: Option<SocketAddr>) -> bool {
-    let (name, port) = match host.strip_prefix('[') {
-        Some(bracketed) => match bracketed.split_once(']') {
-            Some((name, "")) => (name, None),
-            Some((name, rest)) => match rest.strip_prefix(':') {
-                Some(port) => (name, Some(port)),
-                None => return false,
-            },
-            None => return false,
-        },
-        None => match host.rsplit_once(':') {
-            Some((name, port)) => (name, Some(port)),
-            None => (host, None),
-        },
-    };
-    let Some(local) = local else {
-        return false;
-    };
-    if port.is_some_and(|p| p != local.port().to_string()) {
-        return false;
-    }
-    name.eq_ignore_ascii_case("localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip == local.ip())
 }
 
 fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> Answer {
@@ -415,14 +347,16 @@ pub fn status(gw: &Gateway) -> Value {
                     let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
                     json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
-                            "loaded": gw.health.is_loaded(&host.name, model) })
+                            "loaded": gw.health.is_loaded(&host.name, model),
+                            "state": gw.health.model_state(&host.name, model),
+                            "per_slot_ctx": gw.health.ctx_for(&host.name, model) })
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);
             json!({
                 "name": host.name, "url": host.url,
                 "healthy": health.as_ref().is_some_and(|h| h.healthy),
-                "reason": health.as_ref().and_then(|h| h.reason).map(|r| r.as_str()),
+                "reason": health.as_ref().and_then(|h| h.reason.as_ref()).map(|r| r.to_string()),
                 "draining": gw.drains.contains(&host.name),
                 "loaded": health.as_ref().map(|h| h.loaded.clone()).unwrap_or_default(),
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),

@@ -19,6 +19,10 @@ pub struct Info {
     pub draining: bool,
     /// The host reports the model loaded (no load wait).
     pub loaded: bool,
+    /// Loading the model there evicts nothing in use: always for a single-model host; for a
+    /// router at its `--models-max`, only when none of its loaded models has a request in flight
+    /// or a lease (a conversation whose cache the swap would wipe).
+    pub room: bool,
     /// The host's config lists the model.
     pub serves: bool,
     /// Free slots on this host for THIS model.
@@ -32,7 +36,7 @@ pub struct Info {
 }
 
 /// `infos` in the route's order. Among healthy, non-draining hosts that serve the model: loaded
-/// first, then most free slots (for this model), fewest queued, fewest leases per unit of weight,
+/// first, then room to load it without evicting a model in use, then most free slots (for this model), fewest queued, fewest leases per unit of weight,
 /// highest weight, earliest in list.
 pub fn best(infos: &[Info]) -> Option<&Info> {
     infos
@@ -49,6 +53,7 @@ fn better(a: &Info, b: &Info) -> Ordering {
     let per_weight = |x: &Info, y: &Info| x.leases as u64 * u64::from(y.weight);
     a.loaded
         .cmp(&b.loaded)
+        .then(a.room.cmp(&b.room))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))
         .then(per_weight(b, a).cmp(&per_weight(a, b)))
@@ -67,6 +72,7 @@ mod tests {
             healthy: true,
             draining: false,
             loaded: false,
+            room: true,
             serves: true,
             free: 0,
             queued: 0,
@@ -99,6 +105,22 @@ mod tests {
                     },
                 ],
                 "warm",
+            ),
+            (
+                "then room to load it without evicting a busy model (issue 15)",
+                vec![
+                    Info {
+                        room: false,
+                        free: 4,
+                        weight: 9,
+                        ..host("full")
+                    },
+                    Info {
+                        queued: 2,
+                        ..host("spare")
+                    },
+                ],
+                "spare",
             ),
             (
                 "then the most free slots for this model",

@@ -176,9 +176,17 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
     }
 }
 
-/// `crossbar check`: prints `ok`, or every problem on its own line.
+/// `crossbar check`: prints `ok`, or every problem on its own line. A config that works but
+/// leaves the admin API open beyond this machine gets a warning on stderr.
 fn check(args: &Args) -> Result<(), CliError> {
-    args.load_config()?;
+    let config = args.load_config()?;
+    if !config.admin_listen.ip().is_loopback() && config.admin_token.is_none() {
+        eprintln!(
+            "warning: admin_listen {} is not loopback and no admin_token is set: anyone who can \
+             reach it can pin, drain and read leases",
+            config.admin_listen
+        );
+    }
     println!("ok");
     Ok(())
 }

@@ -49,6 +49,15 @@ pub struct Host {
     pub ctx: Option<u64>,
     /// Model name → parallel slots for it.
     pub models: BTreeMap<String, usize>,
+    /// Model name → the name this host knows it by (`upstream`), where they differ.
+    pub upstream: BTreeMap<String, String>,
+}
+
+impl Host {
+    /// The name this host knows `model` by: its `upstream`, else the model's own.
+    pub fn upstream_name<'a>(&'a self, model: &'a str) -> &'a str {
+        self.upstream.get(model).map_or(model, String::as_str)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +67,9 @@ pub struct Route {
     pub hosts: Vec<String>,
     /// The model used when a request body names none.
     pub model: String,
+    /// New conversations are spread by the chooser instead of inheriting the route-level lease
+    /// (seed 000 rule 3), and metadata takes no lease. Off by default.
+    pub spread_new: bool,
 }
 
 impl Config {

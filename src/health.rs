@@ -6,45 +6,19 @@
 //! held while a host is polled: a poll result is computed first, then applied in one short step.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use parking_lot::Mutex;
 
 use crate::config;
+use crate::logfmt::val;
 
 mod poll;
+mod reason;
+mod router;
 
 pub use poll::{agent, parse_models, parse_props, poll_host, ParseError, Poller};
-
-/// Why a host is down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DownReason {
-    /// No answer: connection refused, reset or timed out.
-    Unreachable,
-    /// The host answered 503: llama-server is loading its model.
-    Loading,
-    /// An answer crossbar cannot use: unexpected status or malformed JSON.
-    BadAnswer,
-    /// A forward to the host failed before the response head.
-    ForwardFailed,
-}
-
-impl DownReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DownReason::Unreachable => "unreachable",
-            DownReason::Loading => "loading",
-            DownReason::BadAnswer => "bad answer",
-            DownReason::ForwardFailed => "forward failed",
-        }
-    }
-}
-
-impl fmt::Display for DownReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use reason::{error_chain, transport_error, DownReason};
+pub use router::RouterModel;
 
 /// What crossbar knows about one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +35,13 @@ pub struct HostStatus {
     pub total_slots: Option<u64>,
     /// Model ids and aliases the host reports loaded (emptied when it goes down).
     pub loaded: Vec<String>,
+    /// The host is a llama-server in router mode (its model list carries a `status` per model):
+    /// asking it about a model that is not loaded would load it.
+    pub router: bool,
+    /// A router's models with their state and per-slot context (empty for a single-model host).
+    pub models: Vec<RouterModel>,
+    /// A router's `max_instances` (`--models-max`): models it keeps loaded at once.
+    pub max_instances: Option<u64>,
     /// Unix ms of the last poll applied; 0 before the first.
     pub last_poll: i64,
 }
@@ -72,6 +53,9 @@ pub enum Poll {
         per_slot_ctx: Option<u64>,
         total_slots: Option<u64>,
         loaded: Vec<String>,
+        router: bool,
+        models: Vec<RouterModel>,
+        max_instances: Option<u64>,
     },
     Down(DownReason),
 }
@@ -103,6 +87,7 @@ impl Health {
             let entry = inner.hosts.entry(name.clone()).or_insert_with(Entry::fresh);
             entry.ctx_override = host.ctx;
             entry.models = host.models.keys().cloned().collect();
+            entry.upstream = host.upstream.clone();
             entry.parallel = host.models.values().sum();
             entry.status.per_slot_ctx = host.ctx.or(entry.polled_ctx);
         }
@@ -129,16 +114,90 @@ impl Health {
             .and_then(|e| e.status.per_slot_ctx)
     }
 
-    /// Whether `host` has `model` loaded: an id or alias it reports equals the model name, or the
-    /// host configures that one model only and reports exactly one loaded.
+    /// The per-slot context a request for `model` gets on `host`: the config's `ctx` when set; on
+    /// a router, that model's own (from its command line, see [`RouterModel`]); else the host's.
+    /// `None` (and never 0) while unknown.
+    pub fn ctx_for(&self, host: &str, model: &str) -> Option<u64> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        let ctx = match (entry.ctx_override, entry.status.router) {
+            (Some(ctx), _) => Some(ctx),
+            (None, true) => entry.router_model(model).and_then(|m| m.per_slot_ctx),
+            (None, false) => entry.status.per_slot_ctx,
+        };
+        ctx.filter(|c| *c > 0)
+    }
+
+    /// Whether `host` has `model` loaded: an id or alias it reports equals the model's name there
+    /// (its `upstream`, else its own), or the host is no router, configures that one model only
+    /// and reports exactly one loaded.
     pub fn is_loaded(&self, host: &str, model: &str) -> bool {
         let inner = self.inner.lock();
         let Some(entry) = inner.hosts.get(host) else {
             return false;
         };
         let loaded = &entry.status.loaded;
-        loaded.iter().any(|id| id == model)
-            || (entry.models.len() == 1 && entry.models[0] == model && loaded.len() == 1)
+        let name = entry.known_as(model);
+        loaded.iter().any(|id| id == name)
+            || (!entry.status.router
+                && entry.models.len() == 1
+                && entry.models[0] == model
+                && loaded.len() == 1)
+    }
+
+    /// A router's word on `model`: `loaded`, `loading`, `unloaded`, `sleeping`...; `None` on a
+    /// single-model host or for a model the router does not list.
+    pub fn model_state(&self, host: &str, model: &str) -> Option<String> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        entry.router_model(model).map(|m| m.state.clone())
+    }
+
+    /// A router at its `--models-max`: the configured models it has loaded now (by their
+    /// configured names). `None` when loading another model evicts nothing: a single-model host,
+    /// a router below its maximum, or one whose maximum is unknown.
+    pub fn full_router(&self, host: &str) -> Option<Vec<String>> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        let status = &entry.status;
+        let max = status.max_instances.filter(|m| *m > 0)?;
+        let loaded = status.models.iter().filter(|m| m.state == "loaded").count();
+        if !status.router || (loaded as u64) < max {
+            return None;
+        }
+        let configured = (entry.models.iter())
+            .filter(|m| entry.router_model(m).is_some_and(|r| r.state == "loaded"))
+            .cloned()
+            .collect();
+        Some(configured)
+    }
+
+    /// How often the polls saw a router unload `model` (evicted by `--models-max`, or unloaded
+    /// by hand); 0 for a single-model host. A conversation whose turns straddle an unload lost its
+    /// cache.
+    pub fn unloads(&self, host: &str, model: &str) -> u64 {
+        let inner = self.inner.lock();
+        let Some(entry) = inner.hosts.get(host) else {
+            return 0;
+        };
+        let id = entry.router_model(model).and_then(|m| m.names.first());
+        id.and_then(|id| entry.unloads.get(id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether `host` may be asked about `model` (a token count) without side effects: any
+    /// single-model host, but a router only for a model it has loaded — asking it about another
+    /// would load that model, and with `--models-max` evict one in use.
+    pub fn may_ask_about(&self, host: &str, model: &str) -> bool {
+        let router = {
+            let inner = self.inner.lock();
+            match inner.hosts.get(host) {
+                Some(entry) => entry.status.router,
+                None => return false,
+            }
+        };
+        !router || self.is_loaded(host, model)
     }
 
     /// A forward failed: the host is down at once, until the next good poll. Returns whether this
@@ -166,12 +225,29 @@ impl Health {
                 per_slot_ctx,
                 total_slots,
                 loaded,
+                router,
+                models,
+                max_instances,
             } => {
                 entry.polled_ctx = per_slot_ctx;
                 let status = &mut entry.status;
                 status.per_slot_ctx = entry.ctx_override.or(per_slot_ctx);
                 status.total_slots = total_slots;
                 status.loaded = loaded;
+                status.router = router;
+                // A model that was loaded and is not any more was swapped out: its cache is gone.
+                for old in status.models.iter().filter(|m| m.state == "loaded") {
+                    let kept = (models.iter()).any(|m| m.names == old.names && m.state == "loaded");
+                    let id = old.names.first().cloned().unwrap_or_default();
+                    if !kept
+                        && (entry.unloads.len() < MAX_UNLOAD_COUNTS
+                            || entry.unloads.contains_key(&id))
+                    {
+                        *entry.unloads.entry(id).or_default() += 1;
+                    }
+                }
+                status.models = models;
+                status.max_instances = max_instances;
                 let flipped = !status.healthy;
                 status.healthy = true;
                 status.reason = None;
@@ -196,6 +272,9 @@ impl Health {
     }
 }
 
+/// The unload counts kept per host: a host's answers size nothing beyond this.
+const MAX_UNLOAD_COUNTS: usize = 256;
+
 /// Invariants: `hosts` holds exactly the configured hosts; for each, `status.reason.is_some()`
 /// iff `!status.healthy`, and `status.per_slot_ctx == ctx_override.or(polled_ctx)`.
 #[derive(Debug)]
@@ -212,11 +291,27 @@ struct Entry {
     polled_ctx: Option<u64>,
     /// The models the config lists for this host, sorted.
     models: Vec<String>,
+    /// Configured model → the name the host knows it by, where they differ.
+    upstream: BTreeMap<String, String>,
+    /// A router's model id → how often polls saw it go from loaded to not loaded (at most
+    /// [`MAX_UNLOAD_COUNTS`] ids).
+    unloads: BTreeMap<String, u64>,
     /// The slots the config gives this host, all models together.
     parallel: usize,
 }
 
 impl Entry {
+    /// The name this host knows configured `model` by.
+    fn known_as<'a>(&'a self, model: &'a str) -> &'a str {
+        self.upstream.get(model).map_or(model, String::as_str)
+    }
+
+    /// A router's entry for configured `model`.
+    fn router_model(&self, model: &str) -> Option<&RouterModel> {
+        let name = self.known_as(model);
+        self.status.models.iter().find(|m| m.is_named(name))
+    }
+
     fn fresh() -> Entry {
         Entry {
             status: HostStatus {
@@ -226,11 +321,16 @@ impl Entry {
                 per_slot_ctx: None,
                 total_slots: None,
                 loaded: Vec::new(),
+                router: false,
+                models: Vec::new(),
+                max_instances: None,
                 last_poll: 0,
             },
             ctx_override: None,
             polled_ctx: None,
             models: Vec::new(),
+            upstream: BTreeMap::new(),
+            unloads: BTreeMap::new(),
             parallel: 0,
         }
     }
@@ -240,18 +340,20 @@ impl Entry {
         let status = &mut self.status;
         // A down host's loaded list is stale: it may come back having loaded something else.
         status.loaded.clear();
-        if status.reason == Some(reason) {
+        status.models.clear();
+        if status.reason.as_ref() == Some(&reason) {
             return false;
         }
         if status.healthy {
             status.healthy = false;
             status.since = now;
         }
-        status.reason = Some(reason);
         log::info!(
-            "host down host={host} reason={}",
-            crate::logfmt::val(reason.as_str())
+            "host down host={} reason={}",
+            val(host),
+            val(&reason.to_string())
         );
+        status.reason = Some(reason);
         true
     }
 }

@@ -85,6 +85,8 @@ pub struct Candidate {
     pub host: String,
     /// Leases the host already holds for the same model (conversations whose caches it keeps).
     pub leases: usize,
+    /// Every model the host holds a lease of (a router evicting one of them loses its caches).
+    pub leased_models: Vec<String>,
 }
 
 /// Picks one of `candidates` for a new lease of `model`, answering with its host name.
@@ -173,8 +175,29 @@ impl Table {
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
+        self.acquire_with(key, candidates, now, true)
+    }
+
+    /// [`Table::acquire`] without rule 3: a new conversation never inherits the route-level
+    /// lease, the chooser spreads it (a route with `spread_new`).
+    pub fn acquire_spread(
+        &self,
+        key: &Key,
+        candidates: &[String],
+        now: i64,
+    ) -> Result<Acquired, LeaseError> {
+        self.acquire_with(key, candidates, now, false)
+    }
+
+    fn acquire_with(
+        &self,
+        key: &Key,
+        candidates: &[String],
+        now: i64,
+        inherit: bool,
+    ) -> Result<Acquired, LeaseError> {
         let mut inner = self.inner.lock();
-        let result = self.acquire_locked(&mut inner, key, candidates, now);
+        let result = self.acquire_locked(&mut inner, key, candidates, now, inherit);
         if !matches!(result, Err(LeaseError::Store(_))) {
             for host in candidates {
                 inner.see(&key.route, host);
@@ -183,10 +206,9 @@ impl Table {
         result
     }
 
-    /// The host for a request that takes no lease (metadata: model lists, health, tokenizer): the
-    /// pin, the key's own lease, or the chooser's pick — without creating or touching anything, so
-    /// a chat UI listing models does not steer the route's new conversations (seed 000's rule 3
-    /// would make them inherit a route-level lease).
+    /// The host for a request that takes no lease (metadata on a `spread_new` route: model lists,
+    /// health, tokenizer): the pin, the key's own lease, or the chooser's pick — without creating or
+    /// touching anything, so a chat UI listing models keeps no route-level lease alive.
     pub fn lookup(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
         let inner = self.inner.lock();
         self.lookup_locked(&inner, key, candidates)

@@ -60,7 +60,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
             Some(s) if s.healthy => "<span class=up>up</span>".to_string(),
             Some(s) => format!(
                 "<span class=down>down</span> {}",
-                esc(s.reason.map_or("", |r| r.as_str()))
+                esc(&s.reason.as_ref().map_or(String::new(), |r| r.to_string()))
             ),
             None => "<span class=muted>unknown</span>".to_string(),
         };
@@ -77,7 +77,19 @@ pub fn render(gw: &Gateway, now: i64) -> String {
             .health
             .per_slot_ctx(&host.name)
             .map_or("?".to_string(), |c| c.to_string());
-        let loaded = status.map(|s| s.loaded.join(", ")).unwrap_or_default();
+        // A router: each model with its state and its own per-slot context.
+        let loaded = match status {
+            Some(s) if s.router => (s.models.iter())
+                .map(|m| {
+                    let name = m.names.first().map_or("?", String::as_str);
+                    let ctx = m.per_slot_ctx.map_or("?".to_string(), |c| c.to_string());
+                    format!("{name} {} (ctx {ctx})", m.state)
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Some(s) => s.loaded.join(", "),
+            None => String::new(),
+        };
         let leases = snapshot.iter().filter(|l| l.host == host.name).count();
         let _ = write!(
             out,

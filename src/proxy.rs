@@ -6,11 +6,15 @@
 //! in `ctxguard`, route parsing in `route`. It never holds a lock across network I/O: the lease table,
 //! limiter and health table are called between reads and writes, never around them.
 
+mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod listing;
+mod model;
 mod record;
 mod route;
+mod upstream;
 
 use std::time::Instant;
 
@@ -26,6 +30,7 @@ use crate::store::{unix_ms, RequestRow};
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};
+pub use upstream::agent_config as upstream_config;
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;
@@ -69,13 +74,17 @@ impl Incoming {
     }
 }
 
-/// A request that passed every check: its host, and (unless it is metadata or stateless) its lease.
+/// A request that passed every check: its host, and (unless it is stateless or spread metadata)
+/// its lease.
 struct Plan<'a> {
     host: &'a crate::config::Host,
     api: Api,
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
+    /// Whether the request takes a limiter slot: metadata never does (llama-server answers it
+    /// without one, so it must not wait behind generations here).
+    slot: bool,
     ctx_moved: Option<String>,
 }
 
@@ -84,7 +93,7 @@ struct Plan<'a> {
 enum LeaseUse {
     New,
     Reused,
-    /// Metadata (`route::is_metadata`): no lease and no slot.
+    /// Metadata on a `spread_new` route: no lease (and, like all metadata, no slot).
     None,
     /// Stateless (embeddings, rerank: `Api::takes_lease`): no lease, but a slot.
     Stateless,
@@ -109,53 +118,57 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         started: unix_ms(std::time::SystemTime::now()),
         ..RequestRow::default()
     };
-    let mut ctx_est = None;
     let config = gw.config();
-    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row, &mut ctx_est) {
+    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
         Ok(ready) => ready,
-        Err(err) => return refuse(gw, request, err, row, clock, ctx_est),
+        Err(err) => return refuse(gw, request, err, row, clock),
     };
     // Metadata uses no slot upstream, so it never waits behind generations for one here. A
     // client that leaves while queued leaves the queue within a second (seed 001 step 4).
-    let permit = match plan.lease {
-        LeaseUse::None => None,
-        LeaseUse::New | LeaseUse::Reused | LeaseUse::Stateless => {
-            let model = &key.model;
-            match gw
-                .limiter
-                .acquire_unless(&plan.host.name, model, || request.client_gone())
-            {
-                Ok((permit, waited)) => {
-                    row.queued_ms = waited.as_millis() as i64;
+    let permit = if plan.slot {
+        let model = &key.model;
+        match gw
+            .limiter
+            .acquire_unless(&plan.host.name, model, || request.client_gone())
+        {
+            Ok((permit, waited)) => {
+                row.queued_ms = waited.as_millis() as i64;
+                gw.metrics
+                    .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
+                Some(permit)
+            }
+            Err(err) => {
+                if err == crate::limiter::LimitError::Timeout {
+                    let waited = config.queue_timeout.as_millis() as i64;
                     gw.metrics
-                        .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
-                    Some(permit)
+                        .observe_queue_wait(&row.route, &plan.host.name, waited);
                 }
-                Err(err) => {
-                    if err == crate::limiter::LimitError::Timeout {
-                        let waited = config.queue_timeout.as_millis() as i64;
-                        gw.metrics
-                            .observe_queue_wait(&row.route, &plan.host.name, waited);
-                    }
-                    return refuse(gw, request, err.into(), row, clock, ctx_est);
-                }
+                return refuse(gw, request, err.into(), row, clock);
             }
         }
+    } else {
+        None
     };
-    // The slot may have come free just as the client left: such a request is never forwarded.
-    if permit.is_some() && request.client_gone() {
+    // The slot may have come free just as a queued client left: such a request is never
+    // forwarded. (One that got its slot at once was looked at by no one: nothing to check.)
+    if permit.is_some() && row.queued_ms > 0 && request.client_gone() {
         let err = ProxyError::ClientGone("client gone while queued");
-        return refuse(gw, request, err, row, clock, ctx_est);
+        return refuse(gw, request, err, row, clock);
     }
-    match forward::exchange(gw, &incoming, &plan, permit, &mut row, clock) {
+    let client = request.socket();
+    match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
         Ok(answer) => {
-            forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
-            log_request(&row, plan.lease.as_str(), ctx_est);
-            if matches!(plan.lease, LeaseUse::New | LeaseUse::Reused) {
+            if listing::renames(&incoming, &plan) {
+                listing::relay(gw, request, &plan, answer, &mut row, clock);
+            } else {
+                forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            }
+            log_request(&row, plan.lease.as_str());
+            if plan.slot && plan.lease != LeaseUse::Stateless {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
-        Err(err) => refuse(gw, request, err, row, clock, ctx_est),
+        Err(err) => refuse(gw, request, err, row, clock),
     }
 }
 
@@ -167,7 +180,6 @@ fn prepare<'c>(
     request: &mut Request<'_>,
     incoming: &Incoming,
     row: &mut RequestRow,
-    ctx_est: &mut Option<u64>,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
@@ -188,7 +200,9 @@ fn prepare<'c>(
         let peek = fingerprint::peek_as(api, &body, session);
         (peek.model, peek.fp)
     };
-    let key = Key {
+    // A body that names no model is forwarded naming the route's (a router needs one).
+    let named = model.is_some() || incoming.bodyless();
+    let mut key = Key {
         route: route_name,
         fp,
         model: model.unwrap_or_else(|| route.model.clone()),
@@ -203,32 +217,53 @@ fn prepare<'c>(
             served: config.models_of(&route.hosts),
         });
     }
-    if route::is_metadata(&incoming.method, &rest) {
-        return metadata_plan(gw, config, key, &route.hosts, (api, rest), body, row);
-    }
-    if !api.takes_lease() {
+    // Metadata is the route-level request (seed 001 step 2): its lease is the one new
+    // conversations inherit (seed 000 rule 3), unless the route spreads them.
+    let metadata = route::is_metadata(&incoming.method, &rest);
+    if metadata {
+        key.fp.clear();
+        row.fp.clear();
+        if route.spread_new {
+            let (mut plan, key) =
+                lookup_plan(gw, config, key, &route.hosts, (api, rest), body, row)?;
+            plan.body = outgoing(plan.host, plan.body, &key.model, named);
+            return Ok((plan, key));
+        }
+    } else if !api.takes_lease() {
+        // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
         row.host = gw.leases.place(&key, &route.hosts)?;
         let host = configured_host(config, &row.host)?;
-        let lease = LeaseUse::Stateless;
-        let (ctx_moved, api) = (None, api);
-        return Ok((
-            Plan {
-                host,
-                api,
-                rest,
-                body,
-                lease,
-                ctx_moved,
-            },
-            key,
-        ));
+        let body = outgoing(host, body, &key.model, named);
+        let (lease, slot, ctx_moved) = (LeaseUse::Stateless, true, None);
+        let plan = Plan {
+            host,
+            api,
+            rest,
+            body,
+            lease,
+            slot,
+            ctx_moved,
+        };
+        return Ok((plan, key));
     }
     let now = row.started;
-    let acquired = gw.leases.acquire(&key, &route.hosts, now)?;
+    let acquired = if route.spread_new {
+        gw.leases.acquire_spread(&key, &route.hosts, now)?
+    } else {
+        gw.leases.acquire(&key, &route.hosts, now)?
+    };
     row.host = acquired.host.clone();
-    let estimate = ctxguard::estimate(incoming, body.len());
-    *ctx_est = Some(estimate);
-    let moved = ctxguard::check(gw, config, &key, &acquired.host, estimate, now)?;
+    let moved = if metadata {
+        None
+    } else {
+        let prompt = ctxguard::Prompt {
+            rest: &rest,
+            body: &body,
+            estimate: ctxguard::estimate(incoming, body.len()),
+        };
+        row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
+        ctxguard::check(gw, config, &key, &acquired.host, &prompt, row, now)?
+    };
     if let Some(moved) = &moved {
         row.host = moved.to.clone();
     }
@@ -237,21 +272,22 @@ fn prepare<'c>(
         host,
         api,
         rest,
-        body,
+        body: outgoing(host, body, &key.model, named),
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
         lease: if acquired.reused && moved.is_none() {
             LeaseUse::Reused
         } else {
             LeaseUse::New
         },
+        slot: !metadata,
         ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
     };
     Ok((plan, key))
 }
 
-/// A metadata request's plan: the route-level key's host by lookup (pin, existing lease, or the
-/// chooser), no lease created, so a chat UI listing models never steers new conversations.
-fn metadata_plan<'c>(
+/// A metadata request's plan on a `spread_new` route: the route-level key's host by lookup (pin,
+/// existing lease, or the chooser), no lease created or kept alive.
+fn lookup_plan<'c>(
     gw: &Gateway,
     config: &'c Config,
     key: Key,
@@ -260,11 +296,6 @@ fn metadata_plan<'c>(
     body: Vec<u8>,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
-    let key = Key {
-        fp: String::new(),
-        ..key
-    };
-    row.fp.clear();
     row.host = gw.leases.lookup(&key, candidates)?;
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
@@ -273,9 +304,23 @@ fn metadata_plan<'c>(
         rest,
         body,
         lease: LeaseUse::None,
+        slot: false,
         ctx_moved: None,
     };
     Ok((plan, key))
+}
+
+/// The body as `host` gets it: naming the model by the host's name for it (`upstream`), and
+/// naming the route's model when the client named none (`named` false). Otherwise untouched.
+fn outgoing(host: &crate::config::Host, body: Vec<u8>, model: &str, named: bool) -> Vec<u8> {
+    let upstream = host.upstream_name(model);
+    if body.is_empty() || (named && upstream == model) {
+        return body;
+    }
+    match model::named(&body, upstream) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(changed) => changed,
+    }
 }
 
 /// The config entry of a host the lease table named (it only names configured hosts).
@@ -296,7 +341,6 @@ fn refuse(
     err: ProxyError,
     mut row: RequestRow,
     clock: Instant,
-    ctx_est: Option<u64>,
 ) {
     if let ProxyError::Upstream { host, detail } = &err {
         row.host = host.clone();
@@ -334,5 +378,5 @@ fn refuse(
             log::debug!("client went away before its error answer: {err}");
         }
     }
-    log_request(&row, "-", ctx_est);
+    log_request(&row, "-");
 }

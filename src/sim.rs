@@ -7,8 +7,9 @@
 //! Must not: pick ports other than the one it is given, panic on anything a client sends, or hold a
 //! lock while writing to a socket (waits for slots, permits and faults use condvars).
 //! Submodules: `http` (wire), `server` (shared state, threads), `cache` (slot choice, pure),
-//! `respond` (routing, metadata endpoints), `generate` (completions and streams), `answer` (shapes),
-//! `render` (the prompt text of each API's body), `oneshot` (counts, embeddings, rerank).
+//! `respond` (routing, metadata endpoints, token counts), `generate` (completions and streams),
+//! `answer` (shapes), `render` (the prompt text of each API's body), `oneshot` (the other APIs'
+//! counts, embeddings, rerank).
 
 mod answer;
 mod cache;
@@ -17,6 +18,7 @@ mod http;
 mod oneshot;
 mod render;
 mod respond;
+mod router;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -50,10 +52,27 @@ pub struct SimConfig {
     pub slot_prompt_similarity: f64,
     /// When set, everything but `/health`, `/models`, `/v1/models` needs this key.
     pub api_key: Option<String>,
-    /// Router mode: `(model id, status.value)` listed at `GET /models` and `GET /v1/models`.
+    /// Router mode: `(model id, status.value)` listed at `GET /models` and `GET /v1/models`; a
+    /// request names its model and loads it when it is not loaded (see `sim/router.rs`).
     pub router_models: Option<Vec<(String, String)>>,
+    /// Router mode's `--models-max`: models loaded at once (0 = no limit).
+    pub models_max: usize,
     /// Tokens generated when the request sets no `max_tokens`/`n_predict` (then it ends as "stop").
     pub default_max_tokens: u64,
+    /// Which token-count endpoints the server has (older builds lack some).
+    pub counts: Counts,
+}
+
+/// The token-count endpoints a simulated server answers, by the build it plays. All of them count
+/// the way the server counts prompt tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counts {
+    /// b11434: `/v1/chat/completions/input_tokens`, `/apply-template` and `/tokenize`.
+    Exact,
+    /// A build before the count endpoints: `/apply-template` and `/tokenize` only.
+    Template,
+    /// None of them (404): a host that cannot count.
+    None,
 }
 
 impl Default for SimConfig {
@@ -69,6 +88,8 @@ impl Default for SimConfig {
             api_key: None,
             router_models: None,
             default_max_tokens: 8,
+            counts: Counts::Exact,
+            models_max: 0,
         }
     }
 }
@@ -119,6 +140,8 @@ pub enum SimEvent {
     EventSent { index: usize },
     /// The client went away mid-answer; generation stopped and the slot was freed.
     ClientGone { path: String },
+    /// Router mode: a model was loaded (on a request for it, or `/props?model=`), evicting others.
+    Loaded { model: String, evicted: Vec<String> },
     /// An inference answer was completely written.
     Finished {
         path: String,
@@ -180,10 +203,13 @@ impl Sim {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let router = (cfg.router_models.as_ref())
+            .map(|models| Mutex::new(router::Router::new(models, cfg.models_max)));
         let shared = Arc::new(Shared {
             pool: Mutex::new(PoolState {
                 pool: cache::Pool::new(cfg.slots, cfg.ram_cache_tokens)
                     .with_similarity(cfg.slot_prompt_similarity),
+                models: std::collections::BTreeMap::new(),
                 closed: false,
             }),
             cfg,
@@ -195,6 +221,7 @@ impl Sim {
             }),
             control_cv: Condvar::new(),
             pool_cv: Condvar::new(),
+            router,
             record: Mutex::new(Record::default()),
             conns: Mutex::new(Conns::default()),
             events_tx,
@@ -257,6 +284,13 @@ impl Sim {
     /// The most recent requests received (up to 4096), oldest first.
     pub fn requests(&self) -> Vec<Seen> {
         self.shared.record.lock().seen.iter().cloned().collect()
+    }
+
+    /// Router mode: sets a model's status as a test wants it (`loading`, `unloaded`...).
+    pub fn set_model_status(&self, model: &str, status: &str) {
+        if let Some(router) = &self.shared.router {
+            router.lock().set(model, status);
+        }
     }
 
     pub fn stats(&self) -> SimStats {

@@ -29,7 +29,10 @@ pub struct Gateway {
     pub drains: Arc<Drains>,
     pub metrics: Arc<Metrics>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
-    last_prompt: Mutex<HashMap<Key, i64>>,
+    last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
+    /// The upstream client settings every forwarded request's agent is made from (ureq 3).
+    upstream: ureq3::config::Config,
+    /// The agent for crossbar's own small upstream calls (the context guard's exact counts).
     agent: ureq::Agent,
 }
 
@@ -71,6 +74,7 @@ impl Gateway {
             }
         }
         let drains = Arc::new(Drains::default());
+        let upstream = crate::proxy::upstream_config(&config);
         let agent = upstream_agent(&config);
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
@@ -112,6 +116,7 @@ impl Gateway {
             drains,
             metrics,
             last_prompt: Mutex::new(HashMap::new()),
+            upstream,
             agent,
         })
     }
@@ -144,14 +149,23 @@ impl Gateway {
         *self.config.write() = Arc::new(new);
     }
 
-    /// The agent every upstream call goes through.
+    /// The agent for crossbar's own small upstream calls (exact token counts).
     pub fn agent(&self) -> &ureq::Agent {
         &self.agent
     }
 
+    /// The upstream client settings every forwarded request's agent is made from.
+    pub fn upstream(&self) -> &ureq3::config::Config {
+        &self.upstream
+    }
+
     /// Remembers this turn's prompt size and returns the previous turn's, if any.
-    pub fn swap_last_prompt(&self, key: &Key, prompt: i64) -> Option<i64> {
-        self.last_prompt.lock().insert(key.clone(), prompt)
+    /// With the prompt goes the host's unload count of the model then (see `Health::unloads`),
+    /// so a cold turn can say whether a router swapped the model out in between.
+    pub fn swap_last_prompt(&self, key: &Key, prompt: i64, unloads: u64) -> Option<(i64, u64)> {
+        self.last_prompt
+            .lock()
+            .insert(key.clone(), (prompt, unloads))
     }
 
     /// Forgets prompt sizes of conversations that no longer hold a lease.
@@ -161,10 +175,9 @@ impl Gateway {
     }
 }
 
-/// One agent for all upstream calls: no redirects, a connect timeout, a generous per-read timeout
-/// (the first byte waits for prefill), no overall timeout. It keeps no idle connections:
-/// llama-server closes a connection after a streamed answer while advertising keep-alive, so a
-/// pooled connection may be dead; a fresh one costs one LAN round trip.
+/// The agent for crossbar's own small calls to hosts (the context guard's exact counts): no
+/// redirects, a connect timeout, no idle connections kept (llama-server closes a connection after
+/// a streamed answer while advertising keep-alive, so a pooled one may be dead).
 fn upstream_agent(config: &Config) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout_connect(config.connect_timeout)
@@ -199,15 +212,27 @@ impl lease::Chooser for View {
         let config = self.config.read().clone();
         let infos: Vec<choose::Info> = candidates
             .iter()
-            .filter_map(|c| Some((config.hosts.get(&c.host)?, c.leases)))
-            .map(|(host, leases)| {
+            .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
+            .map(|(host, c)| {
+                let leases = c.leases;
                 let parallel = config.parallel(&host.name, model);
                 let in_flight = self.limiter.in_flight(&host.name, model);
+                // A full router evicts one of its loaded models to load this one: no room when
+                // any of them is in use — a request in flight, or a conversation leased there
+                // whose cache the swap would wipe (health's lock is released before the
+                // limiter's is taken).
+                let room = match self.health.full_router(&host.name) {
+                    None => true,
+                    Some(loaded) => !(loaded.iter()).any(|m| {
+                        c.leased_models.contains(m) || self.limiter.in_flight(&host.name, m) > 0
+                    }),
+                };
                 choose::Info {
                     name: host.name.clone(),
                     healthy: self.health.healthy(&host.name),
                     draining: self.drains.contains(&host.name),
                     loaded: self.health.is_loaded(&host.name, model),
+                    room,
                     serves: parallel > 0,
                     free: parallel.saturating_sub(in_flight),
                     queued: self.limiter.queued(&host.name, model),

@@ -92,6 +92,12 @@ pub struct RequestRow {
     pub cached_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub err: String,
+    /// The context guard's estimate of the prompt (bytes / 4 × 1.2); `None` when the guard did
+    /// not look (metadata, or refused before).
+    pub ctx_est: Option<i64>,
+    /// The prompt's exact token count, when the guard asked a host for it (the estimate did not
+    /// fit); `None` otherwise.
+    pub ctx_exact: Option<i64>,
 }
 
 /// The database. Cheap calls on one connection behind a mutex; every call is a short local write

@@ -73,6 +73,8 @@ pub struct BodyWriter<'a> {
     framing: Framing,
     /// Raised on a write error or an abort: the connection must not carry another request.
     broken: Option<&'a AtomicBool>,
+    /// The chunk being framed, reused for every chunk.
+    piece: Vec<u8>,
 }
 
 impl std::fmt::Debug for BodyWriter<'_> {
@@ -97,6 +99,7 @@ impl<'a> BodyWriter<'a> {
             out,
             framing,
             broken: None,
+            piece: Vec::new(),
         };
         writer.head(http10, status, headers, &[])?;
         Ok(writer)
@@ -115,6 +118,7 @@ impl<'a> BodyWriter<'a> {
             out,
             framing,
             broken: Some(broken),
+            piece: Vec::new(),
         };
         writer.head(http10, status, headers, &[])?;
         Ok(writer)
@@ -174,11 +178,13 @@ impl<'a> BodyWriter<'a> {
         }
         match self.framing {
             Framing::Chunked => {
-                let mut piece = Vec::with_capacity(data.len() + 12);
-                write!(piece, "{:x}\r\n", data.len())?;
-                piece.extend_from_slice(data);
-                piece.extend_from_slice(b"\r\n");
-                self.out.write_all(&piece)?;
+                // One write per chunk (size line, data, CRLF), built in a buffer kept between
+                // chunks: no allocation per piece once it has grown to the largest read.
+                self.piece.clear();
+                write!(self.piece, "{:x}\r\n", data.len())?;
+                self.piece.extend_from_slice(data);
+                self.piece.extend_from_slice(b"\r\n");
+                self.out.write_all(&self.piece)?;
             }
             _ => self.out.write_all(data)?,
         }
@@ -245,6 +251,7 @@ pub fn send_tracked<'a>(
         out,
         framing,
         broken,
+        piece: Vec::new(),
     };
     let body = if head_only { &[][..] } else { body };
     writer.head(http10, status, headers, body)

@@ -122,7 +122,7 @@ impl Drop for Running {
 
 /// crossbar as an operator would set it up for these hosts: one route over all of them, the
 /// hosts' real slot counts, a health poll every second.
-fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path) -> String {
+pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path) -> String {
     let db = dir.join("crossbar.db");
     let _ = std::fs::remove_file(&db);
     let mut t = format!(

@@ -15,6 +15,7 @@ mod figures;
 mod frontend;
 mod hosts;
 mod report;
+mod uipoll;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -99,7 +100,7 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF)");
+        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF)");
         std::process::exit(2)
     });
     let hosts = opts.hosts;
@@ -128,6 +129,11 @@ fn main() {
         shape.turns,
         shape.api.name()
     );
+    if opts.only.as_deref() == Some("ui-poll") {
+        uipoll::run(&setup(SCENARIOS[0], &shape), hosts, &shape, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     println!("{}", report::header());
     let mut rows = Vec::new();
     let chosen = SCENARIOS
@@ -148,6 +154,9 @@ fn main() {
             rows.push(row);
         }
         println!();
+    }
+    if opts.only.is_none() && opts.real.is_none() {
+        uipoll::run(&setup(SCENARIOS[0], &shape), hosts, &shape, &dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
     for line in report::ratios(&rows) {
@@ -203,15 +212,7 @@ impl Sample {
 
 /// One run: fresh hosts, the front end, the whole workload once.
 fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path) -> Sample {
-    let setup = Setup {
-        slots: SLOTS,
-        slot_ctx: SLOT_CTX,
-        prefill_us: PREFILL_US,
-        decode_us: DECODE_US,
-        ram_cache_tokens: scenario.ram_cache_tokens,
-        similarity: scenario.similarity,
-        reply_tokens: shape.reply_tokens,
-    };
+    let setup = setup(scenario, shape);
     let hosts: Vec<Host> = (0..opts.hosts)
         .map(|_| Host::start(&setup, opts.real.as_ref()))
         .collect::<Result<_, _>>()
@@ -254,6 +255,19 @@ fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path
         wall_s: wall.as_secs_f64(),
         per_host: hosts.iter().map(Host::completions).collect(),
         killed: killed.into_iter().collect(),
+    }
+}
+
+/// The hosts of every run of `scenario`.
+fn setup(scenario: Scenario, shape: &Shape) -> Setup {
+    Setup {
+        slots: SLOTS,
+        slot_ctx: SLOT_CTX,
+        prefill_us: PREFILL_US,
+        decode_us: DECODE_US,
+        ram_cache_tokens: scenario.ram_cache_tokens,
+        similarity: scenario.similarity,
+        reply_tokens: shape.reply_tokens,
     }
 }
 
@@ -309,6 +323,7 @@ fn options() -> Result<Options, lexopt::Error> {
             Long("hosts") => o.hosts = parser.value()?.parse::<usize>()?.max(1),
             Long("conversations") => o.conversations = parser.value()?.parse()?,
             Long("turns") => o.turns = parser.value()?.parse()?,
+            // A scenario's name, or `ui-poll` for the polling UI's comparison alone.
             Long("only") => o.only = Some(parser.value()?.string()?),
             Long("random-starts") => o.random_starts = true,
             Long("seed") => o.seed = parser.value()?.parse()?,

@@ -52,6 +52,7 @@ pub(super) struct RawHost {
 #[derive(Debug, Deserialize)]
 pub(super) struct RawModel {
     parallel: Option<i64>,
+    upstream: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,6 +60,8 @@ pub(super) struct RawRoute {
     #[serde(default)]
     hosts: Vec<String>,
     model: Option<String>,
+    #[serde(default)]
+    spread_new: bool,
 }
 
 // ---- stage two: validation ----
@@ -232,10 +235,21 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
             "the host serves no model",
         ));
     }
+    let mut upstream = BTreeMap::new();
     let models = raw
         .models
         .into_iter()
         .map(|(model, m)| {
+            match m.upstream {
+                Some(name) if name.is_empty() => problems.push(Problem::new(
+                    format!("{key}.models.{model}.upstream"),
+                    "is empty; leave it out to use the model's own name",
+                )),
+                Some(name) => {
+                    upstream.insert(model.clone(), name);
+                }
+                None => {}
+            }
             let parallel = m.parallel.unwrap_or(1);
             if parallel < 1 {
                 problems.push(Problem::new(
@@ -253,6 +267,7 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
         api_key: raw.api_key.filter(|k| !k.is_empty()),
         ctx: raw.ctx,
         models,
+        upstream,
     }
 }
 
@@ -311,6 +326,7 @@ fn validate_route(
         name: name.to_string(),
         hosts: raw.hosts,
         model,
+        spread_new: raw.spread_new,
     }
 }
 

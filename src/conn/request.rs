@@ -100,6 +100,12 @@ impl<'c> Request<'c> {
         super::peer_gone(self.inb.wire())
     }
 
+    /// A second handle on the client's socket, for code that must watch it while this request
+    /// waits elsewhere (the upstream exchange). `None` if the OS refuses one.
+    pub fn socket(&self) -> Option<TcpStream> {
+        self.inb.wire().try_clone().ok()
+    }
+
     /// Writes the answer's head; the body follows through the returned writer.
     pub fn start(
         &mut self,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
-use super::{DownReason, Health, Poll};
+use super::{transport_error, DownReason, Health, Poll, RouterModel};
 use crate::config;
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
@@ -58,7 +58,8 @@ pub fn agent(timeout: Duration) -> ureq::Agent {
 }
 
 /// Polls one host. `/health` 200 → go on, 503 → down loading, no answer → down unreachable; any
-/// other status, or an unusable `/props` or `/v1/models` body → down bad answer.
+/// other status, or an unusable `/props` or `/v1/models` body → down, the reason naming the path
+/// and what came back. A `/props` that does not exist (404, 501) only leaves the context unknown.
 pub fn poll_host(agent: &ureq::Agent, host: &config::Host) -> Poll {
     match poll_up(agent, host) {
         Ok(up) => up,
@@ -66,14 +67,16 @@ pub fn poll_host(agent: &ureq::Agent, host: &config::Host) -> Poll {
     }
 }
 
-/// `(per-slot n_ctx, total_slots)` from a `/props` body; missing fields are `None`.
+/// `(per-slot n_ctx, total_slots)` from a `/props` body; missing fields are `None`, and so is an
+/// `n_ctx` of 0 (a router's own `/props`): an unknown context, which the guard leaves alone.
 pub fn parse_props(body: &str) -> Result<(Option<u64>, Option<u64>), ParseError> {
     let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
     let props = value.as_object().ok_or(ParseError::Shape("an object"))?;
     let n_ctx = props
         .get("default_generation_settings")
         .and_then(|s| s.get("n_ctx"))
-        .and_then(Value::as_u64);
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0);
     let total_slots = props.get("total_slots").and_then(Value::as_u64);
     Ok((n_ctx, total_slots))
 }
@@ -158,25 +161,49 @@ fn unix_ms() -> i64 {
 
 fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason> {
     fetch(agent, host, "/health")?;
-    let (per_slot_ctx, total_slots) =
-        parse_props(&fetch(agent, host, "/props")?).map_err(|_| DownReason::BadAnswer)?;
-    let models =
-        parse_model_list(&fetch(agent, host, "/v1/models")?).map_err(|_| DownReason::BadAnswer)?;
-    let loaded = if models.router {
-        models.loaded
+    let (per_slot_ctx, total_slots, max_instances) = match fetch(agent, host, "/props") {
+        Ok(body) => {
+            let (ctx, slots) = parse_props(&body).map_err(|e| bad_answer("/props", &e))?;
+            (ctx, slots, parse_max_instances(&body))
+        }
+        Err(DownReason::Status {
+            status: 404 | 501, ..
+        }) => (None, None, None),
+        Err(reason) => return Err(reason),
+    };
+    let models = parse_model_list(&fetch(agent, host, "/v1/models")?)
+        .map_err(|e| bad_answer("/v1/models", &e))?;
+    let list = if models.router {
+        models
     } else {
         // A router may only say which models are loaded on `/models`. Anything but a router
         // answer there (404 on older builds, the same plain list) leaves `/v1/models` in charge.
         match fetch(agent, host, "/models").map(|body| parse_model_list(&body)) {
-            Ok(Ok(router)) if router.router => router.loaded,
-            _ => models.loaded,
+            Ok(Ok(router)) if router.router => router,
+            _ => models,
         }
     };
     Ok(Poll::Up {
         per_slot_ctx,
         total_slots,
-        loaded,
+        loaded: list.loaded,
+        router: list.router,
+        models: list.models,
+        max_instances,
     })
+}
+
+/// A router's `/props` `max_instances` (`--models-max`); `None` elsewhere.
+fn parse_max_instances(body: &str) -> Option<u64> {
+    let value: Value = serde_json::from_str(body).ok()?;
+    value.get("max_instances")?.as_u64()
+}
+
+fn bad_answer(path: &str, err: &ParseError) -> DownReason {
+    DownReason::BadAnswer {
+        path: path.to_string(),
+        error: err.to_string(),
+    }
 }
 
 /// GETs `path` and returns the body of a 200 answer; anything else as the reason it is down.
@@ -185,22 +212,39 @@ fn fetch(agent: &ureq::Agent, host: &config::Host, path: &str) -> Result<String,
     if let Some(key) = &host.api_key {
         request = request.set("Authorization", &format!("Bearer {key}"));
     }
+    let path = path.to_string();
     match request.call() {
         Ok(response) if response.status() == 200 => {
-            response.into_string().map_err(|_| DownReason::Unreachable)
+            response
+                .into_string()
+                .map_err(|err| DownReason::Unreachable {
+                    path,
+                    error: format!("reading the body: {err}"),
+                })
         }
-        Ok(_) => Err(DownReason::BadAnswer),
-        Err(ureq::Error::Status(503, _)) => Err(DownReason::Loading),
-        Err(ureq::Error::Status(_, _)) => Err(DownReason::BadAnswer),
-        Err(ureq::Error::Transport(_)) => Err(DownReason::Unreachable),
+        Ok(response) => Err(DownReason::Status {
+            path,
+            status: response.status(),
+        }),
+        Err(ureq::Error::Status(503, _)) => Err(DownReason::Loading { path }),
+        Err(ureq::Error::Status(status, _)) => Err(DownReason::Status { path, status }),
+        Err(ureq::Error::Transport(err)) => Err(DownReason::Unreachable {
+            path,
+            error: transport_error(&err),
+        }),
     }
 }
 
-/// A models list: what is loaded, and whether any entry carried a router `status`.
+/// A models list: what is loaded, whether any entry carried a router `status`, and the router's
+/// models (at most [`MAX_ROUTER_MODELS`]).
 struct ModelList {
     loaded: Vec<String>,
     router: bool,
+    models: Vec<RouterModel>,
 }
+
+/// A host's answer sizes nothing in crossbar beyond this many models.
+const MAX_ROUTER_MODELS: usize = 256;
 
 fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
     let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
@@ -213,8 +257,14 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
     let mut list = ModelList {
         loaded: Vec::new(),
         router: false,
+        models: Vec::new(),
     };
     for entry in entries {
+        if let Some(model) = RouterModel::of(entry) {
+            if list.models.len() < MAX_ROUTER_MODELS {
+                list.models.push(model);
+            }
+        }
         if let Some(status) = entry.get("status") {
             list.router = true;
             // `{"value": "loaded", ...}`; a bare string is accepted too. Anything else: not loaded.

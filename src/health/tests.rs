@@ -10,6 +10,7 @@ fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
         api_key: None,
         ctx,
         models: models.iter().map(|m| (m.to_string(), 1)).collect(),
+        upstream: BTreeMap::new(),
     }
 }
 
@@ -22,6 +23,29 @@ fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
         per_slot_ctx: ctx,
         total_slots: slots,
         loaded: loaded.iter().map(|s| s.to_string()).collect(),
+        router: false,
+        models: Vec::new(),
+        max_instances: None,
+    }
+}
+
+fn unreachable() -> DownReason {
+    DownReason::Unreachable {
+        path: "/health".into(),
+        error: "Connection Failed: refused".into(),
+    }
+}
+
+fn loading() -> DownReason {
+    DownReason::Loading {
+        path: "/health".into(),
+    }
+}
+
+fn forward_failed() -> DownReason {
+    DownReason::ForwardFailed {
+        path: "/v1/chat/completions".into(),
+        error: "Network Error: reset".into(),
     }
 }
 
@@ -29,7 +53,7 @@ fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
 fn check_state(health: &Health, name: &str, healthy: bool, reason: Option<DownReason>, since: i64) {
     let status = health.get(name).expect("host is in the table");
     assert_eq!(
-        (status.healthy, status.reason, status.since),
+        (status.healthy, status.reason.clone(), status.since),
         (healthy, reason, since),
         "(healthy, reason, since) of {name}"
     );
@@ -61,17 +85,17 @@ fn polls_flip_a_host_and_only_flips_are_transitions() {
     check_state(&health, "mini", true, None, 0);
     assert_eq!(health.get("mini").unwrap().last_poll, 200);
 
-    assert!(health.apply("mini", Poll::Down(DownReason::Unreachable), 300));
-    check_state(&health, "mini", false, Some(DownReason::Unreachable), 300);
+    assert!(health.apply("mini", Poll::Down(unreachable()), 300));
+    check_state(&health, "mini", false, Some(unreachable()), 300);
     assert!(
-        !health.apply("mini", Poll::Down(DownReason::Unreachable), 400),
+        !health.apply("mini", Poll::Down(unreachable()), 400),
         "still down"
     );
-    check_state(&health, "mini", false, Some(DownReason::Unreachable), 300);
+    check_state(&health, "mini", false, Some(unreachable()), 300);
 
     // A new reason is worth a line, but the host has been down since 300 all along.
-    assert!(health.apply("mini", Poll::Down(DownReason::Loading), 500));
-    check_state(&health, "mini", false, Some(DownReason::Loading), 300);
+    assert!(health.apply("mini", Poll::Down(loading()), 500));
+    check_state(&health, "mini", false, Some(loading()), 300);
 
     assert!(health.apply("mini", up(Some(2048), Some(2), &["q"]), 600));
     check_state(&health, "mini", true, None, 600);
@@ -84,12 +108,12 @@ fn a_forward_failure_marks_down_at_once_and_the_next_good_poll_brings_it_back() 
     health.apply("mini", up(Some(2048), Some(2), &["q"]), 100);
     assert!(health.is_loaded("mini", "q"));
 
-    assert!(health.mark_down("mini", DownReason::ForwardFailed, 150));
+    assert!(health.mark_down("mini", forward_failed(), 150));
     assert!(
-        !health.mark_down("mini", DownReason::ForwardFailed, 160),
+        !health.mark_down("mini", forward_failed(), 160),
         "not a transition"
     );
-    check_state(&health, "mini", false, Some(DownReason::ForwardFailed), 150);
+    check_state(&health, "mini", false, Some(forward_failed()), 150);
     assert!(
         !health.is_loaded("mini", "q"),
         "a down host's loaded list is stale"
@@ -102,7 +126,7 @@ fn a_forward_failure_marks_down_at_once_and_the_next_good_poll_brings_it_back() 
 
     assert!(health.apply("mini", up(Some(2048), Some(2), &["q"]), 200));
     check_state(&health, "mini", true, None, 200);
-    assert!(!health.mark_down("ghost", DownReason::ForwardFailed, 200));
+    assert!(!health.mark_down("ghost", forward_failed(), 200));
 }
 
 #[test]
@@ -130,7 +154,7 @@ fn reload_keeps_kept_hosts_adds_new_ones_and_forgets_removed_ones() {
         host("titan", None, &["q"]),
         host("mini", None, &["q"]),
     ]));
-    health.apply("titan", Poll::Down(DownReason::Loading), 100);
+    health.apply("titan", Poll::Down(loading()), 100);
     health.apply("mini", up(Some(2048), None, &["q"]), 100);
 
     // mini gains an override, titan stays down, old is gone, new arrives healthy.
@@ -139,7 +163,7 @@ fn reload_keeps_kept_hosts_adds_new_ones_and_forgets_removed_ones() {
         host("mini", Some(1024), &["q"]),
         host("new", None, &["q"]),
     ]));
-    check_state(&health, "titan", false, Some(DownReason::Loading), 100);
+    check_state(&health, "titan", false, Some(loading()), 100);
     check_state(&health, "new", true, None, 0);
     assert_eq!(health.per_slot_ctx("mini"), Some(1024));
 
@@ -194,18 +218,41 @@ fn loaded_means_a_matching_id_or_alias_or_the_single_configured_model() {
 }
 
 #[test]
-fn reasons_read_as_the_spec_names_them() {
-    let names: Vec<String> = [
-        DownReason::Unreachable,
-        DownReason::Loading,
-        DownReason::BadAnswer,
-        DownReason::ForwardFailed,
-    ]
-    .iter()
-    .map(|r| r.to_string())
-    .collect();
+fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15() {
+    let mut router_host = host("box", None, &["coder", "chat"]);
+    router_host.upstream = BTreeMap::from([("chat".to_string(), "chat-7b".to_string())]);
+    let health = Health::new(&hosts(&[router_host]));
+    let model = |id: &str, state: &str| RouterModel {
+        names: vec![id.to_string()],
+        state: state.to_string(),
+        per_slot_ctx: Some(2048),
+    };
+    let poll = |coder: &str, chat: &str| Poll::Up {
+        per_slot_ctx: None,
+        total_slots: None,
+        loaded: Vec::new(),
+        router: true,
+        models: vec![model("coder", coder), model("chat-7b", chat)],
+        max_instances: Some(1),
+    };
+    health.apply("box", poll("loaded", "unloaded"), 1);
+    health.apply("box", poll("loaded", "unloaded"), 2);
+    assert_eq!(health.unloads("box", "coder"), 0);
+    health.apply("box", poll("unloaded", "loading"), 3);
+    health.apply("box", poll("unloaded", "loaded"), 4);
+    assert_eq!(health.unloads("box", "coder"), 1);
+    health.apply("box", poll("loaded", "unloaded"), 5);
     assert_eq!(
-        names,
-        ["unreachable", "loading", "bad answer", "forward failed"]
+        (
+            health.unloads("box", "coder"),
+            health.unloads("box", "chat")
+        ),
+        (1, 1)
     );
+    assert_eq!(
+        health.model_state("box", "chat").as_deref(),
+        Some("unloaded")
+    );
+    assert_eq!(health.ctx_for("box", "chat"), Some(2048));
+    assert_eq!(health.unloads("ghost", "coder"), 0);
 }

@@ -14,6 +14,7 @@ impl Table {
         key: &Key,
         candidates: &[String],
         now: i64,
+        inherit: bool,
     ) -> Result<Acquired, LeaseError> {
         // 1. A pin outranks everything, health included.
         if let Some(pin) = inner.pins.get(&key.route).cloned() {
@@ -56,8 +57,9 @@ impl Table {
         }
 
         // 3. A new conversation follows its route's lease for the model: that cache is warm. A
-        //    draining host gets no new leases, inherited ones included.
-        if moving_from.is_none() && !key.fp.is_empty() {
+        //    draining host gets no new leases, inherited ones included. Skipped when the route
+        //    spreads new conversations instead.
+        if inherit && moving_from.is_none() && !key.fp.is_empty() {
             let route_key = Key {
                 route: key.route.clone(),
                 fp: String::new(),
@@ -138,11 +140,20 @@ impl Table {
             .iter()
             .filter(|h| Some(h.as_str()) != excluded)
             .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
-            .map(|h| Candidate {
-                host: h.clone(),
-                leases: (inner.leases.values())
-                    .filter(|l| l.host == *h && l.key.model == key.model)
-                    .count(),
+            .map(|h| {
+                let mut leased_models: Vec<String> = (inner.leases.values())
+                    .filter(|l| l.host == *h)
+                    .map(|l| l.key.model.clone())
+                    .collect();
+                leased_models.sort();
+                leased_models.dedup();
+                Candidate {
+                    host: h.clone(),
+                    leases: (inner.leases.values())
+                        .filter(|l| l.host == *h && l.key.model == key.model)
+                        .count(),
+                    leased_models,
+                }
             })
             .collect();
         match self.chooser.choose(&usable, &key.model) {

@@ -29,8 +29,10 @@ pub enum ProxyError {
         served: Vec<String>,
     },
     BodyTooLarge,
+    /// Fits no candidate. `exact` is the host's own count when it was asked and answered.
     PromptTooLarge {
         estimate: u64,
+        exact: Option<u64>,
         max: u64,
     },
     NoHealthyHost,
@@ -96,8 +98,15 @@ impl ProxyError {
                 body["served"] = served.clone().into();
             }
             ProxyError::UnknownRoute { route, .. } => body["route"] = route.clone().into(),
-            ProxyError::PromptTooLarge { estimate, max } => {
+            ProxyError::PromptTooLarge {
+                estimate,
+                exact,
+                max,
+            } => {
                 body["estimate"] = (*estimate).into();
+                if let Some(exact) = exact {
+                    body["exact"] = (*exact).into();
+                }
                 body["max"] = (*max).into();
             }
             ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),

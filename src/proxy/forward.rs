@@ -2,10 +2,15 @@
 //! chunk by chunk through the tee, recording the accounting row before the client can see the end.
 
 use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use ureq3::{http, Body};
+
 use crate::conn::Request;
-use crate::health::DownReason;
+use crate::health::{error_chain, DownReason};
 use crate::limiter::Permit;
 use crate::logfmt::val;
 use crate::state::Gateway;
@@ -13,36 +18,42 @@ use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
 use crate::wire::{self, BodyWriter, Framing};
 
-use super::{record, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
+use super::{record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
 
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
 
 /// An upstream answer whose head has arrived, with the slot it occupies (none for metadata).
 pub(super) struct Answer {
-    response: ureq::Response,
+    pub(super) response: http::Response<Body>,
     permit: Option<Permit>,
+    /// Raised by the upstream transport when a wait for upstream ended because the client left.
+    left: Arc<AtomicBool>,
 }
 
 /// Sends the request upstream and waits for the response head. A connection or read failure before
 /// the head marks the host down and becomes a 502 (the slot is freed before that answer goes out);
-/// upstream error statuses are answers, not errors.
+/// upstream error statuses are answers, not errors. While it waits, a `client` that leaves ends the
+/// wait and closes the upstream connection (499, the host is not marked down).
 pub(super) fn exchange(
     gw: &Gateway,
     incoming: &Incoming,
     plan: &Plan<'_>,
     permit: Option<Permit>,
+    client: Option<TcpStream>,
     row: &mut RequestRow,
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
-    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
-    let mut request = gw.agent().request(&incoming.method, &url);
-    let tokens = wire::connection_tokens(incoming.header("Connection"));
-    // Checked before anything is sent: ureq refuses such a header only once it is asked to send,
-    // and that refusal must not look like the host's failure (issue 10).
+    // Checked before anything is sent: an HTTP library refuses such a header only once it is asked
+    // to send, and that refusal must not look like the host's failure (issue 10).
     for (name, value) in &incoming.headers {
         forwardable(name, value)?;
     }
+    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
+    let mut request = http::Request::builder()
+        .method(incoming.method.as_str())
+        .uri(url.as_str());
+    let tokens = wire::connection_tokens(incoming.header("Connection"));
     for (name, value) in &incoming.headers {
         let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
         let replaced = plan.host.api_key.is_some()
@@ -56,32 +67,50 @@ pub(super) fn exchange(
         if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
             continue;
         }
-        request = request.set(name, value);
+        request = request.header(name.as_str(), value.as_str());
     }
     if let Some(key) = &plan.host.api_key {
-        request = request.set("Authorization", &format!("Bearer {key}"));
+        request = request.header("Authorization", format!("Bearer {key}"));
     }
+    let left = Arc::new(AtomicBool::new(false));
+    let agent = upstream::agent(gw.upstream(), client, &left);
+    let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     let result = if plan.body.is_empty() && incoming.bodyless() {
-        request.call()
+        agent.run(request.body(()).map_err(bad)?)
     } else {
-        request.send_bytes(&plan.body)
+        agent.run(request.body(plan.body.as_slice()).map_err(bad)?)
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
-        Ok(response) | Err(ureq::Error::Status(_, response)) => {
+        Ok(response) => {
             gw.metrics
                 .observe_ttfb(&row.route, &plan.host.name, row.started, row.ttfb_ms);
-            Ok(Answer { response, permit })
+            Ok(Answer {
+                response,
+                permit,
+                left,
+            })
         }
-        Err(ureq::Error::Transport(err)) if !counts_against_host(err.kind()) => {
-            Err(ProxyError::BadRequest(err.to_string()))
-        }
-        Err(ureq::Error::Transport(err)) => {
+        Err(_) if left.load(Ordering::Relaxed) => Err(ProxyError::ClientGone(
+            "client gone while waiting for upstream",
+        )),
+        Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
+        Err(err) => {
             let host = plan.host.name.clone();
-            gw.health
-                .mark_down(&host, DownReason::ForwardFailed, unix_ms(SystemTime::now()));
+            // A router loading the model (it was not loaded when this request left) may take
+            // longer than `first_byte_timeout`: that is a slow load, not a dead host (issue 15).
+            let loading =
+                (gw.health.model_state(&host, &row.model)).is_some_and(|state| state != "loaded");
+            if !loading {
+                let reason = DownReason::ForwardFailed {
+                    path: plan.rest.clone(),
+                    error: error_chain(&err),
+                };
+                gw.health
+                    .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            }
             log::warn!(
-                "forward failed host={} error={}",
+                "forward failed host={} loading={loading} error={}",
                 val(&host),
                 val(&err.to_string())
             );
@@ -93,8 +122,8 @@ pub(super) fn exchange(
     }
 }
 
-/// A header ureq would send as is: a token for a name, visible ASCII, space and tab for a value
-/// (RFC 9110 §5.5 without obs-text, which ureq refuses). Anything else is the client's 400.
+/// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value
+/// (RFC 9110 §5.5 without obs-text). Anything else is the client's 400.
 fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
     let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
     if name.is_empty() || !name.as_bytes().iter().all(tchar) {
@@ -113,15 +142,12 @@ fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
     Ok(())
 }
 
-/// Whether a ureq failure before the response head is the host's (it cannot be reached, or
-/// answered something that is not HTTP) rather than a request ureq would not build. Only the
+/// Whether a failure before the response head is the host's (it cannot be reached, timed out, or
+/// answered something that is not HTTP) rather than a request that could not be built. Only the
 /// host's failures mark it down.
-fn counts_against_host(kind: ureq::ErrorKind) -> bool {
-    use ureq::ErrorKind as K;
-    !matches!(
-        kind,
-        K::InvalidUrl | K::UnknownScheme | K::InsecureRequestHttpsOnly | K::HTTP
-    )
+fn counts_against_host(err: &ureq3::Error) -> bool {
+    use ureq3::Error as E;
+    !matches!(err, E::Http(_) | E::BadUri(_) | E::InvalidProxyUrl)
 }
 
 /// Relays the upstream answer: head first, then every read as soon as it arrives. Once upstream
@@ -143,14 +169,22 @@ pub(super) fn relay(
     row: &mut RequestRow,
     clock: Instant,
 ) {
-    let Answer { response, permit } = answer;
-    row.status = response.status();
-    let content_type = response.header("Content-Type").unwrap_or("").to_string();
+    let Answer {
+        response,
+        permit,
+        left,
+    } = answer;
+    row.status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
     row.streamed = content_type.starts_with("text/event-stream");
-    let framing = framing(incoming, &response);
-    let headers = response_headers(&response, plan);
+    let framing = framing(incoming, row.status);
+    let headers = response_headers(response.headers(), plan);
     let mut tee = Tee::for_api(&content_type, plan.api);
-    let mut upstream = response.into_reader();
+    let mut upstream = response.into_body().into_reader();
     let mut out = match request.start(row.status, &headers, framing) {
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
@@ -164,6 +198,13 @@ pub(super) fn relay(
             Ok(0) => break,
             Ok(n) => n,
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+            // A stream's head comes before prefill: a client that leaves during it is noticed here.
+            Err(_) if left.load(Ordering::Relaxed) => {
+                finish_row(gw, row, clock, &tee);
+                row.status = 499;
+                row.err = "client gone while waiting for upstream".to_string();
+                return record(gw, row);
+            }
             Err(err) => return upstream_broke(gw, row, clock, &tee, out, &err.to_string()),
         };
         let piece = &buf[..n];
@@ -191,8 +232,7 @@ pub(super) fn relay(
 /// The client's framing: chunked for HTTP/1.1 (whatever upstream used, so a break can be shown),
 /// close-delimited for HTTP/1.0 (the connection closes after the answer), none for HEAD, 1xx, 204
 /// and 304.
-fn framing(incoming: &Incoming, response: &ureq::Response) -> Framing {
-    let status = response.status();
+fn framing(incoming: &Incoming, status: u16) -> Framing {
     if incoming.method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status) {
         Framing::Empty
     } else if incoming.http10 {
@@ -211,16 +251,21 @@ fn cut_short(tee: &Tee) -> Option<&'static str> {
 }
 
 /// Upstream headers minus hop-by-hop ones, plus crossbar's own.
-fn response_headers(response: &ureq::Response, plan: &Plan<'_>) -> Vec<(String, String)> {
-    let tokens = wire::connection_tokens(response.header("Connection"));
+pub(super) fn response_headers(
+    upstream: &http::HeaderMap,
+    plan: &Plan<'_>,
+) -> Vec<(String, String)> {
+    let connection = upstream
+        .get("connection")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let tokens = wire::connection_tokens(connection.as_deref());
     let mut headers = Vec::new();
-    for name in response.headers_names() {
-        if wire::is_hop_by_hop(&name, &tokens) {
+    for (name, value) in upstream {
+        if wire::is_hop_by_hop(name.as_str(), &tokens) {
             continue;
         }
-        for value in response.all(&name) {
-            headers.push((canonical(&name), value.to_string()));
-        }
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers.push((canonical(name.as_str()), value));
     }
     headers.push((HOST_HEADER.to_string(), plan.host.name.clone()));
     headers.push((LEASE_HEADER.to_string(), plan.lease.as_str().to_string()));

@@ -21,7 +21,7 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
 
 /// The one plain line per request (never the body). `lease` is `new`, `reused`, `none`
 /// (metadata) or `-` when crossbar answered itself before a lease was in play.
-pub(super) fn log_request(row: &RequestRow, lease: &str, ctx_est: Option<u64>) {
+pub(super) fn log_request(row: &RequestRow, lease: &str) {
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
     let mut line = format!(
         "route={} api={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
@@ -38,8 +38,11 @@ pub(super) fn log_request(row: &RequestRow, lease: &str, ctx_est: Option<u64>) {
         tokens(row.cached_tokens),
         tokens(row.completion_tokens),
     );
-    if let Some(est) = ctx_est {
+    if let Some(est) = row.ctx_est {
         line.push_str(&format!(" ctx_est={est}"));
+    }
+    if let Some(exact) = row.ctx_exact {
+        line.push_str(&format!(" ctx_exact={exact}"));
     }
     if !row.err.is_empty() {
         line.push_str(&format!(" err={}", val(&row.err)));
@@ -53,11 +56,19 @@ pub(super) fn warn_on_cold_cache(gw: &Gateway, key: &Key, row: &RequestRow, reus
     let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) else {
         return;
     };
-    let previous = gw.swap_last_prompt(key, prompt);
-    if let (true, Some(previous)) = (reused, previous) {
+    let unloads = gw.health.unloads(&row.host, &key.model);
+    let previous = gw.swap_last_prompt(key, prompt, unloads);
+    if let (true, Some((previous, unloads_then))) = (reused, previous) {
         if cached.saturating_mul(2) < previous {
+            // A router that unloaded the model between the turns (`--models-max` swapped another
+            // in) dropped its cache: say so, it is the operator's fix, not a stickiness failure.
+            let swap = if unloads > unloads_then {
+                " cause=\"model unloaded by the host between turns (router swap)\""
+            } else {
+                ""
+            };
             log::warn!(
-                "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}",
+                "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}{swap}",
                 val(&row.route),
                 val(&row.host),
                 val(fingerprint::short(&row.fp))

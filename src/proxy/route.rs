@@ -39,7 +39,8 @@ const API_WORDS: &[&str] = &[
     "reranking",
 ];
 
-/// Paths llama-server answers without a slot: server metadata and the tokenizer.
+/// Paths llama-server answers without a slot: server metadata and the tokenizer (the conversation
+/// APIs' token counts are `api::is_count`).
 const METADATA: &[&str] = &[
     "/health",
     "/props",
@@ -49,10 +50,12 @@ const METADATA: &[&str] = &[
 ];
 
 /// A request that uses no inference slot upstream and carries no conversation: a `GET`/`HEAD`
-/// (`/v1/models`, `/health`, `/props`...), a tokenizer call or an API's token count
-/// (`/v1/messages/count_tokens`...). It takes no lease and no limiter slot.
+/// (`/v1/models`, `/health`, `/props`...), a CORS preflight `OPTIONS`, a tokenizer call or a token
+/// count. It takes the route-level lease (fingerprint "") but no limiter slot.
 pub fn is_metadata(method: &str, rest: &str) -> bool {
-    method == "GET" || method == "HEAD" || METADATA.contains(&rest) || crate::api::is_count(rest)
+    matches!(method, "GET" | "HEAD" | "OPTIONS")
+        || METADATA.contains(&rest)
+        || crate::api::is_count(rest)
 }
 
 /// Splits a request path (without its query) into the route and the rest to forward upstream,
@@ -209,13 +212,13 @@ mod tests {
             ("GET", "/props", true),
             ("POST", "/tokenize", true),
             ("POST", "/apply-template", true),
+            ("OPTIONS", "/v1/chat/completions", true),
+            ("POST", "/v1/chat/completions/input_tokens", true),
+            ("POST", "/v1/messages/count_tokens", true),
+            ("POST", "/v1/responses/input_tokens", true),
             ("POST", "/v1/chat/completions", false),
             ("POST", "/completion", false),
             ("POST", "/v1/embeddings", false),
-            ("POST", "/v1/messages/count_tokens", true),
-            ("POST", "/v1/responses/input_tokens", true),
-            ("POST", "/v1/chat/completions/input_tokens", true),
-            ("POST", "/v1/messages", false),
         ] {
             assert_eq!(is_metadata(method, rest), want, "{method} {rest}");
         }

@@ -80,6 +80,15 @@ impl Pool {
         self.slots.iter().map(|s| s.busy).collect()
     }
 
+    /// Forgets every cached prompt, in idle slots and in RAM: the model was unloaded (router mode).
+    /// A busy slot keeps generating; what it leaves behind is the new model's.
+    pub fn forget(&mut self) {
+        for slot in self.slots.iter_mut().filter(|s| !s.busy) {
+            slot.cached.clear();
+        }
+        self.ram.clear();
+    }
+
     /// Takes an idle slot for `prompt`, or `None` when all are busy (the caller waits).
     /// With `use_cache == false` (`cache_prompt: false`) nothing is reused.
     pub fn try_take(&mut self, prompt: &[u8], use_cache: bool) -> Option<Taken> {

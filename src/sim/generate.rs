@@ -100,7 +100,8 @@ pub(super) fn run(
         .get("cache_prompt")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let Some(mut lease) = sh.take_slot(&prompt, use_cache) else {
+    let model = body.get("model").and_then(Value::as_str);
+    let Some(mut lease) = sh.take_slot(&prompt, use_cache, model) else {
         return reply_error(sock, 503, "server is shutting down", false);
     };
     let cache_n = lease.cache_n;

@@ -1,7 +1,7 @@
-//! Answers that need no generation, in llama-server b11434's shapes: the exact-count endpoints
-//! (`/v1/chat/completions/input_tokens`, `/v1/messages/count_tokens`,
-//! `/v1/responses/input_tokens`: no slot, answered while every slot is busy, like the real
-//! server), embeddings (`/v1/embeddings`, `/embeddings`, `/embedding`) and rerank (`/rerank`,
+//! Answers that need no generation, in llama-server b11434's shapes: the Messages and Responses
+//! exact-count endpoints (`/v1/messages/count_tokens`, `/v1/responses/input_tokens`, when
+//! [`Counts::Exact`]; no slot, answered while every slot is busy, like the real server; chat's is
+//! `respond`'s), embeddings (`/v1/embeddings`, `/embeddings`, `/embedding`) and rerank (`/rerank`,
 //! `/reranking`, `/v1/rerank`, `/v1/reranking`). Embeddings and rerank take no simulated slot
 //! time, but in lock-step mode each waits for a permit ([`super::Sim::release`]), so a test can
 //! hold them in flight.
@@ -13,12 +13,12 @@ use serde_json::{json, Value};
 use super::generate::Kind;
 use super::http::HttpRequest;
 use super::respond::{reply, reply_error};
-use super::{cache, Shared};
+use super::{cache, Counts, Shared};
 
 /// Answers `req` if its path is one of these; `None` for any other path.
 pub(super) fn answer(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> Option<bool> {
     let count = match req.path() {
-        "/v1/chat/completions/input_tokens" | "/chat/completions/input_tokens" => Some(Kind::Chat),
+        _ if sh.cfg.counts != Counts::Exact => None,
         "/v1/messages/count_tokens" => Some(Kind::Messages),
         "/v1/responses/input_tokens" | "/responses/input_tokens" => Some(Kind::Responses),
         _ => None,
@@ -45,7 +45,7 @@ pub(super) fn answer(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> Option
             Ok(prompt) => {
                 let n = cache::tokens(prompt.len());
                 let mut out = json!({ "input_tokens": n });
-                if kind != Kind::Messages {
+                if kind == Kind::Responses {
                     out["object"] = json!("response.input_tokens");
                 }
                 reply(sock, 200, &out, req)

@@ -1,6 +1,8 @@
 //! Routing of one request: faults that apply before anything else, API-key check, the metadata
-//! endpoints (`/health`, `/props`, `/v1/models`, `/models`, `/slots`, `/metrics`, `/tokenize`) and
-//! the error envelope. Completions are handed to `generate`.
+//! endpoints (`/health`, `/props`, `/v1/models`, `/models`, `/slots`, `/metrics`), the tokenizer
+//! and token counts (`/tokenize`, `/apply-template`, `/v1/chat/completions/input_tokens`, as
+//! [`Counts`] allows) and the error envelope. Completions are handed to `generate`; the other
+//! APIs' counts, embeddings and rerank to `oneshot`.
 //!
 //! Must not: wait on slots or write streams (that is `generate`), or hold a lock while writing.
 
@@ -10,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use super::http::{self, HttpRequest};
-use super::{cache, generate, Fault, Seen, Shared, SimEvent};
+use super::{cache, generate, Counts, Fault, Seen, Shared, SimEvent};
 
 /// `build_info` reported by `/props` and as `system_fingerprint`.
 pub(super) const BUILD: &str = "b11434-sim";
@@ -50,12 +52,43 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         let msg = format!("simulated failure (status {code})");
         return reply_error(sock, code, &msg, req.keep_alive);
     }
+    let garbage = fault == Fault::Garbage;
+    let counts = sh.cfg.counts;
+    if let (Some(router), false) = (&sh.router, garbage) {
+        let get = req.method == "GET" || req.method == "HEAD";
+        let model = if get {
+            req.query("model").map(str::to_string)
+        } else {
+            serde_json::from_slice::<Value>(&req.body)
+                .ok()
+                .and_then(|b| b.get("model").and_then(Value::as_str).map(String::from))
+        };
+        match (get, path.as_str(), model) {
+            (true, "/props", None) => return reply(sock, 200, &router.lock().props(), req),
+            (true, "/v1/models" | "/models", _) => {
+                let listing = router
+                    .lock()
+                    .listing(sh.cfg.n_ctx, sh.cfg.slots, unix_now());
+                return reply(sock, 200, &listing, req);
+            }
+            (false, _, None) if req.method == "POST" => {
+                let msg = "model name is missing from the request";
+                return reply_error(sock, 400, msg, req.keep_alive);
+            }
+            (_, "/props", Some(model)) | (false, _, Some(model))
+                if req.method != "OPTIONS" && !sh.load_model(&model) =>
+            {
+                let msg = format!("model '{model}' not found");
+                return reply_error(sock, 400, &msg, req.keep_alive);
+            }
+            _ => {}
+        }
+    }
     if req.method == "POST" {
         if let Some(keep) = super::oneshot::answer(sh, sock, req) {
             return keep;
         }
     }
-    let garbage = fault == Fault::Garbage;
     let get = req.method == "GET" || req.method == "HEAD";
     match (get, path.as_str(), inference) {
         (_, _, Some(kind)) if req.method == "POST" => generate::run(sh, sock, req, kind, fault),
@@ -71,7 +104,17 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
             let msg = "This server does not support metrics endpoint. Start it with `--metrics`";
             reply_error(sock, 501, msg, req.keep_alive)
         }
-        (false, "/tokenize", _) if req.method == "POST" => tokenize(sock, req),
+        (false, "/tokenize", _) if req.method == "POST" && counts != Counts::None => {
+            tokenize(sock, req)
+        }
+        (false, "/apply-template", _) if req.method == "POST" && counts != Counts::None => {
+            count(sock, req, "prompt")
+        }
+        (false, "/v1/chat/completions/input_tokens", _)
+            if req.method == "POST" && counts == Counts::Exact =>
+        {
+            count(sock, req, "input_tokens")
+        }
         _ => reply_error(sock, 404, "File Not Found", req.keep_alive),
     }
 }
@@ -143,17 +186,6 @@ fn props(sh: &Shared) -> Value {
 fn models(sh: &Shared) -> Value {
     let cfg = &sh.cfg;
     let created = unix_now();
-    if let Some(router) = &cfg.router_models {
-        let data: Vec<Value> = router
-            .iter()
-            .map(|(id, status)| {
-                json!({"id": id, "object": "model", "owned_by": "llamacpp", "created": created,
-                       "in_cache": true, "path": format!("/models/{id}.gguf"),
-                       "status": {"value": status}})
-            })
-            .collect();
-        return json!({"object": "list", "data": data});
-    }
     json!({
         "object": "list",
         "data": [{
@@ -205,4 +237,27 @@ fn tokenize(sock: &TcpStream, req: &HttpRequest) -> bool {
         })
         .collect();
     reply(sock, 200, &json!({ "tokens": tokens }), req)
+}
+
+/// A chat body rendered the way a completion renders it: `/apply-template` answers the text
+/// (`{"prompt": ...}`), `/v1/chat/completions/input_tokens` its token count — the count a
+/// completion of the same body reports as its prompt tokens.
+fn count(sock: &TcpStream, req: &HttpRequest, field: &str) -> bool {
+    let rendered = serde_json::from_slice(&req.body)
+        .map_err(|e| format!("invalid JSON: {e}"))
+        .and_then(|body: Value| {
+            super::render::render(generate::Kind::Chat, &body).map_err(String::from)
+        });
+    match rendered {
+        Ok(text) if field == "prompt" => {
+            let prompt = String::from_utf8_lossy(&text);
+            reply(sock, 200, &json!({ "prompt": prompt }), req)
+        }
+        Ok(text) => {
+            let n = cache::tokens(text.len());
+            let answer = json!({"input_tokens": n, "object": "response.input_tokens"});
+            reply(sock, 200, &answer, req)
+        }
+        Err(msg) => reply_error(sock, 400, &msg, req.keep_alive),
+    }
 }

@@ -54,7 +54,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         err               TEXT NOT NULL
     );
     CREATE INDEX requests_started ON requests (started);",
-    // 2: the API each request spoke (chat, messages, responses, completion, stateless, other).
+    // 2: the context guard's estimate and, when it asked the host, the exact prompt count.
+    "ALTER TABLE requests ADD COLUMN ctx_est INTEGER;
+    ALTER TABLE requests ADD COLUMN ctx_exact INTEGER;",
+    // 3: the API each request spoke (chat, messages, responses, completion, stateless, other).
     "ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
 ];
 

@@ -366,7 +366,7 @@ fn unix_ms_counts_milliseconds_from_the_epoch() {
     assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_millis(5)), -5);
 }
 
-/// Issue 16: the api column arrives by migration 2; rows written before it read as `""`.
+/// Issue 16: the api column arrives by migration 3; rows written before it read as `""`.
 #[test]
 fn rows_from_before_the_api_column_survive_the_migration() {
     let db = TempDb::new("api-column");

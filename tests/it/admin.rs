@@ -400,8 +400,11 @@ fn liveness_and_readiness_answer_without_the_token() {
         json!({ "status": "ready", "hosts_up": 1, "hosts": 1 })
     );
     let gw = h.server().gateway();
-    gw.health
-        .mark_down("titan", crossbar::health::DownReason::ForwardFailed, 1);
+    let reason = crossbar::health::DownReason::ForwardFailed {
+        path: "/v1/chat/completions".into(),
+        error: "Network Error: reset".into(),
+    };
+    gw.health.mark_down("titan", reason, 1);
     let ready = get(&h, "/readyz");
     assert_eq!(ready.status, 503, "{}", ready.text());
     assert_eq!(ready.json()["status"], "not ready");

@@ -49,8 +49,12 @@ fn a_heavier_host_takes_more_conversations_in_proportion() {
 }
 
 #[test]
-fn a_model_listing_neither_steers_new_conversations_nor_waits_for_a_slot() {
-    let h = Harness::start(vec![host("a", 1), host("b", 1)], "queue_timeout = \"1s\"");
+fn on_a_spreading_route_a_model_listing_neither_steers_new_conversations_nor_waits_for_a_slot() {
+    let h = Harness::start_with(
+        vec![host("a", 1), host("b", 1)],
+        "queue_timeout = \"1s\"",
+        "spread_new = true",
+    );
     let gw = h.server().gateway().clone();
     let models = h.get("/projA/v1/models");
     assert_eq!(models.status, 200, "{}", models.text());

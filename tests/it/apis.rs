@@ -240,13 +240,18 @@ fn a_count_request_answers_at_once_while_every_slot_is_busy() {
             "{}",
             answer.text()
         );
-        assert_eq!(answer.header("X-Crossbar-Lease"), Some("none"), "{path}");
+        // Metadata: no slot (the only one is still the busy stream's), no conversation of its
+        // own (it holds the route-level lease, fingerprint "").
+        assert_eq!(gw.limiter.in_flight("titan", "m"), 1, "{path}");
     }
-    assert_eq!(
-        gw.leases.snapshot().len(),
-        1,
-        "only the busy conversation holds a lease"
+    let counts: Vec<_> = h.rows().into_iter().filter(|r| r.status == 200).collect();
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(
+        counts.iter().all(|r| r.fp.is_empty() && r.queued_ms == 0),
+        "{counts:?}"
     );
+    let apis: Vec<&str> = counts.iter().map(|r| r.api.as_str()).collect();
+    assert_eq!(apis, ["messages", "responses", "chat"]);
     sim.set_lockstep(false);
     assert_eq!(busy.read_answer().status, 200);
 }

@@ -4,6 +4,7 @@
 
 mod admin;
 mod clients;
+mod emfile;
 mod limits;
 
 use std::io::{Read, Write};

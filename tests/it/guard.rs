@@ -3,7 +3,7 @@
 //! hosts, the health poller's reasons on the admin API, and the idle sweep.
 
 use crossbar::config::Config;
-use crossbar::health::{DownReason, Poll};
+use crossbar::health::Poll;
 use crossbar::server::Server;
 use crossbar::sim::{Fault, Sim, SimConfig};
 use crossbar::store::{LeaseEvent, Reason};
@@ -103,16 +103,24 @@ fn turn(first: &str, paste: usize, follow_ups: usize) -> Value {
     body
 }
 
+/// The prompt tokens a sim counts for a chat body, asked directly.
+pub fn sim_count(sim: &Sim, body: &Value) -> u64 {
+    let path = "/v1/chat/completions/input_tokens";
+    let answer = request(sim.addr(), "POST", path, &[], body.to_string().as_bytes());
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    answer.json()["input_tokens"].as_u64().unwrap()
+}
+
 fn events(h: &Harness, reason: Reason) -> Vec<LeaseEvent> {
     let all = h.db().recent_events(1000).unwrap();
     all.into_iter().filter(|e| e.reason == reason).collect()
 }
 
-/// Inference requests a sim received (health polls are GETs).
-fn chats(sim: &Sim) -> usize {
+/// Inference requests a sim received (health polls are GETs, token counts another path).
+pub fn chats(sim: &Sim) -> usize {
     sim.requests()
         .iter()
-        .filter(|r| r.path.contains("chat"))
+        .filter(|r| r.path == "/v1/chat/completions")
         .count()
 }
 
@@ -184,15 +192,22 @@ fn a_prompt_bigger_than_every_host_is_refused_with_the_estimate_and_the_largest_
     assert!(want > 4096, "{want}");
     let answer = h.post(CHAT, &body);
     assert_eq!(answer.status, 400, "{}", answer.text());
+    // The host's own count, as the sim counts a prompt (issue 11).
+    let exact = sim_count(h.sim("small"), &body);
+    assert!((4096..want).contains(&exact), "{exact} {want}");
     assert_eq!(
         answer.json(),
-        json!({"error": "prompt too large", "estimate": want, "max": 4096})
+        json!({"error": "prompt too large", "estimate": want, "exact": exact, "max": 4096})
     );
     assert!(answer.header("X-Crossbar-Ctx").is_none());
     let rows = h.rows();
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(rows[0].status, 400);
     assert_eq!(rows[0].err, "prompt too large");
+    assert_eq!(
+        (rows[0].ctx_est, rows[0].ctx_exact),
+        (Some(want as i64), Some(exact as i64))
+    );
     for (name, sim) in &h.sims {
         assert_eq!(chats(sim), 0, "{name} saw the prompt");
     }
@@ -217,6 +232,9 @@ fn a_host_whose_context_is_unknown_lets_every_prompt_through() {
         per_slot_ctx: None,
         total_slots: polled.total_slots,
         loaded: polled.loaded.clone(),
+        router: false,
+        models: Vec::new(),
+        max_instances: None,
     };
     gw.health.apply("mystery", old_build, polled.last_poll);
     assert_eq!(gw.health.per_slot_ctx("mystery"), None);
@@ -277,9 +295,14 @@ fn the_poller_marks_loading_and_garbage_hosts_down_and_traffic_avoids_them() {
     );
     let gw = h.server().gateway().clone();
     wait_ready(&h, &["good"]);
-    let down = |host: &str, reason| gw.health.get(host).and_then(|s| s.reason) == Some(reason);
-    wait_until("loading is down", || down("loading", DownReason::Loading));
-    wait_until("garbage is down", || down("garbage", DownReason::BadAnswer));
+    let down = |host: &str, kind| {
+        gw.health
+            .get(host)
+            .and_then(|s| s.reason)
+            .is_some_and(|r| r.kind() == kind)
+    };
+    wait_until("loading is down", || down("loading", "loading"));
+    wait_until("garbage is down", || down("garbage", "bad answer"));
 
     let admin = h.server().admin_addr();
     let status = request(admin, "GET", "/admin/status", &[], b"");
@@ -292,12 +315,12 @@ fn the_poller_marks_loading_and_garbage_hosts_down_and_traffic_avoids_them() {
     let seen = |name: &str| (host(name)["healthy"].clone(), host(name)["reason"].clone());
     assert_eq!(
         seen("loading"),
-        (json!(false), json!("loading")),
+        (json!(false), json!("503 from /health: loading")),
         "{status:#}"
     );
     assert_eq!(
         seen("garbage"),
-        (json!(false), json!("bad answer")),
+        (json!(false), json!("bad answer from /props: invalid JSON")),
         "{status:#}"
     );
     assert_eq!(seen("good"), (json!(true), Value::Null), "{status:#}");

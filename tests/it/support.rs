@@ -54,12 +54,17 @@ impl Harness {
     /// Starts the sims and a crossbar with route `projA` over all hosts (model `m`), plus `extra`
     /// top-level config lines.
     pub fn start(hosts: Vec<HostSpec>, extra: &str) -> Harness {
+        Harness::start_with(hosts, extra, "")
+    }
+
+    /// [`Harness::start`] with `route_extra` lines in `[routes.projA]`.
+    pub fn start_with(hosts: Vec<HostSpec>, extra: &str, route_extra: &str) -> Harness {
         let dir = temp_dir();
         let sims: Vec<(String, Sim)> = hosts
             .iter()
             .map(|h| (h.name.to_string(), Sim::start(h.sim.clone())))
             .collect();
-        let text = config_text(&dir, &hosts, &sims, extra);
+        let text = config_text(&dir, &hosts, &sims, extra) + route_extra + "\n";
         let config =
             Config::from_toml(&text).unwrap_or_else(|e| panic!("{:#?}\n{text}", e.lines()));
         let server = Server::start(config).unwrap();

@@ -30,6 +30,16 @@ const ROUTER_MODELS: &str = r#"{"object":"list","data":[
   {"id":"phi","object":"model","status":{"value":"sleeping"}},
   {"id":"gemma","object":"model","status":{"failed":true}}]}"#;
 
+/// The router models of [`ROUTER_MODELS`], as the poll reads them.
+fn router_models() -> Vec<RouterModel> {
+    let list: Value = serde_json::from_str(ROUTER_MODELS).unwrap();
+    let entries = list["data"].as_array().unwrap();
+    let models: Vec<RouterModel> = entries.iter().filter_map(RouterModel::of).collect();
+    assert_eq!(models.len(), 5);
+    assert_eq!(models[0].per_slot_ctx, Some(8192));
+    models
+}
+
 #[track_caller]
 fn check_props(body: &str, want: (Option<u64>, Option<u64>)) {
     assert_eq!(parse_props(body).unwrap(), want, "{body}");
@@ -49,6 +59,11 @@ fn props_give_the_per_slot_context_and_slot_count() {
         (None, None),
     );
     check_props(r#"{"role":"router","max_instances":4}"#, (None, None));
+    // A router says n_ctx 0 for itself (issue 11): unknown, so the guard leaves it alone.
+    check_props(
+        r#"{"role":"router","default_generation_settings":{"params":null,"n_ctx":0}}"#,
+        (None, None),
+    );
     check_props(
         r#"{"default_generation_settings":{"n_ctx":"big"},"total_slots":-1}"#,
         (None, None),
@@ -112,6 +127,7 @@ fn host(name: &str, url: &str) -> config::Host {
         api_key: None,
         ctx: None,
         models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
+        upstream: BTreeMap::new(),
     }
 }
 
@@ -146,6 +162,9 @@ fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
         per_slot_ctx: Some(2048),
         total_slots: Some(2),
         loaded: vec!["qwen-coder".into()],
+        router: false,
+        models: Vec::new(),
+        max_instances: None,
     };
     assert_eq!(poll, want);
     let hits: Vec<Hit> = server.hits.try_iter().collect();
@@ -168,6 +187,9 @@ fn a_router_tells_on_models_which_are_loaded() {
             per_slot_ctx: Some(2048),
             total_slots: Some(2),
             loaded: vec!["qwen-coder".into(), "qc".into()],
+            router: true,
+            models: router_models(),
+            max_instances: None,
         },
     );
     // When /v1/models already carries statuses, /models is not asked.
@@ -182,57 +204,96 @@ fn a_router_tells_on_models_which_are_loaded() {
             per_slot_ctx: None,
             total_slots: None,
             loaded: vec!["qwen-coder".into(), "qc".into()],
+            router: true,
+            models: router_models(),
+            max_instances: None,
         },
     );
     let paths: Vec<String> = server.hits.try_iter().map(|(p, _)| p).collect();
     assert_eq!(paths, ["/health", "/props", "/v1/models"]);
 }
 
+/// The reason a poll of a host answering `answer` ends with.
+#[track_caller]
+fn reason_of(answer: Answer) -> String {
+    let server = fake(answer);
+    match poll_host(&agent(Duration::from_secs(5)), &host("h", &server.url)) {
+        Poll::Down(reason) => reason.to_string(),
+        up => panic!("expected the host down, got {up:?}"),
+    }
+}
+
 #[test]
-fn each_kind_of_failure_has_its_reason() {
-    check_poll(&refusing_url(), Poll::Down(DownReason::Unreachable));
-    check_poll(&fake(loading).url, Poll::Down(DownReason::Loading));
-    let cases: [(&str, Answer); 5] = [
-        ("health 404", |p| {
-            if p == "/health" {
-                (404, "")
-            } else {
-                good(p)
-            }
+fn each_failure_names_its_path_and_what_came_back_issue_11() {
+    let refused = poll_host(&agent(Duration::from_secs(5)), &host("h", &refusing_url()));
+    let Poll::Down(reason @ DownReason::Unreachable { .. }) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        reason.to_string().starts_with("no answer from /health: "),
+        "{reason}"
+    );
+    assert_eq!(reason_of(loading), "503 from /health: loading");
+    assert_eq!(
+        reason_of(|p| if p == "/health" { (404, "") } else { good(p) }),
+        "404 from /health"
+    );
+    assert_eq!(
+        reason_of(|p| if p == "/health" { (500, "{}") } else { good(p) }),
+        "500 from /health"
+    );
+    assert_eq!(
+        reason_of(|p| if p == "/props" {
+            (200, "<html>oops")
+        } else {
+            good(p)
         }),
-        ("health 500", |p| {
-            if p == "/health" {
-                (500, "{}")
-            } else {
-                good(p)
-            }
+        "bad answer from /props: invalid JSON"
+    );
+    assert_eq!(
+        reason_of(|p| if p == "/props" { (401, "{}") } else { good(p) }),
+        "401 from /props: check api_key"
+    );
+    assert_eq!(
+        reason_of(|p| if p == "/props" { (403, "{}") } else { good(p) }),
+        "403 from /props: check api_key"
+    );
+    assert_eq!(
+        reason_of(|p| if p == "/v1/models" {
+            (500, "{}")
+        } else {
+            good(p)
         }),
-        ("garbage props", |p| {
-            if p == "/props" {
-                (200, "<html>oops")
-            } else {
-                good(p)
-            }
+        "500 from /v1/models"
+    );
+    assert_eq!(
+        reason_of(|p| if p == "/v1/models" {
+            (200, r#"{"x":1}"#)
+        } else {
+            good(p)
         }),
-        ("props 401", |p| {
-            if p == "/props" {
-                (401, "{}")
-            } else {
-                good(p)
-            }
-        }),
-        ("models 500", |p| {
-            if p == "/v1/models" {
-                (500, "{}")
-            } else {
-                good(p)
-            }
-        }),
+        "bad answer from /v1/models: unexpected JSON: expected an object with a `data` array"
+    );
+}
+
+#[test]
+fn a_host_without_props_is_up_with_its_context_unknown_issue_11() {
+    let missing: [(u16, Answer); 2] = [
+        (404, |p| if p == "/props" { (404, "{}") } else { good(p) }),
+        (501, |p| if p == "/props" { (501, "{}") } else { good(p) }),
     ];
-    for (story, answer) in cases {
+    for (status, answer) in missing {
         let server = fake(answer);
         let poll = poll_host(&agent(Duration::from_secs(5)), &host("h", &server.url));
-        assert_eq!(poll, Poll::Down(DownReason::BadAnswer), "{story}");
+        let Poll::Up {
+            per_slot_ctx,
+            total_slots,
+            ..
+        } = poll
+        else {
+            panic!("{status}: {poll:?}");
+        };
+        assert_eq!((per_slot_ctx, total_slots), (None, None), "{status}");
     }
 }
 
@@ -242,7 +303,10 @@ fn a_host_that_never_answers_is_unreachable_after_the_timeout() {
     let timeout = Duration::from_millis(200);
     let started = Instant::now();
     let poll = poll_host(&agent(timeout), &host("h", &server.url));
-    assert_eq!(poll, Poll::Down(DownReason::Unreachable));
+    assert!(
+        matches!(&poll, Poll::Down(DownReason::Unreachable { path, .. }) if path == "/health"),
+        "{poll:?}"
+    );
     assert!(started.elapsed() >= timeout);
     assert!(
         server.accepted.try_recv().is_ok(),
@@ -288,7 +352,7 @@ fn the_poller_marks_each_bad_host_down_while_the_good_one_keeps_its_pace() {
         .recv_timeout(BOUND)
         .expect("the slow host was asked");
     let _ = ok.hits.try_iter().count();
-    let reason = |name: &str| health.get(name).and_then(|s| s.reason);
+    let reason = |name: &str| health.get(name).and_then(|s| s.reason).map(|r| r.kind());
     wait_for("the slow host to be marked down", || {
         reason("slow").is_some()
     });
@@ -303,10 +367,10 @@ fn the_poller_marks_each_bad_host_down_while_the_good_one_keeps_its_pace() {
             .iter()
             .all(|h| reason(h).is_some())
     });
-    assert_eq!(reason("slow"), Some(DownReason::Unreachable));
-    assert_eq!(reason("refused"), Some(DownReason::Unreachable));
-    assert_eq!(reason("garbage"), Some(DownReason::BadAnswer));
-    assert_eq!(reason("booting"), Some(DownReason::Loading));
+    assert_eq!(reason("slow"), Some("unreachable"));
+    assert_eq!(reason("refused"), Some("unreachable"));
+    assert_eq!(reason("garbage"), Some("bad answer"));
+    assert_eq!(reason("booting"), Some("loading"));
     let good_status = health.get("ok").unwrap();
     assert!(good_status.healthy);
     assert_eq!(good_status.per_slot_ctx, Some(2048));
@@ -335,7 +399,7 @@ fn a_host_coming_back_from_loading_is_marked_up_by_the_next_poll() {
     let health = Arc::new(Health::new(&config));
     let poller = Poller::start(Arc::clone(&health), hosts, Duration::from_millis(10), BOUND);
     wait_for("mini to be loading", || {
-        health.get("mini").unwrap().reason == Some(DownReason::Loading)
+        health.get("mini").unwrap().reason.map(|r| r.kind()) == Some("loading")
     });
     READY.store(true, Ordering::SeqCst);
     wait_for("mini to be up", || health.healthy("mini"));

@@ -249,6 +249,30 @@ fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
     let run = crossbar(&dir, &["check", "-c", example.to_str().unwrap()]);
     assert_eq!(check_ok(&run), "ok\n");
 
+    // Issue 10: an admin API reachable from the LAN without a token is worth a warning.
+    let open = dir.join("open.toml");
+    let text = std::fs::read_to_string(&example).unwrap();
+    let text = text.replace(
+        "admin_listen = \"127.0.0.1:8081\"",
+        "admin_listen = \"0.0.0.0:8081\"",
+    );
+    assert!(
+        text.contains("0.0.0.0:8081"),
+        "the example still sets admin_listen"
+    );
+    std::fs::write(&open, text).unwrap();
+    let run = crossbar(&dir, &["check", "-c", open.to_str().unwrap()]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (Some(0), "ok\n"),
+        "{run:#?}"
+    );
+    assert!(
+        run.stderr
+            .starts_with("warning: admin_listen 0.0.0.0:8081 is not loopback"),
+        "{run:#?}"
+    );
+
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,

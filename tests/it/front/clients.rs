@@ -93,6 +93,10 @@ fn a_client_that_leaves_while_queued_is_never_forwarded_issue_10() {
         "{:?}",
         left.elapsed()
     );
+    // The queue count drops as the waiter leaves; its row is written just after.
+    wait_until("the leaver's row", || {
+        h.rows().iter().any(|r| r.status == 499)
+    });
     let rows = h.rows();
     let row = rows.last().expect("a 499 row");
     assert_eq!(
@@ -143,5 +147,74 @@ fn a_client_that_stops_reading_loses_its_stream_and_the_slot_is_freed_issue_10()
     let row = h.rows().into_iter().find(|r| r.status == 499).unwrap();
     assert_eq!(row.err, "client stalled", "{row:?}");
     drop(sleeper);
+    check_served(&h);
+}
+
+/// Seed 001 step 4, second half: prefill can take minutes; a client that leaves while crossbar
+/// waits for the host's first byte ends the wait within a second, and the slot is free again.
+#[test]
+fn a_client_that_leaves_before_the_first_byte_frees_the_slot_issue_10() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let sim = h.sim("titan");
+    let events = sim.events();
+    sim.set_fault(crossbar::sim::Fault::Hang);
+    let gw = h.server().gateway().clone();
+    let leaver = h.open_chat(CHAT, &chat("a long prefill", 0, true));
+    wait_event(
+        &events,
+        "the host has the request",
+        |e| matches!(e, SimEvent::Request { path } if path.contains("chat")),
+    );
+    let left = Instant::now();
+    leaver.reader.get_ref().shutdown(Shutdown::Both).unwrap();
+    drop(leaver);
+    wait_until("the slot is free", || {
+        gw.limiter.in_flight("titan", "m") == 0
+    });
+    assert!(
+        left.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        left.elapsed()
+    );
+    wait_until("the row is written", || {
+        h.rows().iter().any(|r| r.status == 499)
+    });
+    let row = h.rows().into_iter().find(|r| r.status == 499).unwrap();
+    assert_eq!(row.err, "client gone while waiting for upstream", "{row:?}");
+    assert!(
+        gw.health.healthy("titan"),
+        "a client leaving is not the host's failure"
+    );
+    sim.set_fault(crossbar::sim::Fault::None);
+    check_served(&h);
+}
+
+/// llama-server sends a stream's head before its prefill: a client that leaves after the head but
+/// before the first event is noticed in the body's wait, recorded as 499 (not an upstream failure).
+#[test]
+fn a_client_that_leaves_after_the_head_but_before_any_event_is_a_499_issue_10() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let sim = h.sim("titan");
+    sim.set_lockstep(true);
+    let gw = h.server().gateway().clone();
+    let mut leaver = h.open_chat(CHAT, &chat("a long prefill", 0, true));
+    assert_eq!(leaver.read_head().0, 200);
+    let left = Instant::now();
+    leaver.reader.get_ref().shutdown(Shutdown::Both).unwrap();
+    drop(leaver);
+    wait_until("the slot is free", || {
+        gw.limiter.in_flight("titan", "m") == 0
+    });
+    assert!(
+        left.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        left.elapsed()
+    );
+    let row = h.rows().pop().expect("a row");
+    assert_eq!(
+        (row.status, row.err.as_str()),
+        (499, "client gone while waiting for upstream")
+    );
+    sim.set_lockstep(false);
     check_served(&h);
 }

@@ -1,0 +1,107 @@
+//! Who may use the admin API, decided from the head alone (before any body is read). With an
+//! `admin_token`: whoever presents it. Without one: only requests a web page on another site
+//! cannot make a browser send — the DNS-rebinding and cross-site-form cases of issue 10.
+
+use std::net::{IpAddr, SocketAddr};
+
+use subtle::ConstantTimeEq;
+
+use super::Answer;
+use crate::conn::Request;
+use crate::state::Gateway;
+
+/// Who may use the admin API. With a token: whoever presents it (constant-time compare). Without
+/// one, only what a browser page on another site cannot forge: a `Host` naming this listener or
+/// `localhost` (DNS rebinding), no foreign `Origin`, and `Content-Type: application/json` on a POST
+/// (a plain HTML form cannot send it).
+pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
+    let config = gw.config();
+    if let Some(token) = config.admin_token.as_deref() {
+        let expected = format!("Bearer {token}");
+        let given = request
+            .headers()
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("Authorization"))
+            .any(|(_, v)| bool::from(v.as_bytes().ct_eq(expected.as_bytes())));
+        return if given {
+            Ok(())
+        } else {
+            Err(Answer::error(401, "missing or wrong admin token"))
+        };
+    }
+    let host = request.header("Host").unwrap_or("");
+    if !own_host(host, request.local_addr()) {
+        return Err(Answer::error(403, "Host is not this admin listener"));
+    }
+    if let Some(origin) = request.header("Origin") {
+        let same = origin
+            .strip_prefix("http://")
+            .is_some_and(|o| o.eq_ignore_ascii_case(host));
+        if !same {
+            return Err(Answer::error(403, "cross-site request refused"));
+        }
+    }
+    let json = request
+        .header("Content-Type")
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if request.method() == "POST" && !json {
+        return Err(Answer::error(415, "Content-Type must be application/json"));
+    }
+    Ok(())
+}
+
+/// Whether a `Host` header names this listener: `localhost` or the address the client connected
+/// to, with or without the port.
+fn own_host(host: &str, local: Option<SocketAddr>) -> bool {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((name, "")) => (name, None),
+            Some((name, rest)) => match rest.strip_prefix(':') {
+                Some(port) => (name, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
+    };
+    let Some(local) = local else {
+        return false;
+    };
+    if port.is_some_and(|p| p != local.port().to_string()) {
+        return false;
+    }
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip == local.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_names_this_listener_by_its_address_or_localhost() {
+        let v4: SocketAddr = "127.0.0.1:8081".parse().unwrap();
+        let v6: SocketAddr = "[::1]:8081".parse().unwrap();
+        for (host, local, want) in [
+            ("127.0.0.1:8081", v4, true),
+            ("127.0.0.1", v4, true),
+            ("localhost:8081", v4, true),
+            ("LOCALHOST", v4, true),
+            ("127.0.0.1:9999", v4, false),
+            ("evil.example:8081", v4, false),
+            ("127.0.0.2:8081", v4, false),
+            ("", v4, false),
+            ("[::1]:8081", v6, true),
+            ("[::1]", v6, true),
+            ("[::1]x", v6, false),
+            ("[::1:8081", v6, false),
+        ] {
+            assert_eq!(own_host(host, Some(local)), want, "{host} on {local}");
+        }
+        assert!(!own_host("localhost", None));
+    }
+}

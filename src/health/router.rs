@@ -1,0 +1,134 @@
+//! What a router-mode llama-server says about each of its models, from its `/v1/models` (or
+//! `/models`) entries alone: the model's names, its state (`loaded`, `loading`, `unloaded`,
+//! `sleeping`, `downloading`...) and its per-slot context, read from the child's command line in
+//! `status.args` — known even while the model is unloaded. Never from `/props?model=NAME`, which
+//! loads the model it asks about. Pure parsing: no I/O.
+
+use serde_json::Value;
+
+/// One model a router serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterModel {
+    /// The entry's `id`, then its aliases.
+    pub names: Vec<String>,
+    /// `status.value`; `unknown` when the entry has none crossbar can read.
+    pub state: String,
+    /// Per-slot context from `status.args`; `None` when unknown (no `-c`, or `-c 0`: the model's
+    /// own training context, which crossbar cannot know without loading it).
+    pub per_slot_ctx: Option<u64>,
+}
+
+impl RouterModel {
+    /// From one `/v1/models` entry that carries a `status` (a router's); `None` for others.
+    pub fn of(entry: &Value) -> Option<RouterModel> {
+        let status = entry.get("status")?;
+        let state = status
+            .get("value")
+            .unwrap_or(status)
+            .as_str()
+            .unwrap_or("unknown");
+        let id = entry.get("id").and_then(Value::as_str);
+        let aliases = entry
+            .get("aliases")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str);
+        let args: Vec<&str> = status
+            .get("args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        Some(RouterModel {
+            names: id.into_iter().chain(aliases).map(String::from).collect(),
+            state: state.chars().take(32).collect(),
+            per_slot_ctx: per_slot_ctx(&args),
+        })
+    }
+
+    pub fn is_named(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
+}
+
+/// The per-slot context a llama-server started with `args` gives one request: `--ctx-size`
+/// divided over `--parallel` slots, or the whole of it when the KV cache is unified (`-kvu`, and
+/// the default when `--parallel` is not given: 4 slots sharing one pool, each may use it all).
+/// llama.cpp pads the context to a multiple of 256 first.
+pub fn per_slot_ctx(args: &[&str]) -> Option<u64> {
+    let value = |short: &str, long: &str| -> Option<&str> {
+        let mut found = None;
+        for (i, arg) in args.iter().enumerate() {
+            if *arg == short || *arg == long {
+                found = args.get(i + 1).copied();
+            } else if let Some(v) = arg.strip_prefix(long).and_then(|v| v.strip_prefix('=')) {
+                found = Some(v);
+            }
+        }
+        found
+    };
+    let flag = |names: &[&str]| args.iter().rposition(|a| names.contains(a));
+    let ctx: u64 = value("-c", "--ctx-size")?.parse().ok()?;
+    if ctx == 0 {
+        return None;
+    }
+    let ctx = ctx.div_ceil(256).saturating_mul(256);
+    let parallel = value("-np", "--parallel").and_then(|v| v.parse::<i64>().ok());
+    let unified = match (
+        flag(&["-kvu", "--kv-unified"]),
+        flag(&["-no-kvu", "--no-kv-unified"]),
+    ) {
+        (Some(on), Some(off)) => on > off,
+        (on, _) => on.is_some(),
+    };
+    match parallel {
+        Some(n) if n > 0 && !unified => Some(ctx / n as u64),
+        _ => Some(ctx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[track_caller]
+    fn check(args: &str, want: Option<u64>) {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        assert_eq!(per_slot_ctx(&args), want, "{args:?}");
+    }
+
+    #[test]
+    fn the_context_of_a_slot_comes_from_the_childs_command_line() {
+        check(
+            "llama-server -m a.gguf --ctx-size 4096 --parallel 2",
+            Some(2048),
+        );
+        check("-c 8192 -np 4", Some(2048));
+        check("--ctx-size=8192 --parallel=2", Some(4096));
+        check("-c 4096", Some(4096));
+        check("-c 8192 -np 2 -kvu", Some(8192));
+        check("-c 8192 -np 2 --kv-unified --no-kv-unified", Some(4096));
+        check("-c 4000 -np 2", Some(2048));
+        check("-c 0 -np 2", None);
+        check("-np 2", None);
+        check("-c many -np 2", None);
+        check("-c 4096 -np -1", Some(4096));
+    }
+
+    #[test]
+    fn an_entry_gives_names_state_and_context() {
+        let entry = json!({"id": "coder", "aliases": ["qc"], "status": {"value": "unloaded",
+            "args": ["llama-server", "--ctx-size", "4096", "--parallel", "2"]}});
+        let model = RouterModel::of(&entry).unwrap();
+        assert_eq!(model.names, ["coder", "qc"]);
+        assert_eq!(model.state, "unloaded");
+        assert_eq!(model.per_slot_ctx, Some(2048));
+        assert!(model.is_named("qc") && !model.is_named("chat"));
+        let bare = RouterModel::of(&json!({"id": "x", "status": "loading"})).unwrap();
+        assert_eq!((bare.state.as_str(), bare.per_slot_ctx), ("loading", None));
+        assert_eq!(RouterModel::of(&json!({"id": "plain"})), None);
+    }
+}

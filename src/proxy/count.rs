@@ -1,0 +1,228 @@
+//! Exact prompt token counts, asked of a host when the context guard's estimate says a prompt does
+//! not fit. One function ([`count_call`]) maps a request's endpoint to the call that counts it:
+//! each conversation API's own count endpoint (the same body in, `{"input_tokens": N}` out), older
+//! builds' `/apply-template` + `/tokenize` for chat, and `/tokenize` of a completion-style `prompt`.
+//!
+//! These calls take no slot (llama-server answers them while every slot generates) and one
+//! deadline bounds them all. Every answer is read with a size bound; a host that cannot answer
+//! (an old build, an error, the deadline) gives `None`, and the guard falls back to the estimate.
+//! Nothing here marks a host down or decides where a request goes.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::api::Api;
+use crate::config::Host;
+
+use super::MAX_BODY;
+
+/// The longest all the count calls of one request may take together.
+pub(super) const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a host counts the prompt of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CountCall {
+    /// The API's count endpoint takes the request body as it is. `template`: when the host does
+    /// not know the endpoint (builds before it), `/apply-template` + `/tokenize` count the same.
+    Endpoint { path: &'static str, template: bool },
+    /// A completion-style body: `/tokenize` its `prompt`.
+    Prompt,
+}
+
+/// The count call for a request to `rest`, or `None` when crossbar knows no way to count it. The
+/// endpoint is the API's own (`Api::count_path`, with `Api::count_fallback` for older builds).
+pub(super) fn count_call(rest: &str) -> Option<CountCall> {
+    if crate::api::is_count(rest) {
+        return None; // a count is not counted
+    }
+    let api = Api::of(rest);
+    match api.count_path() {
+        Some(path) => Some(CountCall::Endpoint {
+            path,
+            template: api.count_fallback().is_some(),
+        }),
+        // A fill-in-the-middle body is more than its `prompt`: not counted that way.
+        None if api == Api::Completion && rest != "/infill" => Some(CountCall::Prompt),
+        None => None,
+    }
+}
+
+/// A count answer is a small JSON object.
+const SMALL_ANSWER: u64 = 64 * 1024;
+/// `/apply-template` answers the rendered prompt: about the body's size, JSON-escaped.
+const TEMPLATE_ANSWER: u64 = 2 * MAX_BODY as u64 + SMALL_ANSWER;
+/// `/tokenize` answers a number per token; it is counted as it streams, never held.
+const TOKENS_ANSWER: u64 = 8 * MAX_BODY as u64;
+
+/// Asks `host` for the exact prompt token count of `body` (sent to `rest`). `model`, when given,
+/// is set in a body that names none (a router needs it). `None` when the host cannot say.
+pub(super) fn exact(
+    agent: &ureq::Agent,
+    host: &Host,
+    rest: &str,
+    body: &[u8],
+    model: Option<&str>,
+) -> Option<u64> {
+    let call = count_call(rest)?;
+    let ask = Ask {
+        agent,
+        host,
+        deadline: Instant::now() + COUNT_TIMEOUT,
+    };
+    let body = match model {
+        Some(model) => super::model::named(body, model),
+        None => body.into(),
+    };
+    match call {
+        CountCall::Endpoint { path, template } => match ask.post(path, &body) {
+            Ok(answer) => input_tokens(answer),
+            // Builds before the count endpoints answer 404 for it.
+            Err(Failed::Status(404 | 405 | 501)) if template => {
+                let prompt = ask.post("/apply-template", &body).ok()?;
+                let prompt = read_json(prompt, TEMPLATE_ANSWER)?;
+                ask.tokenize(prompt.get("prompt")?.as_str()?)
+            }
+            Err(_) => None,
+        },
+        CountCall::Prompt => {
+            let parsed: Value = serde_json::from_slice(&body).ok()?;
+            match parsed.get("prompt")? {
+                Value::String(prompt) => ask.tokenize(prompt),
+                // Already tokens: the count is their number.
+                Value::Array(items) if items.iter().all(Value::is_u64) => Some(items.len() as u64),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// One request's count calls: the host and what is left of their common deadline.
+struct Ask<'a> {
+    agent: &'a ureq::Agent,
+    host: &'a Host,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+enum Failed {
+    Status(u16),
+    Transport,
+}
+
+impl Ask<'_> {
+    fn post(&self, path: &str, body: &[u8]) -> Result<ureq::Response, Failed> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Failed::Transport);
+        }
+        let mut request = self
+            .agent
+            .post(&format!("{}{}", self.host.url, path))
+            .timeout(left)
+            .set("Content-Type", "application/json");
+        if let Some(key) = &self.host.api_key {
+            request = request.set("Authorization", &format!("Bearer {key}"));
+        }
+        match request.send_bytes(body) {
+            Ok(response) if response.status() == 200 => Ok(response),
+            Ok(response) => Err(Failed::Status(response.status())),
+            Err(ureq::Error::Status(status, _)) => Err(Failed::Status(status)),
+            Err(ureq::Error::Transport(_)) => Err(Failed::Transport),
+        }
+    }
+
+    /// `/tokenize` with the special tokens the server adds to a prompt, counted as it streams.
+    fn tokenize(&self, prompt: &str) -> Option<u64> {
+        let body = serde_json::json!({"content": prompt, "add_special": true});
+        let answer = self.post("/tokenize", body.to_string().as_bytes()).ok()?;
+        count_tokens(answer.into_reader().take(TOKENS_ANSWER))
+    }
+}
+
+/// `{"input_tokens": N, ...}`.
+fn input_tokens(answer: ureq::Response) -> Option<u64> {
+    read_json(answer, SMALL_ANSWER)?
+        .get("input_tokens")?
+        .as_u64()
+}
+
+/// The answer's JSON, or `None` when it is not JSON or longer than `limit` bytes.
+fn read_json(answer: ureq::Response, limit: u64) -> Option<Value> {
+    let mut bytes = Vec::new();
+    answer
+        .into_reader()
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 > limit {
+        return None;
+    }
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The number of entries in `/tokenize`'s `{"tokens":[1,2,...]}`, read piece by piece without
+/// keeping the answer. `None` for anything but a flat array of numbers ending in `]`.
+fn count_tokens(mut answer: impl Read) -> Option<u64> {
+    let mut buf = [0u8; 16 * 1024];
+    let mut in_array = false;
+    let (mut commas, mut digits) = (0u64, false);
+    loop {
+        let n = answer.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        for &b in &buf[..n] {
+            if !in_array {
+                in_array = b == b'[';
+                continue;
+            }
+            match b {
+                b'0'..=b'9' => digits = true,
+                b',' => commas += 1,
+                b' ' | b'\n' | b'\r' | b'\t' => {}
+                b']' => return Some(if digits { commas + 1 } else { 0 }),
+                _ => return None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_api_names_its_count_endpoint() {
+        let path = |rest| match count_call(rest) {
+            Some(CountCall::Endpoint { path, .. }) => path,
+            other => panic!("{rest}: {other:?}"),
+        };
+        assert_eq!(
+            path("/v1/chat/completions"),
+            "/v1/chat/completions/input_tokens"
+        );
+        assert_eq!(path("/v1/messages"), "/v1/messages/count_tokens");
+        assert_eq!(path("/v1/responses"), "/v1/responses/input_tokens");
+        assert_eq!(count_call("/completion"), Some(CountCall::Prompt));
+        assert_eq!(count_call("/v1/completions"), Some(CountCall::Prompt));
+        for uncounted in ["/v1/embeddings", "/infill", "/v1/models", "/tokenize"] {
+            assert_eq!(count_call(uncounted), None, "{uncounted}");
+        }
+    }
+
+    #[test]
+    fn token_lists_are_counted_at_every_split() {
+        let answer = br#"{"tokens":[128000, 9906,1917 ,0]}"#;
+        for split in 0..answer.len() {
+            let (a, b) = answer.split_at(split);
+            assert_eq!(count_tokens(a.chain(b)), Some(4), "split at {split}");
+        }
+        assert_eq!(count_tokens(&br#"{"tokens":[]}"#[..]), Some(0));
+        assert_eq!(count_tokens(&br#"{"tokens":[1,2"#[..]), None, "cut short");
+        let pieces = br#"{"tokens":[{"id":1,"piece":"a"}]}"#;
+        assert_eq!(count_tokens(&pieces[..]), None);
+        assert_eq!(count_tokens(&b"<html>"[..]), None);
+    }
+}

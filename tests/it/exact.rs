@@ -1,0 +1,209 @@
+//! Issue 11 end to end: the context guard asks the host for the exact count when the estimate
+//! says a prompt does not fit, and judges on that; hosts that cannot count leave the estimate in
+//! charge; metadata takes the route-level lease that new conversations inherit; a host's down
+//! reason says what is wrong with it.
+
+use crossbar::sim::{Counts, SimConfig};
+use serde_json::{json, Value};
+
+use crate::guard::{chats, sim_count};
+use crate::support::{chat, request, wait_until, Harness, HostSpec};
+
+const CHAT: &str = "/projA/v1/chat/completions";
+
+/// A host with one slot of `ctx` tokens whose sim answers the count endpoints `counts` allows.
+fn host(name: &'static str, ctx: u64, counts: Counts) -> HostSpec {
+    HostSpec {
+        name,
+        sim: SimConfig {
+            n_ctx: ctx,
+            slots: 1,
+            counts,
+            ..SimConfig::default()
+        },
+        parallel: 1,
+        weight: 1,
+    }
+}
+
+/// A one-message chat whose prompt is exactly `tokens` tokens as the sim counts them (it renders
+/// `user: <content>\nassistant:` and counts 4 bytes a token), and whose estimate is well above.
+fn prompt_of(tokens: u64) -> Value {
+    let rendered = (tokens * 4) as usize;
+    let content = "a".repeat(rendered - "user: \nassistant:".len());
+    json!({"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 1})
+}
+
+fn estimate(body: &Value) -> u64 {
+    (body.to_string().len() as f64 / 4.0 * 1.2) as u64
+}
+
+#[track_caller]
+fn check(answer: &crate::support::Answer, status: u16, host: &str, ctx: Option<&str>) {
+    let seen = format!("{:?} {}", answer.headers, answer.text());
+    assert_eq!(answer.status, status, "{seen}");
+    assert_eq!(answer.header("X-Crossbar-Host"), Some(host), "{seen}");
+    assert_eq!(answer.header("X-Crossbar-Ctx"), ctx, "{seen}");
+}
+
+#[test]
+fn a_prompt_the_estimate_refuses_but_the_host_counts_under_its_context_stays_put_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("small", 1024, Counts::Exact),
+            host("big", 65536, Counts::Exact),
+        ],
+        "",
+    );
+    // llama-server refuses a prompt of n_ctx tokens or more: n_ctx − 1 is the largest that fits.
+    let body = prompt_of(1023);
+    assert_eq!(sim_count(h.sim("small"), &body), 1023);
+    assert!(estimate(&body) > 1024, "{}", estimate(&body));
+    let answer = h.post(CHAT, &body);
+    check(&answer, 200, "small", None);
+    assert_eq!(answer.header("X-Crossbar-Lease"), Some("new"));
+    assert_eq!(chats(h.sim("big")), 0);
+    let row = h.rows().pop().unwrap();
+    assert_eq!(
+        (row.ctx_est, row.ctx_exact, row.prompt_tokens),
+        (Some(estimate(&body) as i64), Some(1023), Some(1023))
+    );
+    // The count took no slot and left no lease of its own.
+    assert_eq!(h.server().gateway().leases.snapshot().len(), 1);
+}
+
+#[test]
+fn a_prompt_the_host_counts_at_its_context_moves_or_is_refused_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("small", 1024, Counts::Exact),
+            host("big", 65536, Counts::Exact),
+        ],
+        "",
+    );
+    let body = prompt_of(1024);
+    check(&h.post(CHAT, &body), 200, "big", Some("moved:small>big"));
+    assert_eq!(chats(h.sim("small")), 0, "the prompt never reached small");
+    assert_eq!(h.rows().pop().unwrap().ctx_exact, Some(1024));
+
+    let alone = Harness::start(vec![host("small", 1024, Counts::Exact)], "");
+    let refused = alone.post(CHAT, &body);
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(
+        refused.json(),
+        json!({"error": "prompt too large", "estimate": estimate(&body), "exact": 1024, "max": 1024})
+    );
+    assert_eq!(chats(alone.sim("small")), 0);
+}
+
+#[test]
+fn an_older_build_is_counted_through_apply_template_and_tokenize_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("small", 1024, Counts::Template),
+            host("big", 65536, Counts::Template),
+        ],
+        "",
+    );
+    let body = prompt_of(1023);
+    check(&h.post(CHAT, &body), 200, "small", None);
+    assert_eq!(h.rows().pop().unwrap().ctx_exact, Some(1023));
+    let asked: Vec<String> = h
+        .sim("small")
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "/v1/chat/completions/input_tokens",
+            "/apply-template",
+            "/tokenize",
+            "/v1/chat/completions"
+        ]
+    );
+}
+
+#[test]
+fn a_host_that_cannot_count_leaves_the_estimate_in_charge_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("small", 1024, Counts::None),
+            host("big", 65536, Counts::None),
+        ],
+        "",
+    );
+    // It would fit, but nobody can say so: the estimate moves it, as seed 002 does.
+    let body = prompt_of(1023);
+    check(&h.post(CHAT, &body), 200, "big", Some("moved:small>big"));
+    let row = h.rows().pop().unwrap();
+    assert_eq!(
+        (row.ctx_est, row.ctx_exact),
+        (Some(estimate(&body) as i64), None)
+    );
+}
+
+#[test]
+fn a_completion_prompt_is_counted_by_tokenizing_it_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("small", 1024, Counts::Exact),
+            host("big", 65536, Counts::Exact),
+        ],
+        "",
+    );
+    let body = json!({"model": "m", "prompt": "b".repeat(1023 * 4), "n_predict": 1});
+    assert!(estimate(&body) > 1024);
+    let answer = h.post("/projA/completion", &body);
+    check(&answer, 200, "small", None);
+    assert_eq!(h.rows().pop().unwrap().ctx_exact, Some(1023));
+}
+
+#[test]
+fn a_model_listing_takes_the_route_lease_and_new_conversations_inherit_its_host_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("a", 8192, Counts::Exact),
+            host("b", 8192, Counts::Exact),
+        ],
+        "",
+    );
+    let models = h.get("/projA/v1/models");
+    assert_eq!(models.status, 200, "{}", models.text());
+    assert_eq!(models.header("X-Crossbar-Lease"), Some("new"));
+    let listed = models.header("X-Crossbar-Host").unwrap().to_string();
+    // An agent that read the listing (or /props) lands where it read it, turn after turn.
+    for topic in ["task one", "task two", "task three"] {
+        let answer = h.post(CHAT, &chat(topic, 0, false));
+        assert_eq!(answer.header("X-Crossbar-Host"), Some(listed.as_str()));
+        assert_eq!(answer.header("X-Crossbar-Lease"), Some("reused"));
+    }
+    let count = request(
+        h.addr(),
+        "POST",
+        "/projA/v1/chat/completions/input_tokens",
+        &[],
+        chat("task four", 0, false).to_string().as_bytes(),
+    );
+    assert_eq!(count.status, 200, "{}", count.text());
+    assert_eq!(count.header("X-Crossbar-Lease"), Some("reused"));
+    let route_level = h.server().gateway().leases.snapshot();
+    assert!(route_level.iter().any(|l| l.key.fp.is_empty()));
+}
+
+#[test]
+fn a_host_refusing_crossbars_key_is_down_with_a_reason_that_says_so_issue_11() {
+    let mut keyed = host("titan", 8192, Counts::Exact);
+    keyed.sim.api_key = Some("the-right-key".into());
+    let h = Harness::start(vec![keyed], "");
+    let gw = h.server().gateway().clone();
+    wait_until("titan is down", || !gw.health.healthy("titan"));
+    let want = "401 from /props: check api_key";
+    let admin = h.server().admin_addr();
+    let status = request(admin, "GET", "/admin/status", &[], b"").json();
+    assert_eq!(status["hosts"][0]["reason"], want, "{status:#}");
+    let page = request(admin, "GET", "/", &[], b"").text();
+    assert!(page.contains(want), "{page}");
+}

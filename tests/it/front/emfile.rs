@@ -1,0 +1,125 @@
+//! Issue 10: when file descriptors ran out, tiny_http's accept thread exited and the client port
+//! stayed dead while the process lived. A real `crossbar serve` child with a low descriptor limit
+//! is flooded with connections until accept fails, then the flood ends: the failure is logged
+//! once, and the port serves again.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crossbar::sim::{Sim, SimConfig};
+use crossbeam_channel::Receiver;
+
+use crate::support::{chat, request, temp_dir};
+
+/// A `crossbar serve` child; killed on drop.
+struct Serve {
+    child: Child,
+    log: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Serve {
+    #[track_caller]
+    fn wait_log(&mut self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.log.recv_deadline(deadline) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    self.seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(_) => panic!("no log line with {needle:?}:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[test]
+fn the_listener_survives_running_out_of_file_descriptors_issue_10() {
+    let sim = Sim::start(SimConfig {
+        slots: 1,
+        ..SimConfig::default()
+    });
+    let dir = temp_dir();
+    let addr = free_port();
+    let config = format!(
+        "listen = \"{addr}\"\nadmin_listen = \"{}\"\ndb = {:?}\nworkers = 2\nhealth_interval = \"1s\"\n\
+         [hosts.titan]\nurl = \"{}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+         [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
+        free_port(),
+        dir.join("crossbar.db"),
+        sim.url()
+    );
+    let path = dir.join("crossbar.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 64 && exec \"$0\" serve -c \"$1\""])
+        .arg(env!("CARGO_BIN_EXE_crossbar"))
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run the crossbar binary");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, log) = crossbeam_channel::unbounded();
+    // Ends by itself when the child closes stderr.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut crossbar = Serve {
+        child,
+        log,
+        seen: Vec::new(),
+    };
+    crossbar.wait_log("crossbar listening");
+    // Idle connections hold descriptors until crossbar has none left to accept with.
+    let flood: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    crossbar.wait_log("accept failed listener=clients");
+    drop(flood);
+    crossbar.wait_log("accept works again listener=clients");
+    let body = chat("after the flood", 0, false).to_string();
+    let answer = request(
+        addr,
+        "POST",
+        "/projA/v1/chat/completions",
+        &[],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let failures = crossbar
+        .seen
+        .iter()
+        .filter(|l| l.contains("accept failed"))
+        .count();
+    assert_eq!(
+        failures,
+        1,
+        "one line per burst:\n{}",
+        crossbar.seen.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
