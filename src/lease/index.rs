@@ -108,6 +108,17 @@ impl Inner {
             .unwrap_or(0)
     }
 
+    /// The models `host` holds leases (or reservations) for, sorted: one look per model, not per
+    /// lease.
+    pub(super) fn models_on(&self, host: &str) -> Vec<String> {
+        let mut models: Vec<String> = (self.counts.iter())
+            .filter(|(_, hosts)| hosts.get(host).is_some_and(|n| *n > 0))
+            .map(|(model, _)| model.clone())
+            .collect();
+        models.sort();
+        models
+    }
+
     pub(super) fn route_keys(&self, route: &str) -> Vec<Key> {
         (self.leases.keys())
             .filter(|k| k.route == route)

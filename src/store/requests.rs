@@ -8,14 +8,14 @@ use super::RequestRow;
 
 pub(super) const REQUEST_COLUMNS: &str =
     "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
-     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact";
+     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact, api";
 
 pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
            status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est,
-           ctx_exact)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+           ctx_exact, api)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?;
     stmt.execute(params![
         row.started,
@@ -33,7 +33,8 @@ pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::R
         row.completion_tokens,
         row.err,
         row.ctx_est,
-        row.ctx_exact
+        row.ctx_exact,
+        row.api
     ])?;
     Ok(())
 }
@@ -57,5 +58,6 @@ pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         err: r.get(14)?,
         ctx_est: r.get(15)?,
         ctx_exact: r.get(16)?,
+        api: r.get(17)?,
     })
 }
