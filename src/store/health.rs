@@ -137,3 +137,35 @@ fn hint(err: &rusqlite::Error) -> &'static str {
         _ => "see the cause; crossbar retries with every write",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    /// Issue 17: a burst of failed commits is one failure with its first cause; a commit ends it.
+    #[test]
+    fn a_failure_burst_keeps_its_first_cause_until_a_commit_succeeds() {
+        let health = StoreHealth::new(Path::new("/var/lib/crossbar/crossbar.db"));
+        assert!(health.status().ok);
+        let full = || {
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                None,
+            ))
+        };
+        let err = health.outcome(full()).unwrap_err();
+        assert_eq!(err.to_string(), "store unavailable");
+        let locked = Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        ));
+        assert!(health.outcome(locked).is_err());
+        let status = health.status();
+        assert!(!status.ok);
+        assert_eq!(status.write_errors, 2);
+        assert!(status.cause.contains("full"), "{status:?}");
+        assert!(health.outcome(Ok(())).is_ok());
+        let status = health.status();
+        assert!(status.ok && status.cause.is_empty() && status.since == 0);
+        assert_eq!(status.write_errors, 2, "the count is since start");
+    }
+}
