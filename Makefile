@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run demo static bench bench-affinity fuzz clean
+.PHONY: build test gate fmt clippy run demo static bench bench-affinity soak fuzz clean
 
 build:
 	$(CARGO) build --release
@@ -37,6 +37,11 @@ bench:
 
 bench-affinity:
 	scripts/bench-affinity.sh
+
+# Issue 14: real `crossbar serve` + three `crossbar-sim` processes under faults for SOAK_S seconds
+# (default 600); one line per check, then the `soak seconds=..` summary; exit 0 only if all pass.
+soak:
+	$(CARGO) bench --bench soak
 
 # The connection layer's seeded mutation runner (no nightly here for cargo-fuzz): CASES cases,
 # SEED to replay a failure it printed.

@@ -1,11 +1,13 @@
 //! `crossbar-sim`: runs one simulated llama-server (`crossbar::sim`) until the process is killed —
-//! for `make demo` and by-hand experiments. Flags are parsed with lexopt; errors are one line + exit 2.
+//! for `make demo`, `make soak` and by-hand experiments. Flags are parsed with lexopt; errors are one
+//! line + exit 2. With `--faults-from-stdin` it reads fault commands (`fault hang`, `fault none`, ...)
+//! one per line and answers each on stdout, so another process can inject the library's faults.
 //!
 //! Must not: do anything the library cannot do in-process (tests use the library directly).
 
 use std::process::ExitCode;
 
-use crossbar::sim::{Sim, SimConfig};
+use crossbar::sim::{Fault, Sim, SimConfig};
 
 const HELP: &str = "\
 crossbar-sim: a fake llama-server (simulated prompt cache and timings)
@@ -24,6 +26,11 @@ OPTIONS:
                            pick a slot by common prefix above this share, 0 = LRU only [default: 0.1]
   --api-key KEY            require this API key (Bearer or X-Api-Key)
   --max-tokens N           tokens generated when a request sets no limit [default: 8]
+  --faults-from-stdin      read fault commands from stdin, one per line, each answered on stdout
+                           with `fault set NAME` or `fault error: ...`:
+                             fault none | hang | refuse | loading | garbage
+                             fault die-mid-stream N | cut-mid-chunk N | end-early N | cut-body N
+                             fault status CODE
   -h, --help               print this help
 ";
 
@@ -33,9 +40,12 @@ fn main() -> ExitCode {
             print!("{HELP}");
             ExitCode::SUCCESS
         }
-        Ok(Some((listen, cfg))) => match Sim::start_on(&listen, cfg) {
+        Ok(Some((listen, cfg, control))) => match Sim::start_on(&listen, cfg) {
             Ok(sim) => {
                 println!("sim listening on {}", sim.url());
+                if control {
+                    obey_stdin(&sim);
+                }
                 // Serve until the process is killed (SIGTERM / Ctrl-C end it).
                 loop {
                     std::thread::park();
@@ -53,11 +63,79 @@ fn main() -> ExitCode {
     }
 }
 
+/// Applies fault commands from stdin until it closes; each line gets one answer line on stdout.
+/// Lines are bounded (a longer one is an error, not an allocation).
+fn obey_stdin(sim: &Sim) {
+    use std::io::{BufRead, Read, Write};
+    let mut input = std::io::stdin().lock();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match (&mut input).take(256).read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let answer = match fault_command(line.trim()) {
+            Ok(fault) => {
+                sim.set_fault(fault);
+                format!("fault set {}", line.trim().trim_start_matches("fault "))
+            }
+            Err(msg) => format!("fault error: {msg}"),
+        };
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{answer}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// `fault NAME [N]` → the library's [`Fault`].
+fn fault_command(line: &str) -> Result<Fault, String> {
+    let mut words = line.split_whitespace();
+    if words.next() != Some("fault") {
+        return Err(format!("unknown command {line:?}"));
+    }
+    let name = words.next().unwrap_or("");
+    let mut n = || -> Result<usize, String> {
+        words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .ok_or(format!("fault {name} wants a whole number"))
+    };
+    Ok(match name {
+        "none" => Fault::None,
+        "hang" => Fault::Hang,
+        "refuse" => Fault::Refuse,
+        "loading" => Fault::Loading,
+        "garbage" => Fault::Garbage,
+        "die-mid-stream" => Fault::DieMidStream { after_events: n()? },
+        "cut-mid-chunk" => Fault::CutMidChunk { after_events: n()? },
+        "end-early" => Fault::EndEarly { after_events: n()? },
+        "cut-body" => Fault::CutBody { after_bytes: n()? },
+        "status" => {
+            let code = n()?;
+            let code = u16::try_from(code)
+                .ok()
+                .filter(|c| (100..600).contains(c))
+                .ok_or("fault status wants an HTTP status code")?;
+            Fault::Status(code)
+        }
+        _ => return Err(format!("unknown fault {name:?}")),
+    })
+}
+
+/// What the flags ask for: the listen address, the simulated server, and `--faults-from-stdin`.
+type Flags = (String, SimConfig, bool);
+
 /// `Ok(None)` means `--help`.
-fn parse(args: impl Iterator<Item = String>) -> Result<Option<(String, SimConfig)>, lexopt::Error> {
+fn parse(args: impl Iterator<Item = String>) -> Result<Option<Flags>, lexopt::Error> {
     use lexopt::prelude::*;
     let mut listen = "127.0.0.1:9001".to_string();
     let mut cfg = SimConfig::default();
+    let mut control = false;
     let mut parser = lexopt::Parser::from_args(args);
     while let Some(arg) = parser.next()? {
         match arg {
@@ -83,6 +161,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<(String, SimConfig
             }
             Long("api-key") => cfg.api_key = Some(parser.value()?.string()?),
             Long("max-tokens") => cfg.default_max_tokens = number(&mut parser, "--max-tokens")?,
+            Long("faults-from-stdin") => control = true,
             _ => return Err(arg.unexpected()),
         }
     }
@@ -92,7 +171,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<(String, SimConfig
     if cfg.n_ctx < cfg.slots as u64 {
         return Err("--ctx must be at least --slots".into());
     }
-    Ok(Some((listen, cfg)))
+    Ok(Some((listen, cfg, control)))
 }
 
 /// The next value as a number; the error names the flag.
