@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::http;
 use crate::ledger::{unix_ms, Run, Window};
-use crate::procs::{idle_level, sample, Crossbar, Sample, SimProc};
+use crate::procs::{count_lines, idle_level, sample, Crossbar, Sample, SimProc};
 
 const HOSTS: [&str; 3] = ["a", "b", "c"];
 
@@ -263,6 +263,19 @@ impl Chaos {
     /// come back, where the lease events written since the snapshot say (same host if none).
     fn restart(&mut self) {
         self.run.set_paused(true);
+        // A reload still under way would die with the process and its log line with it: wait
+        // (up to 5 s) until every SIGHUP sent so far is logged as done.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let reloaded = |logs: &[PathBuf]| {
+            logs.iter()
+                .map(|l| count_lines(l, "config reloaded"))
+                .sum::<u64>()
+        };
+        while reloaded(&self.report.logs) < u64::from(self.report.sighups)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let last_event = http::admin(self.run.admin(), "GET", "/admin/events?limit=1", None)
             .ok()
             .and_then(|(_, v)| v["events"][0]["id"].as_i64())

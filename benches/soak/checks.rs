@@ -126,12 +126,19 @@ fn expect(s: &Sent, run: &Run, tally: &mut BTreeMap<&'static str, u64>) -> Expec
     let mut note = |what| *tally.entry(what).or_default() += 1;
     match &s.outcome {
         Outcome::NoConnection => Expect::Nothing,
+        Outcome::Dropped if pending_at_kill => Expect::Maybe,
+        // Closed without a byte of answer: crossbar closed an idle keep-alive connection, which
+        // it may, but then it never read the request, so no row may exist for it.
         Outcome::Dropped => {
             note("dropped_keepalive");
-            Expect::Maybe
+            Expect::Nothing
         }
         Outcome::Unanswered if pending_at_kill || !conversation => {
-            note("unanswered_maybe");
+            note(if conversation {
+                "unanswered_at_kill"
+            } else {
+                s.route
+            });
             Expect::Maybe
         }
         Outcome::Unanswered => {

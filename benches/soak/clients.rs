@@ -233,7 +233,8 @@ impl Client {
         let body = body.to_string().into_bytes();
         let sid = ("X-Session-Id", session.clone());
         let path = "/junk/v1/chat/completions";
-        let bytes = match self.rng.u32(0..7) {
+        let kind = self.rng.u32(0..7);
+        let bytes = match kind {
             // A head over 64 KiB in one header line.
             0 => http::post(path, "soak", &[sid, ("X-Pad", "a".repeat(80 << 10))], &body),
             // 150 header lines.
@@ -278,7 +279,16 @@ impl Client {
             // Not JSON: the host's own 400, forwarded.
             _ => http::post(path, "soak", &[sid], b"{\"messages\": [nope"),
         };
-        self.one_shot(&bytes, Corr::Route("junk"), "junk");
+        let what = [
+            "junk:big-head",
+            "junk:many-headers",
+            "junk:big-body",
+            "junk:cl-and-chunked",
+            "junk:control-byte",
+            "junk:dot-segment",
+            "junk:not-json",
+        ];
+        self.one_shot(&bytes, Corr::Route("junk"), what[kind as usize]);
     }
 
     /// Bytes that are not HTTP at all: no route, so no row.
@@ -288,11 +298,12 @@ impl Client {
         if self.rng.bool() {
             bytes.extend_from_slice(b"\r\n\r\n");
         }
-        self.one_shot(&bytes, Corr::Nothing, "-");
+        self.one_shot(&bytes, Corr::Nothing, "garbage");
     }
 
-    /// Sends `bytes` on a fresh connection and reads what comes back.
-    fn one_shot(&mut self, bytes: &[u8], corr: Corr, route: &'static str) {
+    /// Sends `bytes` on a fresh connection and reads what comes back. `what` names the kind of
+    /// request in the ledger's route field (the route itself is in `corr`).
+    fn one_shot(&mut self, bytes: &[u8], corr: Corr, what: &'static str) {
         let start = Instant::now();
         let outcome = match Conn::open(self.run.client(), None) {
             Err(_) => Outcome::NoConnection,
@@ -317,7 +328,7 @@ impl Client {
         self.run.record(Sent {
             corr,
             turn: None,
-            route,
+            route: what,
             start,
             end: Instant::now(),
             outcome,

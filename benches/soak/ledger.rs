@@ -40,7 +40,7 @@ pub enum Outcome {
     /// The connection could not be made: crossbar never saw the request.
     NoConnection,
     /// Sent on a reused keep-alive connection that the server closed without a byte (it may
-    /// close idle connections): no answer, and crossbar may or may not have read it. Retried.
+    /// close idle connections, before reading what comes next). Retried on a fresh connection.
     Dropped,
     /// Sent, but the connection ended without a status line.
     Unanswered,
@@ -51,6 +51,7 @@ pub struct Sent {
     pub corr: Corr,
     /// (conversation id, turn number from 1) for conversation turns.
     pub turn: Option<(u64, u32)>,
+    /// The route of a conversation turn; for the other requests, what kind of request it was.
     pub route: &'static str,
     pub start: Instant,
     pub end: Instant,

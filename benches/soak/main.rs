@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use chaos::Chaos;
 use clients::Client;
 use ledger::Run;
-use procs::{idle_level, sample, Crossbar, SimProc};
+use procs::{count_lines, idle_level, sample, Crossbar, SimProc};
 
 const CLIENTS: u64 = 64;
 const RSS_LIMIT_MIB: f64 = 64.0;
@@ -312,11 +312,6 @@ fn wait_healthy(run: &Run) {
         std::thread::sleep(Duration::from_millis(100));
     }
     println!("soak: hosts not all healthy after 10 s; going on");
-}
-
-fn count_lines(path: &Path, needle: &str) -> u64 {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().filter(|l| l.contains(needle)).count() as u64
 }
 
 fn verdict(ok: bool) -> &'static str {

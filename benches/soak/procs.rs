@@ -272,3 +272,9 @@ pub fn temp_dir(seed: u64) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create the soak's temp dir");
     dir
 }
+
+/// Lines of the file at `path` that contain `needle`.
+pub fn count_lines(path: &Path, needle: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter(|l| l.contains(needle)).count() as u64
+}
