@@ -130,6 +130,9 @@ impl Chaos {
         }
         if let Some(s) = sample(self.crossbar.pid) {
             self.report.rss_max_kib = self.report.rss_max_kib.max(s.hwm_kib).max(s.rss_kib);
+            self.run
+                .rss_kib
+                .store(s.rss_kib, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

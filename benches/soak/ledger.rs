@@ -79,6 +79,8 @@ pub struct Run {
     /// When crossbar was SIGKILLed, and when its successor was serving again.
     pub killed: Mutex<Option<(Instant, Instant)>>,
     pub sent: AtomicU64,
+    /// crossbar's VmRSS at the last sample, KiB (for the progress lines).
+    pub rss_kib: AtomicU64,
 }
 
 impl Run {
@@ -92,6 +94,7 @@ impl Run {
             host_faults: Mutex::new(Vec::new()),
             killed: Mutex::new(None),
             sent: AtomicU64::new(0),
+            rss_kib: AtomicU64::new(0),
         }
     }
 

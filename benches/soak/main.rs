@@ -100,9 +100,10 @@ fn main() {
             next_progress += Duration::from_secs(30);
             let killed = run.killed.lock().is_some();
             println!(
-                "t={}s requests={} killed_once={killed}",
+                "t={}s requests={} killed_once={killed} rss_mib={:.1}",
                 start.elapsed().as_secs(),
-                run.sent.load(Ordering::Relaxed)
+                run.sent.load(Ordering::Relaxed),
+                run.rss_kib.load(Ordering::Relaxed) as f64 / 1024.0
             );
         }
     }
