@@ -285,6 +285,8 @@ impl Chaos {
             .unwrap_or(0);
         let before = leases(&self.run);
         self.sample();
+        // The kill takes a moment (signal, exit, reap): a request that broke during it counts.
+        let killing = Instant::now();
         self.crossbar.kill();
         let killed = Instant::now();
         self.report.kill_ms = Some(unix_ms());
@@ -326,7 +328,7 @@ impl Chaos {
                 .push("cannot read /admin/leases around the restart".into()),
         }
         self.report.idle = idle_level(self.crossbar.pid);
-        *self.run.killed.lock() = Some((killed, Instant::now()));
+        *self.run.killed.lock() = Some((killing, killed));
         self.run.set_paused(false);
     }
 }

@@ -76,7 +76,7 @@ pub struct Run {
     pub addrs: RwLock<(SocketAddr, SocketAddr)>,
     pub ledger: Mutex<Vec<Sent>>,
     pub host_faults: Mutex<Vec<Window>>,
-    /// When crossbar was SIGKILLed, and when its successor was serving again.
+    /// When the SIGKILL was sent, and when the killed process had been reaped.
     pub killed: Mutex<Option<(Instant, Instant)>>,
     pub sent: AtomicU64,
     /// crossbar's VmRSS at the last sample, KiB (for the progress lines).
@@ -146,7 +146,7 @@ impl Run {
     pub fn at_kill(&self, start: Instant, end: Instant, slack: Duration) -> bool {
         self.killed
             .lock()
-            .is_some_and(|(k, _)| start <= k && end + slack >= k)
+            .is_some_and(|(sent, reaped)| start <= reaped && end + slack >= sent)
     }
 }
 
