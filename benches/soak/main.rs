@@ -16,6 +16,7 @@ mod checks;
 mod clients;
 mod http;
 mod ledger;
+mod moves;
 mod procs;
 
 use std::path::{Path, PathBuf};
@@ -186,7 +187,7 @@ fn main() {
     rows_missing += over;
     rows_extra += under;
 
-    let (mut unexplained_moves, lines) = checks::moves(&ledger, &rows, &events, &run);
+    let (mut unexplained_moves, lines) = moves::moves(&ledger, &rows, &events, &run);
     for l in lines {
         println!("{l}");
     }
