@@ -20,7 +20,8 @@ pub struct Info {
     /// The host reports the model loaded (no load wait).
     pub loaded: bool,
     /// Loading the model there evicts nothing in use: always for a single-model host; for a
-    /// router at its `--models-max`, only when none of its loaded models has a request in flight.
+    /// router at its `--models-max`, only when none of its loaded models has a request in flight
+    /// or a lease (a conversation whose cache the swap would wipe).
     pub room: bool,
     /// The host's config lists the model.
     pub serves: bool,

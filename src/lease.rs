@@ -85,6 +85,8 @@ pub struct Candidate {
     pub host: String,
     /// Leases the host already holds for the same model (conversations whose caches it keeps).
     pub leases: usize,
+    /// Every model the host holds a lease of (a router evicting one of them loses its caches).
+    pub leased_models: Vec<String>,
 }
 
 /// Picks one of `candidates` for a new lease of `model`, answering with its host name.
@@ -210,6 +212,13 @@ impl Table {
     pub fn lookup(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
         let inner = self.inner.lock();
         self.lookup_locked(&inner, key, candidates)
+    }
+
+    /// The host for a stateless request (embeddings, rerank): the pin, else the chooser's pick
+    /// among the usable candidates; no lease is read, created or touched.
+    pub fn place(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
+        let inner = self.inner.lock();
+        self.place_locked(&inner, key, candidates)
     }
 
     /// The host `route` is pinned to, if any.

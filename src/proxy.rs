@@ -10,6 +10,7 @@ mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod listing;
 mod model;
 mod record;
 mod route;
@@ -17,6 +18,7 @@ mod upstream;
 
 use std::time::Instant;
 
+use crate::api::Api;
 use crate::config::Config;
 use crate::conn::{BodyError, Request};
 use crate::fingerprint;
@@ -72,9 +74,11 @@ impl Incoming {
     }
 }
 
-/// A request that passed every check: its host, and (unless it is metadata) its lease.
+/// A request that passed every check: its host, and (unless it is stateless or spread metadata)
+/// its lease.
 struct Plan<'a> {
     host: &'a crate::config::Host,
+    api: Api,
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
@@ -91,6 +95,8 @@ enum LeaseUse {
     Reused,
     /// Metadata on a `spread_new` route: no lease (and, like all metadata, no slot).
     None,
+    /// Stateless (embeddings, rerank: `Api::takes_lease`): no lease, but a slot.
+    Stateless,
 }
 
 impl LeaseUse {
@@ -98,7 +104,7 @@ impl LeaseUse {
         match self {
             LeaseUse::New => "new",
             LeaseUse::Reused => "reused",
-            LeaseUse::None => "none",
+            LeaseUse::None | LeaseUse::Stateless => "none",
         }
     }
 }
@@ -143,17 +149,22 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     } else {
         None
     };
-    // The slot may have come free just as the client left: such a request is never forwarded.
-    if permit.is_some() && request.client_gone() {
+    // The slot may have come free just as a queued client left: such a request is never
+    // forwarded. (One that got its slot at once was looked at by no one: nothing to check.)
+    if permit.is_some() && row.queued_ms > 0 && request.client_gone() {
         let err = ProxyError::ClientGone("client gone while queued");
         return refuse(gw, request, err, row, clock);
     }
     let client = request.socket();
     match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
         Ok(answer) => {
-            forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            if listing::renames(&incoming, &plan) {
+                listing::relay(gw, request, &plan, answer, &mut row, clock);
+            } else {
+                forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
+            }
             log_request(&row, plan.lease.as_str());
-            if plan.slot {
+            if plan.slot && plan.lease != LeaseUse::Stateless {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
@@ -173,6 +184,8 @@ fn prepare<'c>(
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
+    let api = Api::of(&rest);
+    row.api = api.name().to_string();
     let body = request.read_body(MAX_BODY).map_err(|err| match err {
         BodyError::TooLarge => ProxyError::BodyTooLarge,
         BodyError::Timeout => ProxyError::BodyTimeout,
@@ -184,7 +197,7 @@ fn prepare<'c>(
         let session = incoming
             .header("X-Session-Id")
             .or_else(|| incoming.header("X-Conversation-Id"));
-        let peek = fingerprint::peek(&body, session);
+        let peek = fingerprint::peek_as(api, &body, session);
         (peek.model, peek.fp)
     };
     // A body that names no model is forwarded naming the route's (a router needs one).
@@ -211,10 +224,27 @@ fn prepare<'c>(
         key.fp.clear();
         row.fp.clear();
         if route.spread_new {
-            let (mut plan, key) = lookup_plan(gw, config, key, &route.hosts, rest, body, row)?;
+            let (mut plan, key) =
+                lookup_plan(gw, config, key, &route.hosts, (api, rest), body, row)?;
             plan.body = outgoing(plan.host, plan.body, &key.model, named);
             return Ok((plan, key));
         }
+    } else if !api.takes_lease() {
+        // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
+        row.host = gw.leases.place(&key, &route.hosts)?;
+        let host = configured_host(config, &row.host)?;
+        let body = outgoing(host, body, &key.model, named);
+        let (lease, slot, ctx_moved) = (LeaseUse::Stateless, true, None);
+        let plan = Plan {
+            host,
+            api,
+            rest,
+            body,
+            lease,
+            slot,
+            ctx_moved,
+        };
+        return Ok((plan, key));
     }
     let now = row.started;
     let acquired = if route.spread_new {
@@ -240,6 +270,7 @@ fn prepare<'c>(
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
+        api,
         rest,
         body: outgoing(host, body, &key.model, named),
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
@@ -261,7 +292,7 @@ fn lookup_plan<'c>(
     config: &'c Config,
     key: Key,
     candidates: &[String],
-    rest: String,
+    (api, rest): (Api, String),
     body: Vec<u8>,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
@@ -269,6 +300,7 @@ fn lookup_plan<'c>(
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
+        api,
         rest,
         body,
         lease: LeaseUse::None,

@@ -8,12 +8,15 @@
 //! lock while writing to a socket (waits for slots, permits and faults use condvars).
 //! Submodules: `http` (wire), `server` (shared state, threads), `cache` (slot choice, pure),
 //! `respond` (routing, metadata endpoints, token counts), `generate` (completions and streams),
-//! `answer` (shapes).
+//! `answer` (shapes), `render` (the prompt text of each API's body), `oneshot` (the other APIs'
+//! counts, embeddings, rerank).
 
 mod answer;
 mod cache;
 mod generate;
 mod http;
+mod oneshot;
+mod render;
 mod respond;
 mod router;
 mod server;
@@ -206,6 +209,7 @@ impl Sim {
             pool: Mutex::new(PoolState {
                 pool: cache::Pool::new(cfg.slots, cfg.ram_cache_tokens)
                     .with_similarity(cfg.slot_prompt_similarity),
+                models: std::collections::BTreeMap::new(),
                 closed: false,
             }),
             cfg,

@@ -212,17 +212,20 @@ impl lease::Chooser for View {
         let config = self.config.read().clone();
         let infos: Vec<choose::Info> = candidates
             .iter()
-            .filter_map(|c| Some((config.hosts.get(&c.host)?, c.leases)))
-            .map(|(host, leases)| {
+            .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
+            .map(|(host, c)| {
+                let leases = c.leases;
                 let parallel = config.parallel(&host.name, model);
                 let in_flight = self.limiter.in_flight(&host.name, model);
                 // A full router evicts one of its loaded models to load this one: no room when
-                // any of them is busy (health's lock is released before the limiter's is taken).
+                // any of them is in use — a request in flight, or a conversation leased there
+                // whose cache the swap would wipe (health's lock is released before the
+                // limiter's is taken).
                 let room = match self.health.full_router(&host.name) {
                     None => true,
-                    Some(loaded) => {
-                        !(loaded.iter()).any(|m| self.limiter.in_flight(&host.name, m) > 0)
-                    }
+                    Some(loaded) => !(loaded.iter()).any(|m| {
+                        c.leased_models.contains(m) || self.limiter.in_flight(&host.name, m) > 0
+                    }),
                 };
                 choose::Info {
                     name: host.name.clone(),

@@ -109,16 +109,33 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             .flatten()
             .map(|m| m["parallel"].as_u64().unwrap_or(0))
             .sum();
-        let loaded: Vec<String> = h["loaded"]
+        let mut loaded: Vec<String> = h["loaded"]
             .as_array()
             .into_iter()
             .flatten()
             .map(text)
             .collect();
+        // A router: each configured model's state, and its own context when the host has none.
+        let models: Vec<&Value> = h["models"].as_array().into_iter().flatten().collect();
+        if models.iter().any(|m| m["state"].is_string()) {
+            loaded = (models.iter())
+                .map(|m| format!("{}:{}", text(&m["model"]), text(&m["state"])))
+                .collect();
+        }
+        let mut ctxs: Vec<String> = (models.iter())
+            .filter(|m| m["per_slot_ctx"].is_u64())
+            .map(|m| text(&m["per_slot_ctx"]))
+            .collect();
+        ctxs.dedup();
+        let ctx = match (h["per_slot_ctx"].is_u64(), ctxs.as_slice()) {
+            (false, [one]) => one.clone(),
+            (false, [_, _, ..]) => "per model".to_string(),
+            _ => text(&h["per_slot_ctx"]),
+        };
         rows.push(vec![
             text(&h["name"]),
             state,
-            text(&h["per_slot_ctx"]),
+            ctx,
             format!("{}/{slots}", text(&h["in_flight"])),
             text(&h["queued"]),
             text(&h["leases"]),

@@ -220,24 +220,6 @@ fn a_fingerprint_lease_inherits_the_route_lease() {
 }
 
 #[test]
-fn a_spreading_route_chooses_for_new_conversations_despite_the_route_lease_issue_11() {
-    let f = fix();
-    f.chooser.prefer("mini");
-    check(&f.table, &key("projA", ""), 0, "mini", false);
-    f.chooser.prefer("titan");
-    let spread = f.table.acquire_spread(&key("projA", "c1"), &both(), 10);
-    let want = Acquired {
-        host: "titan".into(),
-        reused: false,
-    };
-    assert_eq!(spread.unwrap(), want);
-    // The conversation's own lease still holds on its next turn, whatever the chooser prefers.
-    f.chooser.prefer("mini");
-    let next = f.table.acquire_spread(&key("projA", "c1"), &both(), 20);
-    assert_eq!(next.unwrap().host, "titan");
-}
-
-#[test]
 fn a_lease_on_an_unhealthy_host_moves_and_stays_moved_when_it_recovers() {
     let f = fix();
     let k = key("projA", "c1");

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::api::Api;
 use crate::config::Host;
 
 use super::MAX_BODY;
@@ -30,17 +31,21 @@ pub(super) enum CountCall {
     Prompt,
 }
 
-/// The count call for a request to `rest`, or `None` when crossbar knows no way to count it.
+/// The count call for a request to `rest`, or `None` when crossbar knows no way to count it. The
+/// endpoint is the API's own (`Api::count_path`, with `Api::count_fallback` for older builds).
 pub(super) fn count_call(rest: &str) -> Option<CountCall> {
-    let endpoint = |path, template| Some(CountCall::Endpoint { path, template });
-    match rest {
-        "/v1/chat/completions" | "/chat/completions" => {
-            endpoint("/v1/chat/completions/input_tokens", true)
-        }
-        "/v1/messages" => endpoint("/v1/messages/count_tokens", false),
-        "/v1/responses" => endpoint("/v1/responses/input_tokens", false),
-        "/completion" | "/completions" | "/v1/completions" => Some(CountCall::Prompt),
-        _ => None,
+    if crate::api::is_count(rest) {
+        return None; // a count is not counted
+    }
+    let api = Api::of(rest);
+    match api.count_path() {
+        Some(path) => Some(CountCall::Endpoint {
+            path,
+            template: api.count_fallback().is_some(),
+        }),
+        // A fill-in-the-middle body is more than its `prompt`: not counted that way.
+        None if api == Api::Completion && rest != "/infill" => Some(CountCall::Prompt),
+        None => None,
     }
 }
 
@@ -51,20 +56,22 @@ const TEMPLATE_ANSWER: u64 = 2 * MAX_BODY as u64 + SMALL_ANSWER;
 /// `/tokenize` answers a number per token; it is counted as it streams, never held.
 const TOKENS_ANSWER: u64 = 8 * MAX_BODY as u64;
 
-/// Asks `host` for the exact prompt token count of `body` (sent to `rest`). `model`, when given,
-/// is set in a body that names none (a router needs it). `None` when the host cannot say.
+/// Asks `host` for the exact prompt token count of `body` (sent to `rest`), every call done by
+/// `deadline` ([`COUNT_TIMEOUT`] from now, for the guard). `model`, when given, is the name the
+/// body must carry (a router needs one). `None` when the host cannot say in time.
 pub(super) fn exact(
     agent: &ureq::Agent,
     host: &Host,
     rest: &str,
     body: &[u8],
     model: Option<&str>,
+    deadline: Instant,
 ) -> Option<u64> {
     let call = count_call(rest)?;
     let ask = Ask {
         agent,
         host,
-        deadline: Instant::now() + COUNT_TIMEOUT,
+        deadline,
     };
     let body = match model {
         Some(model) => super::model::named(body, model),
@@ -187,6 +194,36 @@ fn count_tokens(mut answer: impl Read) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    #[test]
+    fn a_host_that_does_not_answer_in_time_cannot_count() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let host = Host {
+            name: "hung".into(),
+            url: format!("http://{}", listener.local_addr().unwrap()),
+            weight: 1,
+            api_key: None,
+            ctx: None,
+            models: Default::default(),
+            upstream: Default::default(),
+        };
+        // Accepts (the kernel's backlog does) and never answers.
+        let agent = ureq::AgentBuilder::new().build();
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(200);
+        let body = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        let counted = exact(&agent, &host, "/v1/chat/completions", body, None, deadline);
+        assert_eq!(counted, None);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "the deadline bounds the wait: {took:?}"
+        );
+        drop(listener);
+    }
 
     #[test]
     fn each_api_names_its_count_endpoint() {

@@ -130,7 +130,8 @@ fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>
     let upstream = conf.upstream_name(&key.model);
     let router = gw.health.get(host).is_some_and(|s| s.router);
     let model = (router || upstream != key.model).then_some(upstream);
-    let counted = count::exact(gw.agent(), conf, prompt.rest, prompt.body, model);
+    let deadline = std::time::Instant::now() + count::COUNT_TIMEOUT;
+    let counted = count::exact(gw.agent(), conf, prompt.rest, prompt.body, model, deadline);
     log::debug!(
         "ctx count host={} estimate={} exact={}",
         crate::logfmt::val(host),

@@ -25,7 +25,7 @@ const READ_BUF: usize = 16 * 1024;
 
 /// An upstream answer whose head has arrived, with the slot it occupies (none for metadata).
 pub(super) struct Answer {
-    response: http::Response<Body>,
+    pub(super) response: http::Response<Body>,
     permit: Option<Permit>,
     /// Raised by the upstream transport when a wait for upstream ended because the client left.
     left: Arc<AtomicBool>,
@@ -97,14 +97,20 @@ pub(super) fn exchange(
         Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
         Err(err) => {
             let host = plan.host.name.clone();
-            let reason = DownReason::ForwardFailed {
-                path: plan.rest.clone(),
-                error: error_chain(&err),
-            };
-            gw.health
-                .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            // A router loading the model (it was not loaded when this request left) may take
+            // longer than `first_byte_timeout`: that is a slow load, not a dead host (issue 15).
+            let loading =
+                (gw.health.model_state(&host, &row.model)).is_some_and(|state| state != "loaded");
+            if !loading {
+                let reason = DownReason::ForwardFailed {
+                    path: plan.rest.clone(),
+                    error: error_chain(&err),
+                };
+                gw.health
+                    .mark_down(&host, reason, unix_ms(SystemTime::now()));
+            }
             log::warn!(
-                "forward failed host={} error={}",
+                "forward failed host={} loading={loading} error={}",
                 val(&host),
                 val(&err.to_string())
             );
@@ -149,7 +155,8 @@ fn counts_against_host(err: &ureq3::Error) -> bool {
 /// has the whole answer finds its row in the db and the host's slot free for its next turn.
 ///
 /// An answer that breaks off (a read error, a body shorter than its `Content-Length`, an SSE stream
-/// that ends before `[DONE]` or a native `stop`) ends the client's body visibly broken: never as a
+/// that ends before its API's last event: `[DONE]`, a native `stop`, `message_stop`,
+/// `response.completed`) ends the client's body visibly broken: never as a
 /// clean end, never left hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes
 /// inside are upstream's, unchanged), whose end can be spoiled; HTTP/1.0 clients see the
 /// connection close where it broke.
@@ -176,7 +183,7 @@ pub(super) fn relay(
     row.streamed = content_type.starts_with("text/event-stream");
     let framing = framing(incoming, row.status);
     let headers = response_headers(response.headers(), plan);
-    let mut tee = Tee::new(&content_type);
+    let mut tee = Tee::for_api(&content_type, plan.api);
     let mut upstream = response.into_body().into_reader();
     let mut out = match request.start(row.status, &headers, framing) {
         Ok(out) => out,
@@ -236,7 +243,7 @@ fn framing(incoming: &Incoming, status: u16) -> Framing {
 }
 
 /// Why an answer that upstream ended without a read error is still incomplete, if it is: an SSE
-/// stream without its last event (`[DONE]` or a native `stop`). A stream ended by an error event is
+/// stream without its API's last event (see the tee). A stream ended by an error event is
 /// complete: that is how llama-server ends a failed stream, and the row has the error.
 fn cut_short(tee: &Tee) -> Option<&'static str> {
     (!tee.finished() && tee.upstream_error().is_none())
@@ -244,7 +251,10 @@ fn cut_short(tee: &Tee) -> Option<&'static str> {
 }
 
 /// Upstream headers minus hop-by-hop ones, plus crossbar's own.
-fn response_headers(upstream: &http::HeaderMap, plan: &Plan<'_>) -> Vec<(String, String)> {
+pub(super) fn response_headers(
+    upstream: &http::HeaderMap,
+    plan: &Plan<'_>,
+) -> Vec<(String, String)> {
     let connection = upstream
         .get("connection")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());

@@ -39,6 +39,10 @@ pub fn agent_config(config: &Config) -> AgentConfig {
         .max_idle_connections_per_host(0)
         .allow_non_standard_methods(true)
         .no_delay(true)
+        // A fresh connection per request: its buffers are allocated per request too. 64 KiB
+        // holds any answer head (ureq's own limit) and every upstream read crossbar relays.
+        .input_buffer_size(64 << 10)
+        .output_buffer_size(64 << 10)
         .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
         .build()
 }

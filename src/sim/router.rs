@@ -5,8 +5,9 @@
 //! `/props?model=NAME`, loads it first, evicting the least recently used loaded model beyond
 //! `--models-max` — and with it that model's prompt cache.
 //!
-//! All models share one slot pool (exact for `--models-max 1`, where one model runs at a time);
-//! an eviction empties it. Pure bookkeeping under the caller's lock: no I/O.
+//! Each model has its own slots and prompt cache (`server::PoolState::models`), as each runs as its
+//! own child process; an eviction empties the evicted model's. Pure bookkeeping under the caller's
+//! lock: no I/O.
 
 use serde_json::{json, Value};
 

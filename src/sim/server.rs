@@ -4,7 +4,7 @@
 //!
 //! Must not: hold any lock while reading or writing a socket; nest locks.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,11 +46,28 @@ pub(super) struct Control {
     pub(super) permits: usize,
 }
 
-/// Invariant: once `closed`, no slot is handed out (waiters give up).
+/// Invariant: once `closed`, no slot is handed out (waiters give up). `models` holds a router's
+/// per-model pools (each model is its own child process with its own slots and cache), only for
+/// models the router lists; a single-model server uses `pool`.
 #[derive(Debug)]
 pub(super) struct PoolState {
     pub(super) pool: cache::Pool,
+    pub(super) models: BTreeMap<String, cache::Pool>,
     pub(super) closed: bool,
+}
+
+impl PoolState {
+    /// The pool of `model` on a router (created with the server's slots on first use), else the
+    /// server's own.
+    fn of(&mut self, model: Option<&str>, cfg: &SimConfig) -> &mut cache::Pool {
+        match model {
+            Some(model) => self.models.entry(model.to_string()).or_insert_with(|| {
+                cache::Pool::new(cfg.slots, cfg.ram_cache_tokens)
+                    .with_similarity(cfg.slot_prompt_similarity)
+            }),
+            None => &mut self.pool,
+        }
+    }
 }
 
 /// Invariant: `seen` holds at most `SEEN_KEPT` entries.
@@ -74,6 +91,8 @@ pub(super) struct Conns {
 #[derive(Debug)]
 pub(super) struct SlotLease<'a> {
     pub(super) shared: &'a Shared,
+    /// The router model whose pool the slot is in; `None` on a single-model server.
+    pub(super) model: Option<String>,
     pub(super) slot: usize,
     pub(super) cache_n: u64,
     /// Prompt plus generated text so far: what the slot's cache holds afterwards.
@@ -86,7 +105,10 @@ impl SlotLease<'_> {
         if !self.done {
             self.done = true;
             let text = std::mem::take(&mut self.text);
-            self.shared.pool.lock().pool.put_back(self.slot, text);
+            let cfg = &self.shared.cfg;
+            (self.shared.pool.lock())
+                .of(self.model.as_deref(), cfg)
+                .put_back(self.slot, text);
             self.shared.pool_cv.notify_all();
         }
     }
@@ -114,8 +136,12 @@ impl Shared {
             router::Load::Unknown => false,
             router::Load::Ready => true,
             router::Load::Loaded { evicted } => {
-                if !evicted.is_empty() {
-                    self.pool.lock().pool.forget();
+                // An evicted model's process is gone, and its cache with it.
+                let mut pools = self.pool.lock();
+                for gone in &evicted {
+                    if let Some(pool) = pools.models.get_mut(gone) {
+                        pool.forget();
+                    }
                 }
                 self.emit(SimEvent::Loaded {
                     model: model.to_string(),
@@ -161,15 +187,23 @@ impl Shared {
     }
 
     /// Waits for an idle slot (llama-server defers, it never answers "busy"); `None` on shutdown.
-    pub(super) fn take_slot(&self, prompt: &[u8], use_cache: bool) -> Option<SlotLease<'_>> {
+    /// On a router, `model` names the model (and its own slots).
+    pub(super) fn take_slot(
+        &self,
+        prompt: &[u8],
+        use_cache: bool,
+        model: Option<&str>,
+    ) -> Option<SlotLease<'_>> {
+        let model = model.filter(|_| self.router.is_some());
         let mut p = self.pool.lock();
         loop {
             if p.closed {
                 return None;
             }
-            if let Some(t) = p.pool.try_take(prompt, use_cache) {
+            if let Some(t) = p.of(model, &self.cfg).try_take(prompt, use_cache) {
                 return Some(SlotLease {
                     shared: self,
+                    model: model.map(String::from),
                     slot: t.slot,
                     cache_n: t.cache_n,
                     text: prompt.to_vec(),

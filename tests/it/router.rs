@@ -5,7 +5,7 @@
 
 use crossbar::config::Config;
 use crossbar::server::Server;
-use crossbar::sim::{Sim, SimConfig};
+use crossbar::sim::{Fault, Sim, SimConfig, SimEvent};
 use serde_json::{json, Value};
 
 use crate::support::{chat, request, temp_dir, wait_until, Harness};
@@ -14,6 +14,22 @@ use crate::support::{chat, request, temp_dir, wait_until, Harness};
 /// 2 slots of 4096; routes `code` → coder, `talk` → chat, `alias` → model `qwen`, which the box
 /// knows as `coder`.
 fn start() -> Harness {
+    start_models(
+        "[hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
+         [hosts.box.models.qwen]\nparallel = 2\nupstream = \"coder\"\n\
+         [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
+         [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n\
+         [routes.alias]\nhosts = [\"box\"]\nmodel = \"qwen\"\n",
+    )
+}
+
+/// The box of [`start`] with `models_and_routes` as the rest of the config.
+fn start_models(models_and_routes: &str) -> Harness {
+    start_config("health_interval = \"50ms\"", models_and_routes)
+}
+
+/// The box of [`start`] with `top` as the top-level settings.
+fn start_config(top: &str, models_and_routes: &str) -> Harness {
     let dir = temp_dir();
     let sim = Sim::start(SimConfig {
         n_ctx: 8192,
@@ -27,13 +43,7 @@ fn start() -> Harness {
     });
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
-         health_interval = \"50ms\"\n\
-         [hosts.box]\nurl = \"{}\"\n\
-         [hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
-         [hosts.box.models.qwen]\nparallel = 2\nupstream = \"coder\"\n\
-         [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
-         [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n\
-         [routes.alias]\nhosts = [\"box\"]\nmodel = \"qwen\"\n",
+         {top}\n[hosts.box]\nurl = \"{}\"\n{models_and_routes}",
         dir.join("crossbar.db"),
         sim.url()
     );
@@ -45,7 +55,7 @@ fn start() -> Harness {
     };
     let gw = h.server().gateway().clone();
     wait_until("the box is polled", || {
-        gw.health.model_state("box", "coder").is_some()
+        gw.health.model_state("box", "chat").is_some()
     });
     h
 }
@@ -151,6 +161,50 @@ fn both_routes_answer_with_and_without_a_model_in_the_body_issue_15() {
 }
 
 #[test]
+fn a_model_listing_shows_the_configured_names_issue_15() {
+    let h = start_models(
+        "[hosts.box.models.qwen]\nparallel = 2\nupstream = \"coder\"\n\
+         [hosts.box.models.chat]\nparallel = 2\n\
+         [routes.alias]\nhosts = [\"box\"]\nmodel = \"qwen\"\n",
+    );
+    let gw = h.server().gateway().clone();
+    assert!(
+        gw.health.is_loaded("box", "qwen"),
+        "matched by its upstream name"
+    );
+    let listing = h.get("/alias/v1/models");
+    assert_eq!(listing.status, 200, "{}", listing.text());
+    let ids: Vec<String> = (listing.json()["data"].as_array().unwrap().iter())
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["qwen", "chat"]);
+    let answer = h.post("/alias/v1/chat/completions", &without_model("hello"));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(asked(&h, "/v1/chat/completions"), ["coder"]);
+}
+
+#[test]
+fn a_load_slower_than_first_byte_timeout_does_not_mark_the_router_down_issue_15() {
+    let h = start_config(
+        "health_interval = \"1h\"\nfirst_byte_timeout = \"200ms\"",
+        "[hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
+         [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
+         [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n",
+    );
+    let gw = h.server().gateway().clone();
+    // Nothing answers in time; `chat` was not loaded, so that is a load, not a dead host.
+    h.sim("box").set_fault(Fault::Hang);
+    let slow = h.post("/talk/v1/chat/completions", &without_model("a poem"));
+    assert_eq!(slow.status, 502, "{}", slow.text());
+    assert!(gw.health.healthy("box"));
+    // The same silence from the loaded model is the host's failure.
+    let dead = h.post("/code/v1/chat/completions", &without_model("a lexer"));
+    assert_eq!(dead.status, 502, "{}", dead.text());
+    assert!(!gw.health.healthy("box"));
+    h.sim("box").set_fault(Fault::None);
+}
+
+#[test]
 fn a_swap_between_turns_is_seen_and_the_next_turn_is_cold_issue_15() {
     let h = start();
     let gw = h.server().gateway().clone();
@@ -193,6 +247,50 @@ fn a_new_conversation_of_an_unloaded_model_goes_where_loading_it_evicts_nothing_
     assert_eq!(talk.header("X-Crossbar-Host"), Some("two"));
     h.sim("one").set_lockstep(false);
     assert_eq!(stream.read_answer().status, 200);
+}
+
+#[test]
+fn two_routes_alternating_turns_settle_on_a_box_each_instead_of_swapping_issue_15() {
+    let h = start_two();
+    let loads: Vec<_> = h.sims.iter().map(|(_, sim)| sim.events()).collect();
+    for turn in 0..3 {
+        let code = h.post(
+            "/code/v1/chat/completions",
+            &without_model_turns("lexer", turn),
+        );
+        let talk = h.post(
+            "/talk/v1/chat/completions",
+            &without_model_turns("poem", turn),
+        );
+        assert_eq!(
+            code.header("X-Crossbar-Host"),
+            Some("one"),
+            "{}",
+            code.text()
+        );
+        // `one` holds the coder conversation: loading chat there would wipe its cache.
+        assert_eq!(
+            talk.header("X-Crossbar-Host"),
+            Some("two"),
+            "{}",
+            talk.text()
+        );
+    }
+    let loaded: Vec<Vec<_>> = (loads.iter())
+        .map(|events| {
+            events
+                .try_iter()
+                .filter(|e| matches!(e, SimEvent::Loaded { .. }))
+                .collect()
+        })
+        .collect();
+    assert_eq!(loaded[0].len(), 0, "one never swapped: {loaded:?}");
+    assert_eq!(loaded[1].len(), 1, "two loaded chat once: {loaded:?}");
+    // Every later turn found its cache.
+    let cold: Vec<_> = (h.rows().into_iter().skip(2))
+        .filter(|r| r.cached_tokens == Some(0))
+        .collect();
+    assert!(cold.is_empty(), "{cold:#?}");
 }
 
 #[test]
@@ -249,4 +347,21 @@ fn a_loading_model_is_a_state_on_the_admin_api_not_a_host_down_issue_15() {
     );
     let page = request(admin, "GET", "/", &[], b"").text();
     assert!(page.contains("chat loading (ctx 4096)"), "{page}");
+}
+
+#[test]
+fn crossbar_status_shows_a_routers_models_and_their_context_issue_15() {
+    let h = start();
+    let admin = format!("http://{}", h.server().admin_addr());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .current_dir(&h.dir)
+        .args(["--admin", admin.as_str(), "status"])
+        .output()
+        .expect("the crossbar binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {out:?}");
+    let line = stdout.lines().find(|l| l.starts_with("box")).unwrap();
+    for shown in ["4096", "chat:unloaded", "coder:loaded", "qwen:loaded"] {
+        assert!(line.contains(shown), "{shown}: {stdout}");
+    }
 }

@@ -1,4 +1,5 @@
-//! Stories of `lookup`: where a request that takes no lease goes, and that it leaves no trace.
+//! Stories of a `spread_new` route: `lookup`, where a request that takes no lease goes (it leaves
+//! no trace), and `acquire_spread`, which never inherits the route-level lease.
 
 use super::*;
 
@@ -52,4 +53,22 @@ fn a_lookup_on_a_pinned_route_goes_to_the_pin_or_fails_like_acquire() {
         f.table.lookup(&key("projB", ""), &both()),
         Err(LeaseError::NoHost)
     ));
+}
+
+#[test]
+fn a_spreading_route_chooses_for_new_conversations_despite_the_route_lease_issue_11() {
+    let f = fix();
+    f.chooser.prefer("mini");
+    check(&f.table, &key("projA", ""), 0, "mini", false);
+    f.chooser.prefer("titan");
+    let spread = f.table.acquire_spread(&key("projA", "c1"), &both(), 10);
+    let want = Acquired {
+        host: "titan".into(),
+        reused: false,
+    };
+    assert_eq!(spread.unwrap(), want);
+    // The conversation's own lease still holds on its next turn, whatever the chooser prefers.
+    f.chooser.prefer("mini");
+    let next = f.table.acquire_spread(&key("projA", "c1"), &both(), 20);
+    assert_eq!(next.unwrap().host, "titan");
 }

@@ -131,6 +131,47 @@ fn router_mode_lists_models_with_their_status() {
 }
 
 #[test]
+fn router_mode_needs_a_model_and_loads_it_on_demand_evicting_beyond_models_max() {
+    let sim = Sim::start(SimConfig {
+        router_models: Some(vec![
+            ("a".into(), "loaded".into()),
+            ("b".into(), "unloaded".into()),
+        ]),
+        models_max: 1,
+        ..SimConfig::default()
+    });
+    let events = sim.events();
+    let (_, props) = json_of(get(&sim, "/props"));
+    assert_eq!(props["role"], "router");
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 0);
+    let chat = json!({"messages": convo("hi")});
+    let (status, err) = json_of(post(&sim, "/v1/chat/completions", &chat));
+    assert_eq!(status, 400);
+    assert_eq!(
+        err["error"]["message"],
+        "model name is missing from the request"
+    );
+    // Asking a model's props loads it, as b11434 does: that is why crossbar never asks.
+    let (_, props) = json_of(get(&sim, "/props?model=b"));
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 4096);
+    let loaded = wait_for(&events, |e| matches!(e, SimEvent::Loaded { .. }));
+    let evicted = vec!["a".to_string()];
+    assert_eq!(
+        loaded,
+        SimEvent::Loaded {
+            model: "b".into(),
+            evicted
+        }
+    );
+    let (_, models) = json_of(get(&sim, "/v1/models"));
+    assert_eq!(models["data"][0]["status"]["value"], "unloaded");
+    let chat = json!({"model": "a", "messages": convo("hi")});
+    assert_eq!(json_of(post(&sim, "/v1/chat/completions", &chat)).0, 200);
+    let (_, models) = json_of(get(&sim, "/v1/models"));
+    assert_eq!(models["data"][0]["status"]["value"], "loaded");
+}
+
+#[test]
 fn loading_garbage_and_status_faults() {
     let sim = sim();
     sim.set_fault(Fault::Loading);
@@ -202,4 +243,29 @@ fn die_mid_stream_cuts_the_connection_after_n_events() {
         !got.ends_with("0\r\n\r\n"),
         "no clean end of the chunked body"
     );
+}
+
+#[test]
+fn router_models_have_their_own_slots_and_caches() {
+    let sim = Sim::start(SimConfig {
+        slots: 1,
+        router_models: Some(vec![
+            ("a".into(), "loaded".into()),
+            ("b".into(), "loaded".into()),
+        ]),
+        ..SimConfig::default()
+    });
+    let turn = |model: &str, text: &str| {
+        let body = json!({"model": model, "messages": convo(text), "max_tokens": 2});
+        let (status, answer) = json_of(post(&sim, "/v1/chat/completions", &body));
+        assert_eq!(status, 200, "{answer}");
+        let cached = answer["timings"]["cache_n"].as_u64().unwrap();
+        (cached, answer["usage"]["prompt_tokens"].as_u64().unwrap())
+    };
+    assert_eq!(turn("a", "the first model's long conversation").0, 0);
+    assert_eq!(turn("b", "another conversation on the other model").0, 0);
+    // One slot each: b's turn did not take a's slot, so all of a's prompt is still cached (but
+    // the one token always re-evaluated); a shared slot would give back only the system prompt.
+    let (cached, prompt) = turn("a", "the first model's long conversation");
+    assert_eq!(cached, prompt - 1);
 }

@@ -93,6 +93,10 @@ fn a_client_that_leaves_while_queued_is_never_forwarded_issue_10() {
         "{:?}",
         left.elapsed()
     );
+    // The queue count drops as the waiter leaves; its row is written just after.
+    wait_until("the leaver's row", || {
+        h.rows().iter().any(|r| r.status == 499)
+    });
     let rows = h.rows();
     let row = rows.last().expect("a 499 row");
     assert_eq!(
