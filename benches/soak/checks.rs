@@ -12,6 +12,7 @@ use crate::ledger::{Corr, Outcome, Run, Sent};
 
 #[derive(Debug, Clone)]
 pub struct Row {
+    pub api: String,
     pub err: String,
     pub started: i64,
     pub total_ms: i64,
@@ -34,7 +35,7 @@ pub fn load(db: &Path) -> rusqlite::Result<(Vec<Row>, Vec<Event>)> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let mut q = conn.prepare(
-        "SELECT started, route, fp, host, status, total_ms, err FROM requests ORDER BY id",
+        "SELECT started, route, fp, host, status, total_ms, err, api FROM requests ORDER BY id",
     )?;
     let rows = q
         .query_map([], |r| {
@@ -46,6 +47,7 @@ pub fn load(db: &Path) -> rusqlite::Result<(Vec<Row>, Vec<Event>)> {
                 status: r.get(4)?,
                 total_ms: r.get(5)?,
                 err: r.get(6)?,
+                api: r.get(7)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -242,8 +244,12 @@ pub fn rows(ledger: &[Sent], rows: &[Row], run: &Run) -> (u64, u64, String) {
         extra += left;
     }
     let stalled = rows.iter().filter(|r| r.err.contains("stalled")).count();
+    let mut ok_by_api: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.status == 200) {
+        *ok_by_api.entry(&r.api).or_default() += 1;
+    }
     let line = format!(
-        "check rows: requests={} rows={} expected_rows={expected} missing={missing} extra={extra} stalled_rows={stalled} {notes:?}{}",
+        "check rows: requests={} rows={} expected_rows={expected} missing={missing} extra={extra} stalled_rows={stalled} ok_by_api={ok_by_api:?} {notes:?}{}",
         ledger.len(),
         rows.len(),
         examples.iter().map(|e| format!("\n    {e}")).collect::<String>()
