@@ -181,10 +181,11 @@ impl Crossbar {
         ))
     }
 
+    /// Sends `sig` (`-HUP`, `-TERM`) with the shell's `kill` builtin: std sends only SIGKILL, and
+    /// a minimal image may have no `/bin/kill`.
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .status();
+        let command = format!("kill {sig} {}", self.pid);
+        let _ = Command::new("sh").args(["-c", &command]).status();
     }
 
     pub fn exited(&mut self) -> bool {
