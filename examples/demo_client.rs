@@ -57,14 +57,21 @@ impl Conversation {
         };
         let resp = agent
             .post(&url)
-            .send_json(body)
+            .header("Content-Type", "application/json")
+            .send(body.to_string())
             .map_err(|e| format!("{url}: {e}"))?;
-        let header = |name: &str| resp.header(name).unwrap_or("?").to_string();
+        let header = |name: &str| {
+            let value = resp.headers().get(name).and_then(|v| v.to_str().ok());
+            value.unwrap_or("?").to_string()
+        };
         let (host, lease) = (header("X-Crossbar-Host"), header("X-Crossbar-Lease"));
+        let mut body = resp.into_body();
         let (answer, timings) = if self.stream {
-            read_stream(resp)?
+            read_stream(body)?
         } else {
-            let v: Value = resp.into_json().map_err(|e| e.to_string())?;
+            // At most ureq's default 10 MB: a demo answer is a few hundred bytes.
+            let bytes = body.read_to_vec().map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
             let text = v["choices"][0]["message"]["content"].as_str().unwrap_or("");
             (text.to_string(), v["timings"].clone())
         };
@@ -119,9 +126,9 @@ struct Totals {
 }
 
 /// Joins an SSE answer's deltas; the last event with `timings` carries the cache figures.
-fn read_stream(resp: ureq::Response) -> Result<(String, Value), String> {
+fn read_stream(body: ureq::Body) -> Result<(String, Value), String> {
     let (mut answer, mut timings) = (String::new(), Value::Null);
-    for line in BufReader::new(resp.into_reader()).lines() {
+    for line in BufReader::new(body.into_reader()).lines() {
         let line = line.map_err(|e| e.to_string())?;
         let Some(data) = line.strip_prefix("data: ") else {
             continue;
@@ -153,9 +160,10 @@ fn main() -> ExitCode {
         }
     };
     let mut totals = Totals::default();
-    let agent = ureq::AgentBuilder::new()
-        .timeout(std::time::Duration::from_secs(10))
+    let config = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
         .build();
+    let agent = ureq::Agent::new_with_config(config);
     let mut conversations = [
         Conversation::new("projA", "parsers", false),
         Conversation::new("projA", "sqlite", false),

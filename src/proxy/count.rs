@@ -109,24 +109,26 @@ enum Failed {
 }
 
 impl Ask<'_> {
-    fn post(&self, path: &str, body: &[u8]) -> Result<ureq::Response, Failed> {
+    fn post(&self, path: &str, body: &[u8]) -> Result<Answer, Failed> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Failed::Transport);
         }
         let mut request = self
             .agent
-            .post(&format!("{}{}", self.host.url, path))
-            .timeout(left)
-            .set("Content-Type", "application/json");
+            .post(format!("{}{}", self.host.url, path))
+            .config()
+            // The whole exchange, answer body included, ends by the common deadline.
+            .timeout_global(Some(left))
+            .build()
+            .header("Content-Type", "application/json");
         if let Some(key) = &self.host.api_key {
-            request = request.set("Authorization", &format!("Bearer {key}"));
+            request = request.header("Authorization", format!("Bearer {key}"));
         }
-        match request.send_bytes(body) {
-            Ok(response) if response.status() == 200 => Ok(response),
-            Ok(response) => Err(Failed::Status(response.status())),
-            Err(ureq::Error::Status(status, _)) => Err(Failed::Status(status)),
-            Err(ureq::Error::Transport(_)) => Err(Failed::Transport),
+        match request.send(body) {
+            Ok(answer) if answer.status() == 200 => Ok(answer),
+            Ok(answer) => Err(Failed::Status(answer.status().as_u16())),
+            Err(_) => Err(Failed::Transport),
         }
     }
 
@@ -134,28 +136,28 @@ impl Ask<'_> {
     fn tokenize(&self, prompt: &str) -> Option<u64> {
         let body = serde_json::json!({"content": prompt, "add_special": true});
         let answer = self.post("/tokenize", body.to_string().as_bytes()).ok()?;
-        count_tokens(answer.into_reader().take(TOKENS_ANSWER))
+        count_tokens(answer.into_body().into_reader().take(TOKENS_ANSWER))
     }
 }
 
+/// A host's answer to a count call.
+type Answer = ureq::http::Response<ureq::Body>;
+
 /// `{"input_tokens": N, ...}`.
-fn input_tokens(answer: ureq::Response) -> Option<u64> {
+fn input_tokens(answer: Answer) -> Option<u64> {
     read_json(answer, SMALL_ANSWER)?
         .get("input_tokens")?
         .as_u64()
 }
 
 /// The answer's JSON, or `None` when it is not JSON or longer than `limit` bytes.
-fn read_json(answer: ureq::Response, limit: u64) -> Option<Value> {
-    let mut bytes = Vec::new();
-    answer
-        .into_reader()
-        .take(limit + 1)
-        .read_to_end(&mut bytes)
+fn read_json(answer: Answer, limit: u64) -> Option<Value> {
+    let bytes = answer
+        .into_body()
+        .into_with_config()
+        .limit(limit)
+        .read_to_vec()
         .ok()?;
-    if bytes.len() as u64 > limit {
-        return None;
-    }
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -205,7 +207,7 @@ mod tests {
             upstream: Default::default(),
         };
         // Accepts (the kernel's backlog does) and never answers.
-        let agent = ureq::AgentBuilder::new().build();
+        let agent = ureq::Agent::new_with_defaults();
         let started = Instant::now();
         let deadline = started + Duration::from_millis(200);
         let body = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
