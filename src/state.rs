@@ -32,8 +32,8 @@ pub struct Gateway {
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     /// The upstream client settings every forwarded request's agent is made from.
     upstream: ureq::config::Config,
-    /// The agent for crossbar's own small upstream calls (the context guard's exact counts).
-    agent: ureq::Agent,
+    /// crossbar's own small upstream calls (the context guard's exact counts), bounded per host.
+    counter: crate::proxy::Counter,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -77,7 +77,7 @@ impl Gateway {
         let upstream = crate::proxy::upstream_config(&config);
         // The same settings (no redirects, no pooling, connect and per-read timeouts), nothing
         // watched: no client waits at the socket for a count.
-        let agent = ureq::Agent::new_with_config(upstream.clone());
+        let counter = crate::proxy::Counter::new(ureq::Agent::new_with_config(upstream.clone()));
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
         let view = Arc::new(View {
@@ -119,7 +119,7 @@ impl Gateway {
             metrics,
             last_prompt: Mutex::new(HashMap::new()),
             upstream,
-            agent,
+            counter,
         })
     }
 
@@ -151,9 +151,9 @@ impl Gateway {
         *self.config.write() = Arc::new(new);
     }
 
-    /// The agent for crossbar's own small upstream calls (exact token counts).
-    pub fn agent(&self) -> &ureq::Agent {
-        &self.agent
+    /// crossbar's own small upstream calls (exact token counts) and how many are in flight.
+    pub fn counter(&self) -> &crate::proxy::Counter {
+        &self.counter
     }
 
     /// The upstream client settings every forwarded request's agent is made from.

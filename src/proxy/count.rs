@@ -6,11 +6,15 @@
 //! These calls take no slot (llama-server answers them while every slot generates) and one
 //! deadline bounds them all. Every answer is read with a size bound; a host that cannot answer
 //! (an old build, an error, the deadline) gives `None`, and the guard falls back to the estimate.
-//! Nothing here marks a host down or decides where a request goes.
+//! A [`Counter`] lets at most [`PER_HOST`] requests count on one host at once: a client sending
+//! many large bodies cannot turn each into tokenizer work on a host. Nothing here marks a host
+//! down or decides where a request goes.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::config::Host;
@@ -19,6 +23,66 @@ use super::MAX_BODY;
 
 /// The longest all the count calls of one request may take together.
 pub(super) const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Requests whose count calls may be in flight to one host at once. Counting is the rare path
+/// (only prompts the estimate says do not fit); a request that finds its host at the bound is
+/// judged on the estimate at once rather than queued behind a tokenizer.
+pub const PER_HOST: usize = 2;
+
+/// The agent count calls go through and the count calls in flight per host.
+#[derive(Debug)]
+pub struct Counter {
+    agent: ureq::Agent,
+    /// Invariant: a host is here only while it has calls in flight, at most [`PER_HOST`]; its
+    /// name is a configured host's (the guard looks it up in the config first).
+    in_flight: Mutex<HashMap<String, usize>>,
+}
+
+/// One request's right to ask `host` for counts; gives it back on drop.
+#[derive(Debug)]
+pub(super) struct CountPermit<'a> {
+    counter: &'a Counter,
+    host: String,
+}
+
+impl Counter {
+    pub fn new(agent: ureq::Agent) -> Counter {
+        Counter {
+            agent,
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A permit to count on `host`, or `None` when [`PER_HOST`] requests already are.
+    pub(super) fn try_start(&self, host: &str) -> Option<CountPermit<'_>> {
+        let mut in_flight = self.in_flight.lock();
+        let n = in_flight.entry(host.to_string()).or_insert(0);
+        if *n >= PER_HOST {
+            return None;
+        }
+        *n += 1;
+        Some(CountPermit {
+            counter: self,
+            host: host.to_string(),
+        })
+    }
+
+    pub(super) fn agent(&self) -> &ureq::Agent {
+        &self.agent
+    }
+}
+
+impl Drop for CountPermit<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.counter.in_flight.lock();
+        if let Some(n) = in_flight.get_mut(&self.host) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&self.host);
+            }
+        }
+    }
+}
 
 /// How a host counts the prompt of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
