@@ -108,7 +108,7 @@ GW="http://$(sed -E 's/.*clients=([^ ]+).*/\1/' <<<"$LISTENING")"
 ADMIN="$(sed -E 's/.*admin=([^ ]+).*/\1/' <<<"$LISTENING")"
 echo "$LISTENING"
 
-say "three conversations, four turns each (projB's streamed); cached grows turn by turn"
+say "three conversations, one per API (chat, messages, responses), four turns each; cached grows turn by turn"
 "$BIN/examples/demo_client" "$GW" | tee "$WORK/sticky.out"
 
 say "crossbar's log"

@@ -72,7 +72,10 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         ("Cache-Control".to_string(), "no-store".to_string()),
     ];
     if let Err(err) = request.send(answer.status, &headers, answer.body.as_bytes()) {
-        log::debug!("admin client went away before its answer: {err}");
+        log::debug!(
+            "client gone before its admin answer error={}",
+            val(&err.to_string())
+        );
     }
 }
 

@@ -327,6 +327,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 mod suggest;
 mod validate;
 
+pub use suggest::all_keys;
+
 #[cfg(test)]
 use validate::check_url;
 use validate::{validate, RawConfig};

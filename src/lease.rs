@@ -214,6 +214,13 @@ impl Table {
         self.lookup_locked(&inner, key, candidates)
     }
 
+    /// The host for a stateless request (embeddings, rerank): the pin, else the chooser's pick
+    /// among the usable candidates; no lease is read, created or touched.
+    pub fn place(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
+        let inner = self.inner.lock();
+        self.place_locked(&inner, key, candidates)
+    }
+
     /// The host `route` is pinned to, if any.
     pub fn pinned(&self, route: &str) -> Option<String> {
         self.inner.lock().pins.get(route).cloned()

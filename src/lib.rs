@@ -3,6 +3,7 @@
 //! See `docs/ARCHITECTURE.md` for the bird's-eye view and the codemap.
 
 pub mod admin;
+pub mod api;
 pub mod choose;
 pub mod cli;
 pub mod config;

@@ -45,6 +45,17 @@ struct Inner {
     refused: BTreeMap<(&'static str, &'static str), u64>,
     /// The last hour, per host.
     recent: BTreeMap<String, recent::Window>,
+    /// Per API (`crate::api::Api::name`, `-` before the API is known): requests and tokens.
+    apis: BTreeMap<String, ApiTotals>,
+}
+
+/// One API's requests and tokens since start (prompt includes cached, in every API).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ApiTotals {
+    pub requests: u64,
+    pub prompt: u64,
+    pub cached: u64,
+    pub completion: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -89,6 +100,12 @@ impl Metrics {
         add(&mut tokens.prompt, row.prompt_tokens);
         add(&mut tokens.cached, row.cached_tokens);
         add(&mut tokens.completion, row.completion_tokens);
+        let api = if row.api.is_empty() { "-" } else { &row.api };
+        let totals = inner.apis.entry(api.to_string()).or_default();
+        totals.requests += 1;
+        add(&mut totals.prompt, row.prompt_tokens);
+        add(&mut totals.cached, row.cached_tokens);
+        add(&mut totals.completion, row.completion_tokens);
         inner
             .durations
             .entry(route.to_string())
@@ -158,6 +175,12 @@ impl Metrics {
             .refused
             .entry((listener, reason))
             .or_default() += 1;
+    }
+
+    /// Requests and tokens per API since start, by API name.
+    pub fn api_totals(&self) -> Vec<(String, ApiTotals)> {
+        let inner = self.inner.lock();
+        inner.apis.iter().map(|(a, t)| (a.clone(), *t)).collect()
     }
 
     pub fn observe_lease_event(&self, reason: &str) {
@@ -267,6 +290,32 @@ impl Metrics {
                 "crossbar_refused_total{} {n}",
                 labels(&[("listener", listener), ("reason", reason)])
             );
+        }
+        header(
+            &mut out,
+            "crossbar_api_requests_total",
+            "counter",
+            "Requests answered, by the API they spoke.",
+        );
+        for (api, t) in &inner.apis {
+            let _ = writeln!(
+                out,
+                "crossbar_api_requests_total{} {}",
+                labels(&[("api", api)]),
+                t.requests
+            );
+        }
+        let name = "crossbar_api_tokens_total";
+        let help = "Tokens by API and kind: prompt (cached included), cached, completion.";
+        header(&mut out, name, "counter", help);
+        for (api, t) in &inner.apis {
+            for (kind, n) in [
+                ("prompt", t.prompt),
+                ("cached", t.cached),
+                ("completion", t.completion),
+            ] {
+                let _ = writeln!(out, "{name}{} {n}", labels(&[("api", api), ("kind", kind)]));
+            }
         }
         drop(inner);
         header(

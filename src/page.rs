@@ -144,8 +144,10 @@ pub fn render(gw: &Gateway, now: i64) -> String {
     }
     out.push_str("</table>");
 
+    api_table(gw, &mut out);
+
     out.push_str(
-        "<h2>Recent requests</h2><table><tr><th>when</th><th>route</th><th>host</th><th>status</th>\
+        "<h2>Recent requests</h2><table><tr><th>when</th><th>route</th><th>api</th><th>host</th><th>status</th>\
          <th>queued ms</th><th>ttfb ms</th><th>total ms</th><th>prompt</th><th>cached</th><th>cached share</th>\
          <th>completion</th></tr>",
     );
@@ -160,11 +162,12 @@ pub fn render(gw: &Gateway, now: i64) -> String {
                 let class = if row.status >= 400 { " class=down" } else { "" };
                 let _ = write!(
                     out,
-                    "<tr><td>{} ago</td><td>{}</td><td>{}</td><td{class}>{}</td><td class=n>{}</td>\
+                    "<tr><td>{} ago</td><td>{}</td><td>{}</td><td>{}</td><td{class}>{}</td><td class=n>{}</td>\
                      <td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{share}</td>\
                      <td class=n>{}</td></tr>",
                     ago(now - row.started),
                     esc(&row.route),
+                    esc(if row.api.is_empty() { "-" } else { &row.api }),
                     esc(&row.host),
                     row.status,
                     row.queued_ms,
@@ -179,13 +182,39 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         Err(err) => {
             let _ = write!(
                 out,
-                "<tr><td colspan=11 class=down>cannot read requests: {}</td></tr>",
+                "<tr><td colspan=12 class=down>cannot read requests: {}</td></tr>",
                 esc(&err.to_string())
             );
         }
     }
     out.push_str("</table></body></html>\n");
     out
+}
+
+/// Requests and tokens per API since start: the same prompt/cached/completion meaning for all.
+fn api_table(gw: &Gateway, out: &mut String) {
+    out.push_str(
+        "<h2>APIs</h2><table><tr><th>api</th><th>requests</th><th>prompt</th><th>cached</th>\
+         <th>cached share</th><th>completion</th></tr>",
+    );
+    for (api, t) in gw.metrics.api_totals() {
+        let share = if t.prompt > 0 {
+            format!("{:.0}%", t.cached as f64 * 100.0 / t.prompt as f64)
+        } else {
+            "-".to_string()
+        };
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td>\
+             <td class=n>{share}</td><td class=n>{}</td></tr>",
+            esc(&api),
+            t.requests,
+            t.prompt,
+            t.cached,
+            t.completion
+        );
+    }
+    out.push_str("</table>");
 }
 
 /// "prefill saved: N tokens (≈ M minutes at each host's measured prefill rate)".

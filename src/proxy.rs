@@ -18,6 +18,7 @@ mod upstream;
 
 use std::time::Instant;
 
+use crate::api::Api;
 use crate::config::Config;
 use crate::conn::{BodyError, Request};
 use crate::fingerprint;
@@ -74,9 +75,11 @@ impl Incoming {
     }
 }
 
-/// A request that passed every check: its host, and (unless it is metadata) its lease.
+/// A request that passed every check: its host, and (unless it is stateless or spread metadata)
+/// its lease.
 struct Plan<'a> {
     host: &'a crate::config::Host,
+    api: Api,
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
@@ -93,6 +96,8 @@ enum LeaseUse {
     Reused,
     /// Metadata on a `spread_new` route: no lease (and, like all metadata, no slot).
     None,
+    /// Stateless (embeddings, rerank: `Api::takes_lease`): no lease, but a slot.
+    Stateless,
 }
 
 impl LeaseUse {
@@ -100,7 +105,7 @@ impl LeaseUse {
         match self {
             LeaseUse::New => "new",
             LeaseUse::Reused => "reused",
-            LeaseUse::None => "none",
+            LeaseUse::None | LeaseUse::Stateless => "none",
         }
     }
 }
@@ -160,7 +165,7 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
                 forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
             }
             log_request(&row, plan.lease.as_str());
-            if plan.slot {
+            if plan.slot && plan.lease != LeaseUse::Stateless {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
@@ -180,6 +185,8 @@ fn prepare<'c>(
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
+    let api = Api::of(&rest);
+    row.api = api.name().to_string();
     let body = request.read_body(MAX_BODY).map_err(|err| match err {
         BodyError::TooLarge => ProxyError::BodyTooLarge,
         BodyError::Timeout => ProxyError::BodyTimeout,
@@ -191,7 +198,7 @@ fn prepare<'c>(
         let session = incoming
             .header("X-Session-Id")
             .or_else(|| incoming.header("X-Conversation-Id"));
-        let peek = fingerprint::peek(&body, session);
+        let peek = fingerprint::peek_as(api, &body, session);
         (peek.model, peek.fp)
     };
     // A body that names no model is forwarded naming the route's (a router needs one).
@@ -218,10 +225,27 @@ fn prepare<'c>(
         key.fp.clear();
         row.fp.clear();
         if route.spread_new {
-            let (mut plan, key) = lookup_plan(gw, config, key, &route.hosts, rest, body, row)?;
+            let (mut plan, key) =
+                lookup_plan(gw, config, key, &route.hosts, (api, rest), body, row)?;
             plan.body = outgoing(plan.host, plan.body, &key.model, named);
             return Ok((plan, key));
         }
+    } else if !api.takes_lease() {
+        // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
+        row.host = gw.leases.place(&key, &route.hosts)?;
+        let host = configured_host(config, &row.host)?;
+        let body = outgoing(host, body, &key.model, named);
+        let (lease, slot, ctx_moved) = (LeaseUse::Stateless, true, None);
+        let plan = Plan {
+            host,
+            api,
+            rest,
+            body,
+            lease,
+            slot,
+            ctx_moved,
+        };
+        return Ok((plan, key));
     }
     let now = row.started;
     let acquired = if route.spread_new {
@@ -247,6 +271,7 @@ fn prepare<'c>(
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
+        api,
         rest,
         body: outgoing(host, body, &key.model, named),
         // A move lands on a cold cache: that is a new lease, whatever the old one was.
@@ -268,7 +293,7 @@ fn lookup_plan<'c>(
     config: &'c Config,
     key: Key,
     candidates: &[String],
-    rest: String,
+    (api, rest): (Api, String),
     body: Vec<u8>,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
@@ -276,6 +301,7 @@ fn lookup_plan<'c>(
     let host = configured_host(config, &row.host)?;
     let plan = Plan {
         host,
+        api,
         rest,
         body,
         lease: LeaseUse::None,
@@ -350,7 +376,10 @@ fn refuse(
     } else {
         let body = err.body().to_string();
         if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
-            log::debug!("client went away before its error answer: {err}");
+            log::debug!(
+                "client gone before its error answer error={}",
+                val(&err.to_string())
+            );
         }
     }
     log_request(&row, "-");

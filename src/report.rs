@@ -1,4 +1,4 @@
-//! `crossbar report`: what the accounting rows say, per route and host — requests, errors, tokens,
+//! `crossbar report`: what the accounting rows say, per route, host and API — requests, errors, tokens,
 //! the share of prompt tokens the hosts' caches served, and time to first byte. Reads the db
 //! directly (it works while crossbar runs: WAL), so it needs no running gateway.
 
@@ -10,11 +10,14 @@ use serde::Serialize;
 
 use crate::store::{unix_ms, RequestRow, Store, StoreError};
 
-/// Figures for one route and host over the window.
+/// Figures for one route, host and API over the window.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct Line {
     pub route: String,
     pub host: String,
+    /// `chat`, `messages`, `responses`, `completion`, `stateless`, `other`; `-` for rows older
+    /// than the column. Tokens mean the same in every API (see OPERATIONS.md).
+    pub api: String,
     pub requests: u64,
     pub errors: u64,
     pub prompt_tokens: i64,
@@ -82,19 +85,21 @@ pub fn run(
     })
 }
 
-/// Groups rows by route and host; an error is a status of 400 or more, or a recorded error.
+/// Groups rows by route, host and API; an error is a status of 400 or more, or a recorded error.
 pub fn summarize(rows: &[RequestRow]) -> Vec<Line> {
-    // Per (route, host): the line, successful TTFBs, and prompt/cached sums over rows with both.
+    // Per (route, host, api): the line, successful TTFBs, and prompt/cached sums over rows with both.
     type Group = (Line, Vec<i64>, i64, i64);
-    let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, String), Group> = BTreeMap::new();
     for row in rows {
         let host = if row.host.is_empty() { "-" } else { &row.host };
+        let api = if row.api.is_empty() { "-" } else { &row.api };
         let (line, ttfbs, share_prompt, share_cached) = groups
-            .entry((row.route.clone(), host.to_string()))
+            .entry((row.route.clone(), host.to_string(), api.to_string()))
             .or_insert_with(|| {
                 let line = Line {
                     route: row.route.clone(),
                     host: host.to_string(),
+                    api: api.to_string(),
                     ..Line::default()
                 };
                 (line, Vec::new(), 0, 0)
@@ -146,6 +151,7 @@ fn render(lines: &[Line], since: Duration) -> String {
     let mut rows = vec![[
         "ROUTE",
         "HOST",
+        "API",
         "REQUESTS",
         "ERRORS",
         "PROMPT",
@@ -162,6 +168,7 @@ fn render(lines: &[Line], since: Duration) -> String {
         rows.push(vec![
             l.route.clone(),
             l.host.clone(),
+            l.api.clone(),
             l.requests.to_string(),
             l.errors.to_string(),
             l.prompt_tokens.to_string(),
@@ -241,6 +248,26 @@ mod tests {
             (b.host.as_str(), b.errors, b.cached_share, b.ttfb_p50_ms),
             ("-", 1, None, None)
         );
+        assert_eq!(b.api, "-", "rows older than the api column");
+    }
+
+    #[test]
+    fn each_api_has_its_own_line() {
+        let mut rows = vec![
+            row("a", "titan", 200, 10, Some((100, 0, 5))),
+            row("a", "titan", 200, 10, Some((100, 90, 5))),
+            row("a", "titan", 200, 10, Some((50, 0, 2))),
+        ];
+        rows[0].api = "messages".into();
+        rows[1].api = "messages".into();
+        rows[2].api = "responses".into();
+        let lines = summarize(&rows);
+        let apis: Vec<(&str, u64, i64)> = lines
+            .iter()
+            .map(|l| (l.api.as_str(), l.requests, l.cached_tokens))
+            .collect();
+        assert_eq!(apis, [("messages", 2, 90), ("responses", 1, 0)]);
+        assert!(render(&lines, Duration::from_secs(3600)).contains("API"));
     }
 
     /// Review finding: upstream-reported counts were summed unchecked (a panic in debug builds).

@@ -8,12 +8,15 @@
 //! lock while writing to a socket (waits for slots, permits and faults use condvars).
 //! Submodules: `http` (wire), `server` (shared state, threads), `cache` (slot choice, pure),
 //! `respond` (routing, metadata endpoints, token counts), `generate` (completions and streams),
-//! `answer` (shapes).
+//! `answer` (shapes), `render` (the prompt text of each API's body), `oneshot` (the other APIs'
+//! counts, embeddings, rerank).
 
 mod answer;
 mod cache;
 mod generate;
 mod http;
+mod oneshot;
+mod render;
 mod respond;
 mod router;
 mod server;

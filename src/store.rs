@@ -78,6 +78,8 @@ pub struct RequestRow {
     pub id: i64,
     pub started: i64,
     pub route: String,
+    /// The API the request spoke (`crate::api::Api::name`); `""` in rows older than the column.
+    pub api: String,
     pub fp: String,
     pub model: String,
     pub host: String,

@@ -1,28 +1,34 @@
 //! The response tee: a push parser that watches upstream bytes for token counts, the end of a
 //! stream and mid-stream errors. The proxy writes every byte to the client itself; the tee only
-//! looks, never holds back or alters anything, and does no I/O, no clock, no locks.
+//! looks, never holds back or alters anything, and does no I/O, no clock, no locks. What differs
+//! between the APIs (named end events, usage field names) it asks the request's [`Api`].
 //!
 //! Modes, by the response `Content-Type` (its media type, case-insensitively):
 //! - `text/event-stream`: SSE. Lines end with `\n` or `\r\n` (a lone `\r` is not a terminator);
-//!   `:` comments and fields other than `data`/`error` are ignored; `data:` takes one optional
-//!   space. A single-line event is handled at its line end (llama-server sends one data line per
-//!   event), an event of several data lines at its blank line, its data joined by `\n`. Only
-//!   payloads that mention a quoted `"usage"`, `"timings"`, `"stop"` or `"error"` are parsed as
-//!   JSON. `data: [DONE]` or a native `/completion` chunk with `"stop": true` finishes the stream;
-//!   `data: {"error":...}` (or an `error:` field, as older builds send) is an upstream error.
-//!   A line longer than [`MAX_LINE`] is dropped (and its event with it) rather than buffered;
-//!   [`Tee::overflowed`] tells.
+//!   `:` comments and fields other than `event`/`data`/`error` are ignored; values take one
+//!   optional space. A single-line event is handled at its line end (llama-server sends one data
+//!   line per event), an event of several data lines at its blank line, its data joined by `\n`.
+//!   Only payloads that mention a quoted `"usage"`, `"timings"`, `"stop"` or `"error"` are parsed
+//!   as JSON. The stream is finished by `data: [DONE]`, a native `/completion` chunk with
+//!   `"stop": true`, or the API's named last event (`event: message_stop`, `event:
+//!   response.completed`); `data: {"error":...}`, an `error:` field (older builds) or the API's
+//!   named error event (`event: error`, `response.failed`, `response.incomplete`) is an upstream
+//!   error. A line longer than [`MAX_LINE`] is dropped (and its event with it) rather than
+//!   buffered; [`Tee::overflowed`] tells.
 //! - `application/json`: the body is kept, up to [`MAX_BODY`]; past that no tokens are reported.
 //!   It is parsed when asked ([`Tee::usage`], [`Tee::upstream_error`]), once. Always finished.
 //! - anything else: ignored; no tokens, always finished.
 //!
-//! Token rules. `usage`, `timings` and the native `tokens_*` counters are each remembered from the
-//! LAST payload that carried them (they may come on different events; a later one replaces an
-//! earlier one whole), then:
-//! - prompt     = `usage.prompt_tokens`, else `timings.prompt_n + timings.cache_n` (a missing
-//!   `cache_n` counts 0), else native `tokens_evaluated`;
-//! - cached     = `timings.cache_n`, else `usage.prompt_tokens_details.cached_tokens`;
-//! - completion = `usage.completion_tokens`, else `timings.predicted_n`, else `tokens_predicted`.
+//! Token rules. A `usage` object is read in the API's field names ([`Api::counts`]) wherever the
+//! API puts it: top-level, in Messages' `message` (`message_start`) or Responses' `response`
+//! (`response.completed`); each count is remembered from the LAST usage object that had it (a
+//! Messages stream gives input counts on its first event and the output count on a later one).
+//! `timings` and the native `tokens_*` counters are each remembered from the LAST payload that
+//! carried them (replaced whole). Then:
+//! - prompt     = usage's prompt (cached included), else `timings.prompt_n + timings.cache_n` (a
+//!   missing `cache_n` counts 0), else native `tokens_evaluated`;
+//! - cached     = `timings.cache_n`, else usage's cached;
+//! - completion = usage's completion, else `timings.predicted_n`, else `tokens_predicted`.
 //!
 //! Anything missing, negative or not an integer is `None` (older llama-server builds lack some
 //! fields). Feeding the same bytes split at any points gives the same result.
@@ -34,6 +40,10 @@ use std::fmt;
 
 use event::Seen;
 
+use crate::api::{Api, Ending};
+
+/// Longest SSE event name kept, in bytes; a longer one is no name this tee knows.
+const MAX_NAME: usize = 64;
 /// Longest SSE line kept, in bytes (terminator excluded); longer lines are dropped.
 pub const MAX_LINE: usize = 1 << 20;
 /// Largest non-streamed JSON body parsed for tokens, in bytes.
@@ -59,13 +69,18 @@ enum Mode {
 }
 
 impl Tee {
-    /// A tee for a response with this `Content-Type` header value (`""` if none).
+    /// A tee for a Chat Completions response with this `Content-Type` header value (`""` if none).
     pub fn new(content_type: &str) -> Tee {
+        Tee::for_api(content_type, Api::Chat)
+    }
+
+    /// A tee for a response to a request of `api`, with this `Content-Type` (`""` if none).
+    pub fn for_api(content_type: &str, api: Api) -> Tee {
         let essence = content_type.split(';').next().unwrap_or("").trim();
         let mode = if essence.eq_ignore_ascii_case("text/event-stream") {
-            Mode::Sse(Sse::new(MAX_LINE))
+            Mode::Sse(Sse::new(MAX_LINE, api))
         } else if essence.eq_ignore_ascii_case("application/json") {
-            Mode::Json(Json::new(MAX_BODY))
+            Mode::Json(Json::new(MAX_BODY, api))
         } else {
             Mode::Ignore
         };
@@ -100,7 +115,8 @@ impl Tee {
         }
     }
 
-    /// SSE: `data: [DONE]` or a native `"stop": true` chunk was seen. Other modes: always true.
+    /// SSE: `data: [DONE]`, a native `"stop": true` chunk or the API's named last event was seen.
+    /// Other modes: always true.
     pub fn finished(&self) -> bool {
         match &self.mode {
             Mode::Sse(s) => s.done || s.seen.stopped,
@@ -161,12 +177,16 @@ struct Sse {
     event_lines: u32,
     /// A line of the current event was dropped or the event grew past `max_line`: skip it.
     event_broken: bool,
+    /// The current event's `event:` name (empty when none, or longer than [`MAX_NAME`]).
+    name: Vec<u8>,
+    /// The current event's name has been acted on (its ending noted).
+    name_seen: bool,
     done: bool,
     seen: Seen,
 }
 
 impl Sse {
-    fn new(max_line: usize) -> Sse {
+    fn new(max_line: usize, api: Api) -> Sse {
         Sse {
             max_line,
             line: Vec::new(),
@@ -175,8 +195,10 @@ impl Sse {
             event: Vec::new(),
             event_lines: 0,
             event_broken: false,
+            name: Vec::new(),
+            name_seen: false,
             done: false,
-            seen: Seen::default(),
+            seen: Seen::new(api),
         }
     }
 
@@ -236,6 +258,12 @@ impl Sse {
         match name {
             b"data" => self.on_data(value),
             b"error" => self.seen.absorb_error_field(value),
+            b"event" => {
+                self.name.clear();
+                if value.len() <= MAX_NAME {
+                    self.name.extend_from_slice(value);
+                }
+            }
             _ => {} // event:, id:, retry: carry nothing we need
         }
     }
@@ -264,17 +292,41 @@ impl Sse {
             let event = std::mem::take(&mut self.event);
             self.handle_data(&event);
             self.event = event;
+        } else if self.event_lines == 0 {
+            self.on_name(b""); // a named event without data still ends a stream
         }
         self.event.clear();
         self.event_lines = 0;
         self.event_broken = false;
+        self.name.clear();
+        self.name_seen = false;
     }
 
     fn handle_data(&mut self, data: &[u8]) {
         if data.trim_ascii() == b"[DONE]" {
             self.done = true;
-        } else if mentions_key(data) {
+            return;
+        }
+        if mentions_key(data) {
             self.seen.absorb(data);
+        }
+        self.on_name(data);
+    }
+
+    /// Acts once per event on its name: the API's last event finishes the stream, its error
+    /// events are upstream errors (`data` says which, if it can).
+    fn on_name(&mut self, data: &[u8]) {
+        if self.name.is_empty() || self.name_seen {
+            return;
+        }
+        self.name_seen = true;
+        let Ok(name) = std::str::from_utf8(&self.name) else {
+            return;
+        };
+        match self.seen.api.ending(name) {
+            Some(Ending::Done) => self.done = true,
+            Some(Ending::Failed) => self.seen.absorb_failure(name, data),
+            None => {}
         }
     }
 }
@@ -294,6 +346,7 @@ fn mentions_key(data: &[u8]) -> bool {
 
 /// Non-streamed JSON body state. Invariant: `body.len() <= max_body`, and empty once `overflowed`.
 struct Json {
+    api: Api,
     /// [`MAX_BODY`]; smaller in tests.
     max_body: usize,
     body: Vec<u8>,
@@ -303,8 +356,9 @@ struct Json {
 }
 
 impl Json {
-    fn new(max_body: usize) -> Json {
+    fn new(max_body: usize, api: Api) -> Json {
         Json {
+            api,
             max_body,
             body: Vec::new(),
             overflowed: false,
@@ -330,7 +384,7 @@ impl Json {
             return None;
         }
         Some(self.parsed.get_or_init(|| {
-            let mut seen = Seen::default();
+            let mut seen = Seen::new(self.api);
             seen.absorb(&self.body);
             seen
         }))

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use figures::{Figures, TurnFacts};
 use frontend::{Kind, Running};
 use hosts::{Host, Real, Setup, Work};
-use workload::Shape;
+use workload::{Api, Shape};
 
 /// One way of running the hosts.
 #[derive(Debug, Clone, Copy)]
@@ -100,7 +100,7 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --llama-server BIN --model GGUF)");
+        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF)");
         std::process::exit(2)
     });
     let hosts = opts.hosts;
@@ -115,6 +115,7 @@ fn main() {
         start_spread_ms: 1_000,
         random_starts: opts.random_starts,
         seed: opts.seed,
+        api: opts.api,
     };
     let dir = temp_dir();
     let kind_of_host = match &opts.real {
@@ -123,8 +124,10 @@ fn main() {
     };
     println!(
         "crossbar cache-affinity benchmark: {hosts} hosts x {SLOTS} slots, {} conversations x {} \
-         turns; hosts {kind_of_host}\n",
-        shape.conversations, shape.turns
+         turns, api {}; hosts {kind_of_host}\n",
+        shape.conversations,
+        shape.turns,
+        shape.api.name()
     );
     if opts.only.as_deref() == Some("ui-poll") {
         uipoll::run(&setup(SCENARIOS[0], &shape), hosts, &shape, &dir);
@@ -159,8 +162,8 @@ fn main() {
     for line in report::ratios(&rows) {
         println!("{line}");
     }
-    // The committed figures are the simulated ones; a real-server run only prints.
-    if opts.only.is_none() && opts.real.is_none() {
+    // The committed figures are the simulated chat ones; other runs only print.
+    if opts.only.is_none() && opts.real.is_none() && opts.api == Api::Chat {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let seeds = opts.seed..opts.seed + opts.seeds;
         match report::write_docs(&root, &rows, hosts, &shape, seeds) {
@@ -295,6 +298,8 @@ struct Options {
     seeds: u64,
     /// Real llama-server processes instead of sims (`--llama-server BIN --model GGUF`).
     real: Option<Real>,
+    /// The API the agents speak (`--api chat|messages|responses`).
+    api: Api,
 }
 
 fn options() -> Result<Options, lexopt::Error> {
@@ -308,6 +313,7 @@ fn options() -> Result<Options, lexopt::Error> {
         seed: 1,
         seeds: 1,
         real: None,
+        api: Api::Chat,
     };
     let (mut binary, mut model) = (None, None);
     let mut parser = lexopt::Parser::from_env();
@@ -322,6 +328,11 @@ fn options() -> Result<Options, lexopt::Error> {
             Long("random-starts") => o.random_starts = true,
             Long("seed") => o.seed = parser.value()?.parse()?,
             Long("seeds") => o.seeds = parser.value()?.parse::<u64>()?.max(1),
+            Long("api") => {
+                let name = parser.value()?.string()?;
+                o.api = Api::parse(&name)
+                    .ok_or(format!("--api {name}: chat, messages or responses"))?;
+            }
             Long("llama-server") => binary = Some(PathBuf::from(parser.value()?)),
             Long("model") => model = Some(PathBuf::from(parser.value()?)),
             _ => return Err(arg.unexpected()),

@@ -7,6 +7,12 @@
 //!
 //! A turn that fails (refused, 5xx, a stream cut before its end) is retried after a pause, as agents
 //! do; every failed attempt is counted.
+//!
+//! `--api` picks the API the agents speak: Chat Completions (`data: [DONE]`, `timings`), Anthropic
+//! Messages (as Claude Code: `system` on top, `event: message_stop`, the cache figures in
+//! `message_start`'s usage) or OpenAI Responses (as Codex: `instructions` and typed `input` items,
+//! `event: response.completed` with `timings`). The conversation and its text are the same in all
+//! three, so their figures compare.
 
 use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +46,69 @@ pub struct Shape {
     pub random_starts: bool,
     /// Varies every text, pause and start time; the same seed replays the same workload.
     pub seed: u64,
+    /// The API the agents speak.
+    pub api: Api,
+}
+
+/// The conversation APIs a workload can speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Messages,
+    Responses,
+}
+
+impl Api {
+    pub fn parse(name: &str) -> Option<Api> {
+        match name {
+            "chat" => Some(Api::Chat),
+            "messages" => Some(Api::Messages),
+            "responses" => Some(Api::Responses),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+        }
+    }
+
+    /// The path and body of a streamed turn whose history is `messages` (system first).
+    fn request(self, messages: &[Value], reply_tokens: u64) -> (&'static str, String) {
+        let system = &messages[0]["content"];
+        let rest = &messages[1..];
+        let body = match self {
+            Api::Chat => json!({"model": MODEL, "messages": messages, "stream": true,
+                                "max_tokens": reply_tokens}),
+            Api::Messages => json!({"model": MODEL, "system": system, "messages": rest,
+                                    "stream": true, "max_tokens": reply_tokens}),
+            Api::Responses => {
+                let items: Vec<Value> = rest
+                    .iter()
+                    .map(|m| {
+                        let kind = if m["role"] == "user" {
+                            "input_text"
+                        } else {
+                            "output_text"
+                        };
+                        json!({"type": "message", "role": m["role"],
+                               "content": [{"type": kind, "text": m["content"]}]})
+                    })
+                    .collect();
+                json!({"model": MODEL, "instructions": system, "input": items, "stream": true,
+                       "max_output_tokens": reply_tokens})
+            }
+        };
+        let path = match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
+        };
+        (path, body.to_string())
+    }
 }
 
 /// Where each conversation's requests go; the oracle also reacts to failures.
@@ -125,16 +194,14 @@ fn converse(
         let n = rng.usize(lo..=hi);
         let text = format!("conversation {conv} turn {turn}: {}", words(rng, n));
         messages.push(json!({"role": "user", "content": text}));
-        let body = json!({"model": MODEL, "messages": messages, "stream": true,
-                          "max_tokens": shape.reply_tokens})
-        .to_string();
+        let (path, body) = shape.api.request(&messages, shape.reply_tokens);
         let mut record = TurnFacts {
             prev_prompt,
             ..TurnFacts::default()
         };
         for _ in 0..ATTEMPTS {
             let base = target.base(conv);
-            match attempt(&agent, &base, &body) {
+            match attempt(&agent, shape.api, &format!("{base}{path}"), &body) {
                 Ok(a) => {
                     let host = a.served_by.unwrap_or(base);
                     record.moved = prev_host.as_ref().is_some_and(|p| *p != host);
@@ -174,11 +241,12 @@ struct Answer {
     cache_n: u64,
 }
 
-/// One streamed chat request. Succeeds only when the stream ends with timings and `[DONE]`.
-fn attempt(agent: &ureq::Agent, base: &str, body: &str) -> Result<Answer, String> {
+/// One streamed request. Succeeds only when the stream ends with its API's last event and the
+/// prompt figures (`timings`, or Messages' usage) were in it.
+fn attempt(agent: &ureq::Agent, api: Api, url: &str, body: &str) -> Result<Answer, String> {
     let sent = Instant::now();
     let resp = agent
-        .post(format!("{base}/v1/chat/completions"))
+        .post(url)
         .header("Content-Type", "application/json")
         .send(body)
         .map_err(|e| e.to_string())?;
@@ -192,7 +260,7 @@ fn attempt(agent: &ureq::Agent, base: &str, body: &str) -> Result<Answer, String
     loop {
         line.clear();
         if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-            return Err("stream ended before [DONE]".into());
+            return Err("stream ended before its last event".into());
         }
         let Some(data) = line.trim_end().strip_prefix("data: ") else {
             continue;
@@ -202,15 +270,25 @@ fn attempt(agent: &ureq::Agent, base: &str, body: &str) -> Result<Answer, String
             break;
         }
         let event: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
-        if let Some(text) = event
-            .pointer("/choices/0/delta/content")
-            .and_then(Value::as_str)
-        {
+        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let delta = match api {
+            Api::Chat => event.pointer("/choices/0/delta/content"),
+            Api::Messages => event.pointer("/delta/text"),
+            Api::Responses if event["type"] == "response.output_text.delta" => event.get("delta"),
+            Api::Responses => None,
+        };
+        if let Some(text) = delta.and_then(Value::as_str) {
             reply.push_str(text);
         }
         if let Some(t) = event.get("timings") {
-            let n = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
-            timings = Some((n("prompt_n"), n("cache_n")));
+            timings = Some((n(t, "prompt_n"), n(t, "cache_n")));
+        }
+        if let Some(u) = event.pointer("/message/usage") {
+            // Messages' input_tokens are the prompt tokens evaluated now, as timings.prompt_n.
+            timings = Some((n(u, "input_tokens"), n(u, "cache_read_input_tokens")));
+        }
+        if event["type"] == "message_stop" || event["type"] == "response.completed" {
+            break;
         }
     }
     let (prompt_n, cache_n) = timings.ok_or("no timings in the stream")?;

@@ -27,6 +27,25 @@ pub(super) fn for_key(path: &str) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
+/// Every key a config may hold, as the README's table writes them: `listen`, `hosts.NAME.url`,
+/// `hosts.NAME.models.MODEL.parallel`, `routes.NAME.hosts`... (the tables themselves excluded).
+pub fn all_keys() -> Vec<String> {
+    let tables = ["hosts", "routes", "models"];
+    let level = |prefix: &str, keys: &[&str]| -> Vec<String> {
+        keys.iter()
+            .filter(|k| !tables.contains(k))
+            .map(|k| format!("{prefix}{k}"))
+            .collect()
+    };
+    [
+        level("", fields::<RawConfig>()),
+        level("hosts.NAME.", fields::<RawHost>()),
+        level("hosts.NAME.models.MODEL.", fields::<RawModel>()),
+        level("routes.NAME.", fields::<RawRoute>()),
+    ]
+    .concat()
+}
+
 /// The field names serde knows for `T` (a struct deriving `Deserialize`).
 fn fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     let mut grab = FieldGrab(None);

@@ -138,7 +138,11 @@ fn look(sh: &Shared, conn: Conn, queue: &Sender<Conn>) -> Option<Conn> {
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock => Some(conn),
         Err(e) => {
-            log::debug!("parked connection failed listener={} error={e}", sh.name());
+            log::debug!(
+                "parked connection failed listener={} error={}",
+                sh.name(),
+                crate::logfmt::val(&e.to_string())
+            );
             None
         }
     }

@@ -214,8 +214,10 @@ fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
             Err(err) => {
                 if failures == 0 {
                     log::warn!(
-                        "accept failed listener={} error={err}; backing off",
-                        sh.service.name
+                        "accept failed listener={} error={} backoff_ms={}",
+                        sh.service.name,
+                        crate::logfmt::val(&err.to_string()),
+                        backoff.as_millis()
                     );
                 }
                 failures += 1;
@@ -305,7 +307,7 @@ fn serve(sh: &Shared, conn: Conn) {
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
         if served.is_err() || !request.answered() {
             log::error!(
-                "a request handler panicked or gave no answer listener={}; answered 500 if it could",
+                "request handler panicked or gave no answer listener={} answer=500_if_it_could",
                 sh.service.name
             );
             if !request.answered() {

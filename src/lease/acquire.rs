@@ -109,6 +109,24 @@ impl Table {
         }
     }
 
+    /// Where a stateless request goes (embeddings, rerank: no conversation, no lease): the
+    /// route's pin (an error when it is down), else the chooser's pick — never a lease, not even
+    /// the route-level one, so such requests spread over the hosts. Reads only.
+    pub(super) fn place_locked(
+        &self,
+        inner: &Inner,
+        key: &Key,
+        candidates: &[String],
+    ) -> Result<String, LeaseError> {
+        if let Some(pin) = inner.pins.get(&key.route) {
+            if !self.hosts.healthy(pin) {
+                return Err(LeaseError::PinnedDown { host: pin.clone() });
+            }
+            return Ok(pin.clone());
+        }
+        self.choose_locked(inner, key, candidates, None)
+    }
+
     /// Rule 4's choice: the chooser's pick among healthy, non-draining candidates other than
     /// `excluded`, each offered with its lease count for the model.
     fn choose_locked(

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use crate::api::Api;
 use crate::config::Host;
 
 use super::MAX_BODY;
@@ -94,17 +95,21 @@ pub(super) enum CountCall {
     Prompt,
 }
 
-/// The count call for a request to `rest`, or `None` when crossbar knows no way to count it.
+/// The count call for a request to `rest`, or `None` when crossbar knows no way to count it. The
+/// endpoint is the API's own (`Api::count_path`, with `Api::count_fallback` for older builds).
 pub(super) fn count_call(rest: &str) -> Option<CountCall> {
-    let endpoint = |path, template| Some(CountCall::Endpoint { path, template });
-    match rest {
-        "/v1/chat/completions" | "/chat/completions" => {
-            endpoint("/v1/chat/completions/input_tokens", true)
-        }
-        "/v1/messages" => endpoint("/v1/messages/count_tokens", false),
-        "/v1/responses" => endpoint("/v1/responses/input_tokens", false),
-        "/completion" | "/completions" | "/v1/completions" => Some(CountCall::Prompt),
-        _ => None,
+    if crate::api::is_count(rest) {
+        return None; // a count is not counted
+    }
+    let api = Api::of(rest);
+    match api.count_path() {
+        Some(path) => Some(CountCall::Endpoint {
+            path,
+            template: api.count_fallback().is_some(),
+        }),
+        // A fill-in-the-middle body is more than its `prompt`: not counted that way.
+        None if api == Api::Completion && rest != "/infill" => Some(CountCall::Prompt),
+        None => None,
     }
 }
 

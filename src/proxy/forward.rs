@@ -155,7 +155,8 @@ fn counts_against_host(err: &ureq::Error) -> bool {
 /// has the whole answer finds its row in the db and the host's slot free for its next turn.
 ///
 /// An answer that breaks off (a read error, a body shorter than its `Content-Length`, an SSE stream
-/// that ends before `[DONE]` or a native `stop`) ends the client's body visibly broken: never as a
+/// that ends before its API's last event: `[DONE]`, a native `stop`, `message_stop`,
+/// `response.completed`) ends the client's body visibly broken: never as a
 /// clean end, never left hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes
 /// inside are upstream's, unchanged), whose end can be spoiled; HTTP/1.0 clients see the
 /// connection close where it broke.
@@ -182,7 +183,7 @@ pub(super) fn relay(
     row.streamed = content_type.starts_with("text/event-stream");
     let framing = framing(incoming, row.status);
     let headers = response_headers(response.headers(), plan);
-    let mut tee = Tee::new(&content_type);
+    let mut tee = Tee::for_api(&content_type, plan.api);
     let mut upstream = response.into_body().into_reader();
     let mut out = match request.start(row.status, &headers, framing) {
         Ok(out) => out,
@@ -242,7 +243,7 @@ fn framing(incoming: &Incoming, status: u16) -> Framing {
 }
 
 /// Why an answer that upstream ended without a read error is still incomplete, if it is: an SSE
-/// stream without its last event (`[DONE]` or a native `stop`). A stream ended by an error event is
+/// stream without its API's last event (see the tee). A stream ended by an error event is
 /// complete: that is how llama-server ends a failed stream, and the row has the error.
 fn cut_short(tee: &Tee) -> Option<&'static str> {
     (!tee.finished() && tee.upstream_error().is_none())

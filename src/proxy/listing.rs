@@ -62,7 +62,10 @@ pub(super) fn relay(
     let renamed = rename(&body, plan.host);
     let out = renamed.as_deref().unwrap_or(&body);
     if let Err(err) = request.send(row.status, &headers, out) {
-        log::debug!("client went away before the model listing: {err}");
+        log::debug!(
+            "client gone before the model listing error={}",
+            crate::logfmt::val(&err.to_string())
+        );
     }
 }
 

@@ -24,8 +24,9 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
 pub(super) fn log_request(row: &RequestRow, lease: &str) {
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
     let mut line = format!(
-        "route={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
+        "route={} api={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
         val(or_dash(&row.route)),
+        or_dash(&row.api),
         val(or_dash(&row.host)),
         val(or_dash(&row.model)),
         val(or_dash(fingerprint::short(&row.fp))),

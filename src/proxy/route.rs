@@ -19,6 +19,7 @@ const NATIVE: &[&str] = &[
     "/embedding",
     "/embeddings",
     "/rerank",
+    "/reranking",
     "/apply-template",
 ];
 
@@ -38,24 +39,23 @@ const API_WORDS: &[&str] = &[
     "reranking",
 ];
 
-/// Paths llama-server answers without a slot: server metadata, the tokenizer and the three
-/// conversation APIs' token counts.
+/// Paths llama-server answers without a slot: server metadata and the tokenizer (the conversation
+/// APIs' token counts are `api::is_count`).
 const METADATA: &[&str] = &[
     "/health",
     "/props",
     "/tokenize",
     "/detokenize",
     "/apply-template",
-    "/v1/chat/completions/input_tokens",
-    "/v1/messages/count_tokens",
-    "/v1/responses/input_tokens",
 ];
 
 /// A request that uses no inference slot upstream and carries no conversation: a `GET`/`HEAD`
 /// (`/v1/models`, `/health`, `/props`...), a CORS preflight `OPTIONS`, a tokenizer call or a token
 /// count. It takes the route-level lease (fingerprint "") but no limiter slot.
 pub fn is_metadata(method: &str, rest: &str) -> bool {
-    matches!(method, "GET" | "HEAD" | "OPTIONS") || METADATA.contains(&rest)
+    matches!(method, "GET" | "HEAD" | "OPTIONS")
+        || METADATA.contains(&rest)
+        || crate::api::is_count(rest)
 }
 
 /// Splits a request path (without its query) into the route and the rest to forward upstream,

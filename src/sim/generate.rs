@@ -1,6 +1,7 @@
 //! Completions: render the prompt, check the per-slot context, take a slot (waiting like
-//! llama-server), simulate prefill and decode, and answer in the exact shapes of
-//! `/v1/chat/completions`, `/v1/completions` and native `/completion`, streamed or not.
+//! llama-server), simulate prefill and decode, and answer in the exact shapes (`answer.rs`) of
+//! `/v1/chat/completions`, `/v1/completions`, native `/completion`, Anthropic `/v1/messages` and
+//! OpenAI `/v1/responses`, streamed or not.
 //!
 //! Streams honour lock-step permits, the mid-answer faults (`Fault::DieMidStream`, `CutMidChunk`,
 //! `EndEarly`; `CutBody` for plain answers) and client disconnects (checked before
@@ -12,9 +13,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::answer::Done;
+use super::answer::{Done, Stream};
 use super::http::{self, EventStream, HttpRequest};
-use super::respond::{envelope, reply, reply_error, unix_now, BUILD};
+use super::respond::{envelope, reply, reply_error, unix_now};
 use super::{cache, Fault, Shared, SimEvent};
 
 /// Which completion API a path speaks.
@@ -23,6 +24,8 @@ pub(super) enum Kind {
     Chat,
     Completions,
     Native,
+    Messages,
+    Responses,
 }
 
 impl Kind {
@@ -31,6 +34,8 @@ impl Kind {
             "/v1/chat/completions" | "/chat/completions" => Some(Kind::Chat),
             "/v1/completions" | "/completions" => Some(Kind::Completions),
             "/completion" => Some(Kind::Native),
+            "/v1/messages" => Some(Kind::Messages),
+            "/v1/responses" | "/responses" => Some(Kind::Responses),
             _ => None,
         }
     }
@@ -56,7 +61,7 @@ pub(super) fn run(
         Ok(_) => return reply_error(sock, 400, "request body must be a JSON object", keep),
         Err(e) => return reply_error(sock, 400, &format!("invalid JSON: {e}"), keep),
     };
-    let prompt = match render(kind, &body) {
+    let prompt = match super::render::render(kind, &body) {
         Ok(p) => p,
         Err(msg) => return reply_error(sock, 400, msg, keep),
     };
@@ -73,11 +78,16 @@ pub(super) fn run(
         err["error"]["n_ctx"] = json!(n_ctx);
         return reply(sock, 400, &err, req);
     }
-    let asked = ["max_tokens", "max_completion_tokens", "n_predict"]
-        .iter()
-        .find_map(|k| body.get(*k).and_then(Value::as_i64))
-        .filter(|n| *n >= 0)
-        .map(|n| n as u64);
+    let asked = [
+        "max_tokens",
+        "max_completion_tokens",
+        "n_predict",
+        "max_output_tokens",
+    ]
+    .iter()
+    .find_map(|k| body.get(*k).and_then(Value::as_i64))
+    .filter(|n| *n >= 0)
+    .map(|n| n as u64);
     let limit = asked.unwrap_or(sh.cfg.default_max_tokens);
     let n_predict = limit.min(n_ctx - n_prompt);
     // No EOS in a simulation: a default-length answer "stops", an explicit or context limit is "length".
@@ -169,68 +179,36 @@ pub(super) fn run(
         fault,
     };
     let mut predicted = 0;
+    let shapes = Stream {
+        kind,
+        id: format!("sim{seed:x}"),
+        created: unix_now(),
+        alias: sh.cfg.alias.clone(),
+        slot,
+        n_prompt,
+        cache_n,
+        include_usage,
+    };
     let result = (|| {
-        let id = format!("chatcmpl-sim{seed:x}");
-        let created = unix_now();
-        let chunk = |choices: Value| {
-            json!({"choices": choices, "created": created, "id": id, "model": sh.cfg.alias,
-                   "system_fingerprint": BUILD, "object": "chat.completion.chunk"})
-        };
-        let text_chunk = |text: &str| {
-            json!({"choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": null}],
-                   "created": created, "id": format!("cmpl-sim{seed:x}"), "model": sh.cfg.alias,
-                   "system_fingerprint": BUILD, "object": "text_completion"})
-        };
-        if kind == Kind::Chat {
-            let role = json!([{"finish_reason": null, "index": 0,
-                               "delta": {"role": "assistant", "content": null}}]);
-            out.send(&chunk(role).to_string())?;
+        for ev in shapes.opening() {
+            out.send(ev.name, &ev.data)?;
         }
+        let mut text = String::new();
         for i in 0..n_predict {
             if !sh.pause(us(sh.cfg.decode_us_per_token, 1)) {
                 return Err(End::Stopped);
             }
             let w = word(i);
             lease.text.extend_from_slice(w.as_bytes());
+            text.push_str(w);
             predicted = i + 1;
-            let ev = match kind {
-                Kind::Chat => chunk(json!([{"finish_reason": null, "index": 0,
-                                            "delta": {"content": w}}])),
-                Kind::Completions => text_chunk(w),
-                Kind::Native => json!({"index": 0, "content": w, "tokens": [], "stop": false,
-                                       "id_slot": slot, "tokens_predicted": i + 1,
-                                       "tokens_evaluated": n_prompt}),
-            };
-            out.send(&ev.to_string())?;
+            let ev = shapes.token(w, i);
+            out.send(ev.name, &ev.data)?;
         }
         lease.finish();
         sh.record_work(prompt_n, cache_n, n_predict);
-        let d = done(n_predict);
-        match kind {
-            Kind::Chat => {
-                let mut fin = chunk(json!([{"finish_reason": finish, "index": 0, "delta": {}}]));
-                if include_usage {
-                    out.send(&fin.to_string())?;
-                    let mut u = chunk(json!([]));
-                    u["usage"] = d.usage();
-                    u["timings"] = d.timings();
-                    out.send(&u.to_string())?;
-                } else {
-                    fin["timings"] = d.timings();
-                    out.send(&fin.to_string())?;
-                }
-            }
-            Kind::Completions => {
-                let mut fin = text_chunk("");
-                fin["choices"][0]["finish_reason"] = json!(finish);
-                fin["usage"] = d.usage();
-                fin["timings"] = d.timings();
-                out.send(&fin.to_string())?;
-            }
-            Kind::Native => out.send(&d.full("").to_string())?,
-        }
-        if kind != Kind::Native {
-            out.send("[DONE]")?;
+        for ev in shapes.closing(&done(n_predict), &text) {
+            out.send(ev.name, &ev.data)?;
         }
         Ok(())
     })();
@@ -280,7 +258,8 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
-    fn send(&mut self, payload: &str) -> Result<(), End> {
+    /// Sends one event (`name`d for Messages and Responses).
+    fn send(&mut self, name: Option<&str>, payload: &str) -> Result<(), End> {
         if !self.sh.permit() {
             return Err(End::Stopped);
         }
@@ -300,53 +279,15 @@ impl Out<'_> {
             }
             _ => {}
         }
-        if http::peer_gone(self.sock) || self.stream.event(payload).is_err() {
+        let sent = match name {
+            Some(name) => self.stream.named(name, payload),
+            None => self.stream.event(payload),
+        };
+        if http::peer_gone(self.sock) || sent.is_err() {
             return Err(End::Gone);
         }
         self.sh.emit(SimEvent::EventSent { index: self.sent });
         self.sent += 1;
         Ok(())
     }
-}
-
-/// The text the simulated model sees: chat as `role: content\n` per message plus the generation
-/// prompt `assistant: `, so a later turn that repeats the answer extends the cached text.
-pub(super) fn render(kind: Kind, body: &Value) -> Result<Vec<u8>, &'static str> {
-    if kind != Kind::Chat {
-        return match body.get("prompt") {
-            Some(Value::String(s)) => Ok(s.clone().into_bytes()),
-            Some(Value::Array(a)) => Ok(a
-                .iter()
-                .map(|p| match p {
-                    Value::String(s) => s.clone(),
-                    other => format!("{other} "),
-                })
-                .collect::<String>()
-                .into_bytes()),
-            _ => Err("\"prompt\" must be a string or an array"),
-        };
-    }
-    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
-        return Err("'messages' is required and must be an array");
-    };
-    let mut out = String::new();
-    for m in messages {
-        let role = m
-            .get("role")
-            .and_then(Value::as_str)
-            .ok_or("message without a role")?;
-        let content = match m.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect(),
-            Some(Value::Null) | None => String::new(),
-            Some(_) => return Err("message content must be a string or an array of parts"),
-        };
-        // Trimmed like most chat templates do; the generated text starts with a space.
-        out.push_str(&format!("{role}: {}\n", content.trim_start()));
-    }
-    out.push_str("assistant:");
-    Ok(out.into_bytes())
 }

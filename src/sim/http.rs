@@ -170,6 +170,15 @@ impl<'a> EventStream<'a> {
         self.out.write(format!("data: {payload}\n\n").as_bytes())
     }
 
+    /// Sends `event: <name>\ndata: <payload>\n\n` as one chunk (Messages, Responses).
+    pub fn named(&mut self, name: &str, payload: &str) -> io::Result<()> {
+        let data = format!("event: {name}\ndata: {payload}\n\n");
+        let chunk = format!("{:x}\r\n{data}\r\n", data.len());
+        let mut w = self.sock;
+        w.write_all(chunk.as_bytes())?;
+        w.flush()
+    }
+
     /// Sends the size line of `data: <payload>\n\n`'s chunk and half its bytes (`Fault::CutMidChunk`;
     /// the caller then closes). The fault's own bytes, written raw.
     pub fn half_event(&mut self, payload: &str) -> io::Result<()> {

@@ -1,7 +1,8 @@
 //! Routing of one request: faults that apply before anything else, API-key check, the metadata
 //! endpoints (`/health`, `/props`, `/v1/models`, `/models`, `/slots`, `/metrics`), the tokenizer
 //! and token counts (`/tokenize`, `/apply-template`, `/v1/chat/completions/input_tokens`, as
-//! [`Counts`] allows) and the error envelope. Completions are handed to `generate`.
+//! [`Counts`] allows) and the error envelope. Completions are handed to `generate`; the other
+//! APIs' counts, embeddings and rerank to `oneshot`.
 //!
 //! Must not: wait on slots or write streams (that is `generate`), or hold a lock while writing.
 
@@ -84,6 +85,11 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
                 return reply_error(sock, 400, &msg, req.keep_alive);
             }
             _ => {}
+        }
+    }
+    if req.method == "POST" {
+        if let Some(keep) = super::oneshot::answer(sh, sock, req) {
+            return keep;
         }
     }
     let get = req.method == "GET" || req.method == "HEAD";
@@ -250,7 +256,7 @@ fn count(sock: &TcpStream, req: &HttpRequest, field: &str) -> bool {
     let rendered = serde_json::from_slice(&req.body)
         .map_err(|e| format!("invalid JSON: {e}"))
         .and_then(|body: Value| {
-            generate::render(generate::Kind::Chat, &body).map_err(String::from)
+            super::render::render(generate::Kind::Chat, &body).map_err(String::from)
         });
     match rendered {
         Ok(text) if field == "prompt" => {

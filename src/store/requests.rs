@@ -41,14 +41,14 @@ impl Store {
 }
 
 const REQUEST_COLUMNS: &str = "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
-     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact";
+     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact, api";
 
 fn insert_request(conn: &Connection, row: &RequestRow) -> Result<i64, StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
            status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est,
-           ctx_exact)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+           ctx_exact, api)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?;
     stmt.execute(params![
         row.started,
@@ -66,7 +66,8 @@ fn insert_request(conn: &Connection, row: &RequestRow) -> Result<i64, StoreError
         row.completion_tokens,
         row.err,
         row.ctx_est,
-        row.ctx_exact
+        row.ctx_exact,
+        row.api
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -90,5 +91,6 @@ fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         err: r.get(14)?,
         ctx_est: r.get(15)?,
         ctx_exact: r.get(16)?,
+        api: r.get(17)?,
     })
 }

@@ -57,6 +57,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 2: the context guard's estimate and, when it asked the host, the exact prompt count.
     "ALTER TABLE requests ADD COLUMN ctx_est INTEGER;
     ALTER TABLE requests ADD COLUMN ctx_exact INTEGER;",
+    // 3: the API each request spoke (chat, messages, responses, completion, stateless, other).
+    "ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Brings the database up to `MIGRATIONS.len()` in one transaction; a no-op when it is already

@@ -365,3 +365,33 @@ fn unix_ms_counts_milliseconds_from_the_epoch() {
     assert_eq!(unix_ms(UNIX_EPOCH + Duration::from_millis(1_234)), 1_234);
     assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_millis(5)), -5);
 }
+
+/// Issue 16: the api column arrives by migration 3; rows written before it read as `""`.
+#[test]
+fn rows_from_before_the_api_column_survive_the_migration() {
+    let db = TempDb::new("api-column");
+    {
+        let mut conn = Connection::open(&db.path).unwrap();
+        migrate_with(&db.path, &mut conn, &MIGRATIONS[..1]).unwrap();
+        conn.execute(
+            "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
+               status, streamed, err) VALUES (1, 'projA', '', 'm', 'titan', 0, 0, 0, 200, 0, '')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&db.path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), known());
+    let new = RequestRow {
+        api: "messages".into(),
+        ..request(2, "projA", 200)
+    };
+    store.record_request(&new).unwrap();
+    let apis: Vec<String> = store
+        .requests_since(0, None)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.api)
+        .collect();
+    assert_eq!(apis, ["", "messages"]);
+}

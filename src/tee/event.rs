@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::Usage;
+use crate::api::{Api, Counts};
 
 /// Longest error message kept, in bytes; the rest is cut at a character boundary.
 const MAX_ERROR: usize = 1024;
@@ -21,14 +22,11 @@ struct Payload {
     error: Option<Value>,
     tokens_evaluated: Option<Value>,
     tokens_predicted: Option<Value>,
-}
-
-/// The counters of the last `usage` object seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct UsageSeen {
-    prompt: Option<i64>,
-    cached: Option<i64>,
-    completion: Option<i64>,
+    /// Anthropic `message_start`'s message, with its `usage` (any other type is no message: an
+    /// error object's `message` string must not spoil the payload).
+    message: Option<Value>,
+    /// OpenAI Responses' `response.completed` response, with its `usage`.
+    response: Option<Value>,
 }
 
 /// The counters of the last `timings` object seen.
@@ -49,9 +47,12 @@ struct NativeSeen {
 }
 
 /// Everything learnt so far; each source is replaced whole by its next occurrence.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Seen {
-    usage: Option<UsageSeen>,
+    /// Whose field names `usage` objects use.
+    pub api: Api,
+    /// Each count from the last `usage` object that had it.
+    usage: Option<Counts>,
     timings: Option<TimingsSeen>,
     native: Option<NativeSeen>,
     /// The first error message seen.
@@ -61,6 +62,17 @@ pub(super) struct Seen {
 }
 
 impl Seen {
+    pub fn new(api: Api) -> Seen {
+        Seen {
+            api,
+            usage: None,
+            timings: None,
+            native: None,
+            error: None,
+            stopped: false,
+        }
+    }
+
     /// Learns from one JSON payload; anything that is not a well-formed object is ignored.
     pub fn absorb(&mut self, json: &[u8]) {
         // Guard: serde would also read a JSON array positionally into `Payload`.
@@ -70,12 +82,17 @@ impl Seen {
         let Ok(p) = serde_json::from_slice::<Payload>(json) else {
             return;
         };
-        if let Some(u) = p.usage.as_ref().filter(|u| u.is_object()) {
-            self.usage = Some(UsageSeen {
-                prompt: count(u.get("prompt_tokens")),
-                cached: count(u.pointer("/prompt_tokens_details/cached_tokens")),
-                completion: count(u.get("completion_tokens")),
-            });
+        let nested = [&p.message, &p.response].map(|n| n.as_ref().and_then(|n| n.get("usage")));
+        for u in [p.usage.as_ref()].into_iter().chain(nested).flatten() {
+            if u.is_object() {
+                let new = self.api.counts(u);
+                let old = self.usage.unwrap_or_default();
+                self.usage = Some(Counts {
+                    prompt: new.prompt.or(old.prompt),
+                    cached: new.cached.or(old.cached),
+                    completion: new.completion.or(old.completion),
+                });
+            }
         }
         if let Some(t) = p.timings.as_ref().filter(|t| t.is_object()) {
             self.timings = Some(TimingsSeen {
@@ -113,6 +130,22 @@ impl Seen {
             Ok(v) => self.note_error(&v),
             Err(_) => self.note_error(&Value::from(String::from_utf8_lossy(data.trim_ascii()))),
         }
+    }
+
+    /// Learns from the API's named error event (`event: error`, `response.failed`...): the message
+    /// wherever the API puts it, else the event's name.
+    pub fn absorb_failure(&mut self, name: &str, data: &[u8]) {
+        let v = serde_json::from_slice::<Value>(data).unwrap_or(Value::Null);
+        let found = ["/error/message", "/message", "/response/error/message"]
+            .iter()
+            .find_map(|p| v.pointer(p).and_then(Value::as_str))
+            .map(str::to_owned)
+            .or_else(|| {
+                v.pointer("/response/incomplete_details/reason")
+                    .and_then(Value::as_str)
+                    .map(|r| format!("{name}: {r}"))
+            });
+        self.note_error(&Value::from(found.unwrap_or_else(|| name.to_string())));
     }
 
     fn note_error(&mut self, e: &Value) {

@@ -2,6 +2,7 @@
 
 use super::*;
 
+mod apis;
 mod json;
 
 /// Everything a tee reports, to compare runs.
@@ -29,7 +30,7 @@ fn sse() -> Tee {
 /// An SSE tee whose line limit is `max` bytes, so overflow stories stay small.
 fn small_sse(max: usize) -> Tee {
     Tee {
-        mode: Mode::Sse(Sse::new(max)),
+        mode: Mode::Sse(Sse::new(max, Api::Chat)),
     }
 }
 

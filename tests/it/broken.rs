@@ -14,7 +14,7 @@ const CHAT: &str = "/projA/v1/chat/completions";
 /// closing before the last chunk. Fails on the last chunk (a clean end) or a read timeout (a hang).
 /// Returns the body bytes received before the break.
 #[track_caller]
-fn read_broken_chunked(conn: &mut Conn) -> String {
+pub fn read_broken_chunked(conn: &mut Conn) -> String {
     let mut body = Vec::new();
     loop {
         let mut line = String::new();
@@ -53,7 +53,7 @@ fn broken_answer(h: &Harness, fault: Fault, stream: bool) -> String {
 }
 
 /// Every read on the raw socket gives up quickly: a hang fails the test instead of stalling it.
-fn short_timeout(conn: &Conn) {
+pub fn short_timeout(conn: &Conn) {
     conn.reader
         .get_ref()
         .set_read_timeout(Some(Duration::from_secs(5)))

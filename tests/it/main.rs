@@ -2,6 +2,7 @@
 
 mod admin;
 mod affinity;
+mod apis;
 mod broken;
 mod exact;
 mod examples;

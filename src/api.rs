@@ -1,0 +1,220 @@
+//! The APIs a client speaks to llama-server, and everything that differs between them: which
+//! endpoints each owns, how a body names its conversation (the fingerprint's input), how a stream
+//! ends, where the usage counts are, and which endpoint counts a body's tokens exactly.
+//!
+//! One file per API (`chat`, `messages`, `responses`, `completion`, `stateless`) behind the one
+//! small [`Api`] enum; this file only dispatches. The fingerprint, the tee and the proxy stay
+//! generic: they ask the request's `Api` and never name an endpoint themselves. Adding an API is
+//! adding a file and a variant. Pure: no I/O, no clock, no locks.
+
+mod chat;
+mod completion;
+mod messages;
+mod responses;
+mod stateless;
+
+use serde_json::Value;
+
+use crate::fingerprint::body::Body;
+
+#[cfg(test)]
+pub(crate) use completion::json_prefix;
+pub use completion::{PROMPT_PREFIX, TURN_MARKERS};
+pub(crate) use responses::is_user_item;
+
+/// Which API a request speaks, from its path (the part after the route, without the query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Api {
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
+    Chat,
+    /// Anthropic Messages (`/v1/messages`), what Claude Code speaks.
+    Messages,
+    /// OpenAI Responses (`/v1/responses`), what Codex speaks.
+    Responses,
+    /// Completion-style prompts (`/completion`, `/v1/completions`, `/infill`).
+    Completion,
+    /// Embeddings and rerank: no conversation, no prompt cache to keep, no lease.
+    Stateless,
+    /// Anything else (metadata, tokenizer): read with the Chat Completions rules, as before.
+    Other,
+}
+
+/// How an SSE event ends a stream, by the event's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The stream's proper last event.
+    Done,
+    /// An upstream error event: the stream is over, and it failed.
+    Failed,
+}
+
+/// Token counts read from one API's `usage` object; `None` where the object does not say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Every prompt token, cached ones included.
+    pub prompt: Option<i64>,
+    /// Prompt tokens the host reused from its cache.
+    pub cached: Option<i64>,
+    /// Generated tokens.
+    pub completion: Option<i64>,
+}
+
+/// A conversation's identity as the fingerprint hashes it: a kind (its own hash domain, so two
+/// APIs' bodies never collide) and the parts, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conversation {
+    pub kind: &'static str,
+    pub parts: Vec<Vec<u8>>,
+}
+
+impl Api {
+    /// Every API, for per-API tables.
+    pub const ALL: [Api; 6] = [
+        Api::Chat,
+        Api::Messages,
+        Api::Responses,
+        Api::Completion,
+        Api::Stateless,
+        Api::Other,
+    ];
+
+    /// The API of a request path (`/v1/messages`, `/v1/messages/count_tokens`, `/rerank`...).
+    pub fn of(path: &str) -> Api {
+        let owns = |paths: &[&str]| paths.contains(&path);
+        if owns(chat::PATHS) {
+            Api::Chat
+        } else if owns(messages::PATHS) {
+            Api::Messages
+        } else if owns(responses::PATHS) {
+            Api::Responses
+        } else if owns(completion::PATHS) {
+            Api::Completion
+        } else if owns(stateless::PATHS) {
+            Api::Stateless
+        } else {
+            Api::Other
+        }
+    }
+
+    /// The name in log lines, the `api` column and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+            Api::Completion => "completion",
+            Api::Stateless => "stateless",
+            Api::Other => "other",
+        }
+    }
+
+    /// The endpoint that counts a body of this API exactly (same body, one call, no slot):
+    /// `{"input_tokens": N}`. Chat Completions builds older than the count endpoints have the
+    /// [`Api::count_fallback`] instead.
+    pub fn count_path(self) -> Option<&'static str> {
+        match self {
+            Api::Chat => Some(chat::COUNT),
+            Api::Messages => Some(messages::COUNT),
+            Api::Responses => Some(responses::COUNT),
+            Api::Completion | Api::Stateless | Api::Other => None,
+        }
+    }
+
+    /// The two-call count for builds without [`Api::count_path`]: `POST /apply-template` with the
+    /// body (→ `{"prompt"}`), then `POST /tokenize` with `{"content": prompt}` (→ `{"tokens"}`).
+    pub fn count_fallback(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Api::Chat => Some(chat::COUNT_FALLBACK),
+            _ => None,
+        }
+    }
+
+    /// Whether a request of this API holds a conversation lease. Stateless requests do not: each
+    /// goes to the chooser's pick, with a slot.
+    pub fn takes_lease(self) -> bool {
+        self != Api::Stateless
+    }
+
+    /// The fingerprint input of a body, or `None` when it names no conversation.
+    pub fn conversation(self, body: &Body) -> Option<Conversation> {
+        match self {
+            Api::Chat | Api::Other => chat::conversation(body),
+            Api::Messages => messages::conversation(body),
+            Api::Responses => responses::conversation(body),
+            Api::Completion => completion::conversation(body),
+            Api::Stateless => None,
+        }
+    }
+
+    /// Whether the `input` field of this API's bodies is a conversation (Responses) rather than
+    /// a completion-style prompt.
+    pub fn input_is_conversation(self) -> bool {
+        self == Api::Responses
+    }
+
+    /// What an SSE event of this name means for a stream of this API. `data: [DONE]` and a
+    /// native `"stop": true` chunk end every stream; these are the named events.
+    pub fn ending(self, event: &str) -> Option<Ending> {
+        match self {
+            Api::Messages => messages::ending(event),
+            Api::Responses => responses::ending(event),
+            Api::Chat | Api::Completion | Api::Stateless | Api::Other => None,
+        }
+    }
+
+    /// Reads one `usage` object in this API's own field names.
+    pub fn counts(self, usage: &Value) -> Counts {
+        match self {
+            Api::Messages => messages::counts(usage),
+            Api::Responses => responses::counts(usage),
+            Api::Chat | Api::Completion | Api::Stateless | Api::Other => chat::counts(usage),
+        }
+    }
+}
+
+/// A count endpoint (`/v1/messages/count_tokens`...): metadata like `/tokenize`, no slot.
+pub fn is_count(path: &str) -> bool {
+    Api::ALL
+        .iter()
+        .filter_map(|a| a.count_path())
+        .chain([chat::COUNT_UNVERSIONED, responses::COUNT_UNVERSIONED])
+        .any(|p| p == path)
+}
+
+/// A token count: a non-negative integer, anything else is unknown.
+fn count(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_i64).filter(|n| *n >= 0)
+}
+
+/// Text blocks as one API family spells them (`text`, `input_text`, `output_text`) read as one:
+/// a string content is one such block, and `cache_control` markers (which Claude Code moves
+/// every turn) are not part of the conversation.
+fn normalise_content(content: &Value) -> Value {
+    match content {
+        Value::String(s) => Value::Array(vec![text_block(s)]),
+        Value::Array(blocks) => Value::Array(blocks.iter().map(normalise_block).collect()),
+        other => other.clone(),
+    }
+}
+
+fn text_block(text: &str) -> Value {
+    serde_json::json!({"type": "text", "text": text})
+}
+
+fn normalise_block(block: &Value) -> Value {
+    let Value::Object(map) = block else {
+        return block.clone();
+    };
+    let kind = map.get("type").and_then(Value::as_str);
+    if let (Some("text" | "input_text" | "output_text"), Some(Value::String(text))) =
+        (kind, map.get("text"))
+    {
+        return text_block(text);
+    }
+    let mut map = map.clone();
+    map.remove("cache_control");
+    Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests;

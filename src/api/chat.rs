@@ -1,0 +1,46 @@
+//! OpenAI Chat Completions (`/v1/chat/completions`), and the rules every other path falls back to.
+//!
+//! Conversation: the model plus every message up to and including the first `user` one (all of
+//! them when none is), each as compact JSON with sorted keys, kind `chat`; a body without
+//! `messages` is read as a completion-style prompt (the seed's rule, kept byte for byte: live
+//! leases are keyed by it). Streams end with `data: [DONE]` (the tee knows that one). Usage:
+//! `prompt_tokens` (cached included), `prompt_tokens_details.cached_tokens`, `completion_tokens`.
+
+use serde_json::Value;
+
+use super::{completion, count, Conversation, Counts};
+use crate::fingerprint::body::Body;
+
+pub(super) const PATHS: &[&str] = &[
+    "/v1/chat/completions",
+    "/chat/completions",
+    COUNT,
+    COUNT_UNVERSIONED,
+];
+pub(super) const COUNT: &str = "/v1/chat/completions/input_tokens";
+pub(super) const COUNT_UNVERSIONED: &str = "/chat/completions/input_tokens";
+pub(super) const COUNT_FALLBACK: (&str, &str) = ("/apply-template", "/tokenize");
+
+pub(super) fn conversation(body: &Body) -> Option<Conversation> {
+    let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
+        return completion::whole_prefix(body);
+    };
+    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
+    let mut parts = Vec::with_capacity(messages.len() + 1);
+    parts.push(Value::from(model).to_string().into_bytes());
+    // `Value`'s map is a BTreeMap (serde_json without `preserve_order`), so this text has sorted
+    // keys and no insignificant whitespace; a fingerprint test guards that assumption.
+    parts.extend(messages.iter().map(|m| m.to_string().into_bytes()));
+    Some(Conversation {
+        kind: "chat",
+        parts,
+    })
+}
+
+pub(super) fn counts(usage: &Value) -> Counts {
+    Counts {
+        prompt: count(usage.get("prompt_tokens")),
+        cached: count(usage.pointer("/prompt_tokens_details/cached_tokens")),
+        completion: count(usage.get("completion_tokens")),
+    }
+}

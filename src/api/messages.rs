@@ -1,0 +1,64 @@
+//! Anthropic Messages (`/v1/messages`), what Claude Code speaks.
+//!
+//! Conversation (kind `messages`): the model, the top-level `system` and the messages up to and
+//! including the first `user` one, each message as its role and content. A string content or
+//! system is one text block, and `cache_control` markers are dropped: Claude Code moves them
+//! every turn without changing the conversation. `metadata.user_id` is not used although Claude
+//! Code puts its session id there: one session holds the main conversation, its side requests
+//! and parallel sub-agents, which a session key would pile onto one host (see OPERATIONS.md).
+//!
+//! Streams end with `event: message_stop`; `event: error` is an upstream error (its data is the
+//! error object itself). Usage: `input_tokens` EXCLUDES the cached part, so prompt =
+//! `input_tokens + cache_read_input_tokens (+ cache_creation_input_tokens)`, cached =
+//! `cache_read_input_tokens`, completion = `output_tokens`. A stream carries them on two events:
+//! `message_start`'s `message.usage` (input and cached) and `message_delta`'s `usage` (output).
+
+use serde_json::Value;
+
+use super::{count, normalise_content, Conversation, Counts, Ending};
+use crate::fingerprint::body::Body;
+
+pub(super) const PATHS: &[&str] = &["/v1/messages", COUNT];
+pub(super) const COUNT: &str = "/v1/messages/count_tokens";
+
+pub(super) fn conversation(body: &Body) -> Option<Conversation> {
+    let messages = body.messages.as_ref().filter(|m| !m.is_empty())?;
+    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
+    let system = body.system.as_ref().map_or(Value::Null, normalise_content);
+    let mut parts = Vec::with_capacity(messages.len() + 2);
+    parts.push(Value::from(model).to_string().into_bytes());
+    parts.push(system.to_string().into_bytes());
+    for m in messages {
+        let one = serde_json::json!({
+            "role": m.get("role").cloned().unwrap_or(Value::Null),
+            "content": m.get("content").map_or(Value::Null, normalise_content),
+        });
+        parts.push(one.to_string().into_bytes());
+    }
+    Some(Conversation {
+        kind: "messages",
+        parts,
+    })
+}
+
+pub(super) fn ending(event: &str) -> Option<Ending> {
+    match event {
+        "message_stop" => Some(Ending::Done),
+        "error" => Some(Ending::Failed),
+        _ => None,
+    }
+}
+
+pub(super) fn counts(usage: &Value) -> Counts {
+    let input = count(usage.get("input_tokens"));
+    let cached = count(usage.get("cache_read_input_tokens"));
+    let created = count(usage.get("cache_creation_input_tokens"));
+    Counts {
+        prompt: input.map(|n| {
+            n.saturating_add(cached.unwrap_or(0))
+                .saturating_add(created.unwrap_or(0))
+        }),
+        cached,
+        completion: count(usage.get("output_tokens")),
+    }
+}

@@ -1,0 +1,84 @@
+//! OpenAI Responses (`/v1/responses`), what Codex and newer OpenAI SDK agents speak.
+//!
+//! Conversation (kind `responses`): the model, `instructions`, and the `input` items up to and
+//! including the first `user` one. A plain-string `input` is one user message holding one
+//! `input_text`; a message item is its role and content (`type` defaults to `message`; ids and
+//! statuses clients echo back are not part of it); text blocks (`input_text`, `output_text`,
+//! `text`) read as one kind, a string content as one such block, `cache_control` is dropped.
+//! llama-server refuses `previous_response_id`, so every turn re-sends the history.
+//!
+//! Streams end with `event: response.completed` (its `response.usage` and a top-level `timings`
+//! carry the figures); `response.failed`, `response.incomplete` and `error` are upstream error
+//! events. Usage: prompt = `input_tokens` (cached included), cached =
+//! `input_tokens_details.cached_tokens`, completion = `output_tokens`.
+
+use serde_json::Value;
+
+use super::{count, normalise_content, Conversation, Counts, Ending};
+use crate::fingerprint::body::{Body, Input};
+
+pub(super) const PATHS: &[&str] = &["/v1/responses", "/responses", COUNT, COUNT_UNVERSIONED];
+pub(super) const COUNT: &str = "/v1/responses/input_tokens";
+pub(super) const COUNT_UNVERSIONED: &str = "/responses/input_tokens";
+
+pub(super) fn conversation(body: &Body) -> Option<Conversation> {
+    let items: Vec<Value> = match body.input.as_ref()? {
+        Input::Text(text) => vec![message("user", &Value::from(text.as_str()))],
+        Input::Items(items) if !items.is_empty() => items.iter().map(normalise_item).collect(),
+        Input::Items(_) => return None,
+    };
+    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
+    let instructions = body.instructions.clone().unwrap_or(Value::Null);
+    let mut parts = Vec::with_capacity(items.len() + 2);
+    parts.push(Value::from(model).to_string().into_bytes());
+    parts.push(instructions.to_string().into_bytes());
+    parts.extend(items.iter().map(|i| i.to_string().into_bytes()));
+    Some(Conversation {
+        kind: "responses",
+        parts,
+    })
+}
+
+/// Whether an `input` item is the user's message (the last item the fingerprint reads).
+pub(crate) fn is_user_item(item: &Value) -> bool {
+    item.get("role").and_then(Value::as_str) == Some("user")
+        && matches!(
+            item.get("type").and_then(Value::as_str),
+            None | Some("message")
+        )
+}
+
+fn normalise_item(item: &Value) -> Value {
+    match (item.get("role"), item.get("type").and_then(Value::as_str)) {
+        (Some(Value::String(role)), None | Some("message")) => {
+            message(role, item.get("content").unwrap_or(&Value::Null))
+        }
+        _ => {
+            let mut item = item.clone();
+            if let Some(map) = item.as_object_mut() {
+                map.remove("cache_control");
+            }
+            item
+        }
+    }
+}
+
+fn message(role: &str, content: &Value) -> Value {
+    serde_json::json!({"type": "message", "role": role, "content": normalise_content(content)})
+}
+
+pub(super) fn ending(event: &str) -> Option<Ending> {
+    match event {
+        "response.completed" => Some(Ending::Done),
+        "response.failed" | "response.incomplete" | "error" => Some(Ending::Failed),
+        _ => None,
+    }
+}
+
+pub(super) fn counts(usage: &Value) -> Counts {
+    Counts {
+        prompt: count(usage.get("input_tokens")),
+        cached: count(usage.pointer("/input_tokens_details/cached_tokens")),
+        completion: count(usage.get("output_tokens")),
+    }
+}
