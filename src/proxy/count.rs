@@ -292,6 +292,28 @@ mod tests {
     }
 
     #[test]
+    fn each_host_counts_for_at_most_per_host_requests_and_a_permit_comes_back_on_drop() {
+        let counter = Counter::new(ureq::Agent::new_with_defaults());
+        let mut held: Vec<_> = (0..PER_HOST)
+            .map(|_| counter.try_start("a").expect("under the bound"))
+            .collect();
+        assert!(counter.try_start("a").is_none(), "at the bound");
+        let other = counter
+            .try_start("b")
+            .expect("another host has its own bound");
+        held.pop();
+        let again = counter.try_start("a").expect("a permit came back");
+        assert!(counter.try_start("a").is_none());
+        drop((again, other));
+        assert_eq!(counter.in_flight.lock().len(), 1, "b is gone, a holds one");
+        drop(held);
+        assert!(
+            counter.in_flight.lock().is_empty(),
+            "no host is left without a call"
+        );
+    }
+
+    #[test]
     fn each_api_names_its_count_endpoint() {
         let path = |rest| match count_call(rest) {
             Some(CountCall::Endpoint { path, .. }) => path,
