@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crossbar::sim::{Sim, SimConfig};
 use crossbeam_channel::Receiver;
 
-use crate::support::{chat, request, temp_dir, wait_until};
+use crate::support::{chat, request, temp_dir};
 
 /// A `crossbar serve` child; killed on drop.
 struct Serve {
@@ -61,12 +61,11 @@ fn the_listener_survives_running_out_of_file_descriptors_issue_10() {
     });
     let dir = temp_dir();
     let addr = free_port();
-    let admin = free_port();
     let config = format!(
-        "listen = \"{addr}\"\nadmin_listen = \"{}\"\ndb = {:?}\nworkers = 2\nhealth_interval = \"1s\"\n\
+        "listen = \"{addr}\"\nadmin_listen = \"{}\"\ndb = {:?}\nworkers = 2\nhealth_interval = \"60s\"\n\
          [hosts.titan]\nurl = \"{}\"\n[hosts.titan.models.m]\nparallel = 1\n\
          [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
-        admin,
+        free_port(),
         dir.join("crossbar.db"),
         sim.url()
     );
@@ -97,16 +96,14 @@ fn the_listener_survives_running_out_of_file_descriptors_issue_10() {
         seen: Vec::new(),
     };
     crossbar.wait_log("crossbar listening");
+    // The host is polled up before the flood, and not again during it: a poll that finds no
+    // descriptor marks the host down (rightly), which is not what this test is about.
+    crossbar.wait_log("host up host=titan");
     // Idle connections hold descriptors until crossbar has none left to accept with.
     let flood: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(addr).unwrap()).collect();
     crossbar.wait_log("accept failed listener=clients");
     drop(flood);
     crossbar.wait_log("accept works again listener=clients");
-    // A health poll that ran out of descriptors too marks the host down until the next poll.
-    wait_until("the host polled healthy again", || {
-        let status = request(admin, "GET", "/admin/status", &[], b"");
-        status.status == 200 && status.json()["hosts"][0]["healthy"] == true
-    });
     let body = chat("after the flood", 0, false).to_string();
     let answer = request(
         addr,
