@@ -16,6 +16,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 mod backup;
+mod checkpoint;
 mod health;
 mod lock;
 mod reader;
@@ -24,6 +25,7 @@ mod schema;
 mod writer;
 
 pub use backup::{backup, BackupReport};
+use checkpoint::Checkpointer;
 pub use health::{StoreHealth, StoreStatus};
 pub use lock::{lock_path, DbLock, LockError};
 pub use reader::{Reader, Table};
@@ -123,6 +125,8 @@ pub struct RequestRow {
 pub struct Store {
     reader: Reader,
     writer: Writer,
+    /// Declared after the writer: the writer's last commits land before it stops.
+    _checkpointer: Checkpointer,
     health: Arc<StoreHealth>,
 }
 
@@ -183,11 +187,16 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let conn = Connection::open(path).map_err(|source| open_err(path, source))?;
         let conn = setup(path, conn)?;
+        // Checkpoints run on their own thread (`checkpoint`), never inside a group commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|source| open_err(path, source))?;
         let health = Arc::new(StoreHealth::new(path));
+        let checkpointer = Checkpointer::start(path)?;
         let writer = Writer::start(conn, health.clone());
         Ok(Store {
             reader: Reader::open(path)?,
             writer,
+            _checkpointer: checkpointer,
             health,
         })
     }
