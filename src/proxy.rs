@@ -27,6 +27,7 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 
+pub use count::{Counter, PER_HOST as COUNTS_PER_HOST};
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::http;
 use crate::ledger::{unix_ms, Run, Window};
-use crate::procs::{idle_level, sample, Crossbar, Sample, SimProc};
+use crate::procs::{count_lines, idle_level, sample, Crossbar, Sample, SimProc};
 
 const HOSTS: [&str; 3] = ["a", "b", "c"];
 
@@ -130,6 +130,9 @@ impl Chaos {
         }
         if let Some(s) = sample(self.crossbar.pid) {
             self.report.rss_max_kib = self.report.rss_max_kib.max(s.hwm_kib).max(s.rss_kib);
+            self.run
+                .rss_kib
+                .store(s.rss_kib, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -263,12 +266,27 @@ impl Chaos {
     /// come back, where the lease events written since the snapshot say (same host if none).
     fn restart(&mut self) {
         self.run.set_paused(true);
+        // A reload still under way would die with the process and its log line with it: wait
+        // (up to 5 s) until every SIGHUP sent so far is logged as done.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let reloaded = |logs: &[PathBuf]| {
+            logs.iter()
+                .map(|l| count_lines(l, "config reloaded"))
+                .sum::<u64>()
+        };
+        while reloaded(&self.report.logs) < u64::from(self.report.sighups)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let last_event = http::admin(self.run.admin(), "GET", "/admin/events?limit=1", None)
             .ok()
             .and_then(|(_, v)| v["events"][0]["id"].as_i64())
             .unwrap_or(0);
         let before = leases(&self.run);
         self.sample();
+        // The kill takes a moment (signal, exit, reap): a request that broke during it counts.
+        let killing = Instant::now();
         self.crossbar.kill();
         let killed = Instant::now();
         self.report.kill_ms = Some(unix_ms());
@@ -310,7 +328,7 @@ impl Chaos {
                 .push("cannot read /admin/leases around the restart".into()),
         }
         self.report.idle = idle_level(self.crossbar.pid);
-        *self.run.killed.lock() = Some((killed, Instant::now()));
+        *self.run.killed.lock() = Some((killing, killed));
         self.run.set_paused(false);
     }
 }

@@ -1,4 +1,5 @@
-//! The 64 clients: multi-turn conversations (streamed and not, some keyed by `X-Session-Id`) with
+//! The 64 clients: multi-turn conversations (Chat Completions, Anthropic Messages, OpenAI
+//! Responses; streamed and not; some keyed by `X-Session-Id`) with
 //! clients that leave mid-stream, leave while waiting, or stop reading; and broken requests
 //! (garbage, oversized heads and bodies, bad framing, control bytes, dot segments). Every request
 //! goes into the ledger with what the client saw.
@@ -26,10 +27,15 @@ enum Mode {
     Stall(Duration),
 }
 
+/// The conversation APIs a turn may speak: (path after the route, what the sim and crossbar read).
+const APIS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+
 #[derive(Debug)]
 struct Conversation {
     id: u64,
     route: &'static str,
+    /// One of [`APIS`].
+    api: &'static str,
     session: Option<String>,
     messages: Vec<Value>,
     turns: u32,
@@ -90,9 +96,10 @@ impl Client {
                 } else {
                     "alpha"
                 },
+                // Half Chat Completions, a quarter each Anthropic Messages and OpenAI Responses.
+                api: APIS[[0, 0, 1, 2][self.rng.usize(0..4)]],
                 session: (self.rng.u32(0..8) == 0).then(|| format!("soak-session-{id}")),
                 messages: vec![
-                    json!({"role": "system", "content": "You are a soak test."}),
                     json!({"role": "user", "content": format!("conversation {id}: {pad}")}),
                 ],
                 turns: 0,
@@ -114,20 +121,35 @@ impl Client {
             Mode::LeaveMid | Mode::LeaveWaiting(_) | Mode::Stall(_) => (true, 40_000),
         };
         let conv = &self.convs[i];
-        let mut body =
-            json!({"messages": conv.messages, "stream": stream, "max_tokens": max_tokens});
-        if stream {
-            body["stream_options"] = json!({"include_usage": true});
-        }
+        let system = "You are a soak test.";
+        let body = match conv.api {
+            "/v1/messages" => json!({"model": "qwen", "system": system, "messages": conv.messages,
+                                     "stream": stream, "max_tokens": max_tokens}),
+            "/v1/responses" => {
+                json!({"model": "qwen", "instructions": system, "input": conv.messages,
+                                      "stream": stream, "max_output_tokens": max_tokens})
+            }
+            _ => {
+                let mut messages = vec![json!({"role": "system", "content": system})];
+                messages.extend(conv.messages.iter().cloned());
+                let mut body =
+                    json!({"messages": messages, "stream": stream, "max_tokens": max_tokens});
+                if stream {
+                    body["stream_options"] = json!({"include_usage": true});
+                }
+                body
+            }
+        };
         let body = body.to_string().into_bytes();
         let session = conv.session.clone();
-        let fp = crossbar::fingerprint::peek(&body, session.as_deref()).fp;
+        let api = crossbar::api::Api::of(conv.api);
+        let fp = crossbar::fingerprint::peek_as(api, &body, session.as_deref()).fp;
         let mut extra = Vec::new();
         if let Some(s) = &session {
             extra.push(("X-Session-Id", s.clone()));
         }
         let (route, conv_id, turn) = (conv.route, conv.id, conv.turns + 1);
-        let path = format!("/{route}/v1/chat/completions");
+        let path = format!("/{route}{}", conv.api);
         let request = http::post(&path, "soak", &extra, &body);
         let start = Instant::now();
         let outcome = self.exchange(&request, mode, Corr::Fp(fp.clone()), route, (conv_id, turn));
@@ -233,7 +255,8 @@ impl Client {
         let body = body.to_string().into_bytes();
         let sid = ("X-Session-Id", session.clone());
         let path = "/junk/v1/chat/completions";
-        let bytes = match self.rng.u32(0..7) {
+        let kind = self.rng.u32(0..7);
+        let bytes = match kind {
             // A head over 64 KiB in one header line.
             0 => http::post(path, "soak", &[sid, ("X-Pad", "a".repeat(80 << 10))], &body),
             // 150 header lines.
@@ -278,7 +301,16 @@ impl Client {
             // Not JSON: the host's own 400, forwarded.
             _ => http::post(path, "soak", &[sid], b"{\"messages\": [nope"),
         };
-        self.one_shot(&bytes, Corr::Route("junk"), "junk");
+        let what = [
+            "junk:big-head",
+            "junk:many-headers",
+            "junk:big-body",
+            "junk:cl-and-chunked",
+            "junk:control-byte",
+            "junk:dot-segment",
+            "junk:not-json",
+        ];
+        self.one_shot(&bytes, Corr::Route("junk"), what[kind as usize]);
     }
 
     /// Bytes that are not HTTP at all: no route, so no row.
@@ -288,11 +320,12 @@ impl Client {
         if self.rng.bool() {
             bytes.extend_from_slice(b"\r\n\r\n");
         }
-        self.one_shot(&bytes, Corr::Nothing, "-");
+        self.one_shot(&bytes, Corr::Nothing, "garbage");
     }
 
-    /// Sends `bytes` on a fresh connection and reads what comes back.
-    fn one_shot(&mut self, bytes: &[u8], corr: Corr, route: &'static str) {
+    /// Sends `bytes` on a fresh connection and reads what comes back. `what` names the kind of
+    /// request in the ledger's route field (the route itself is in `corr`).
+    fn one_shot(&mut self, bytes: &[u8], corr: Corr, what: &'static str) {
         let start = Instant::now();
         let outcome = match Conn::open(self.run.client(), None) {
             Err(_) => Outcome::NoConnection,
@@ -317,7 +350,7 @@ impl Client {
         self.run.record(Sent {
             corr,
             turn: None,
-            route,
+            route: what,
             start,
             end: Instant::now(),
             outcome,

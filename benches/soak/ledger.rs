@@ -40,7 +40,7 @@ pub enum Outcome {
     /// The connection could not be made: crossbar never saw the request.
     NoConnection,
     /// Sent on a reused keep-alive connection that the server closed without a byte (it may
-    /// close idle connections): no answer, and crossbar may or may not have read it. Retried.
+    /// close idle connections, before reading what comes next). Retried on a fresh connection.
     Dropped,
     /// Sent, but the connection ended without a status line.
     Unanswered,
@@ -51,6 +51,7 @@ pub struct Sent {
     pub corr: Corr,
     /// (conversation id, turn number from 1) for conversation turns.
     pub turn: Option<(u64, u32)>,
+    /// The route of a conversation turn; for the other requests, what kind of request it was.
     pub route: &'static str,
     pub start: Instant,
     pub end: Instant,
@@ -75,9 +76,11 @@ pub struct Run {
     pub addrs: RwLock<(SocketAddr, SocketAddr)>,
     pub ledger: Mutex<Vec<Sent>>,
     pub host_faults: Mutex<Vec<Window>>,
-    /// When crossbar was SIGKILLed, and when its successor was serving again.
+    /// When the SIGKILL was sent, and when the killed process had been reaped.
     pub killed: Mutex<Option<(Instant, Instant)>>,
     pub sent: AtomicU64,
+    /// crossbar's VmRSS at the last sample, KiB (for the progress lines).
+    pub rss_kib: AtomicU64,
 }
 
 impl Run {
@@ -91,6 +94,7 @@ impl Run {
             host_faults: Mutex::new(Vec::new()),
             killed: Mutex::new(None),
             sent: AtomicU64::new(0),
+            rss_kib: AtomicU64::new(0),
         }
     }
 
@@ -142,7 +146,7 @@ impl Run {
     pub fn at_kill(&self, start: Instant, end: Instant, slack: Duration) -> bool {
         self.killed
             .lock()
-            .is_some_and(|(k, _)| start <= k && end + slack >= k)
+            .is_some_and(|(sent, reaped)| start <= reaped && end + slack >= sent)
     }
 }
 

@@ -16,6 +16,7 @@ mod checks;
 mod clients;
 mod http;
 mod ledger;
+mod moves;
 mod procs;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 use chaos::Chaos;
 use clients::Client;
 use ledger::Run;
-use procs::{idle_level, sample, Crossbar, SimProc};
+use procs::{count_lines, idle_level, sample, Crossbar, SimProc};
 
 const CLIENTS: u64 = 64;
 const RSS_LIMIT_MIB: f64 = 64.0;
@@ -100,9 +101,10 @@ fn main() {
             next_progress += Duration::from_secs(30);
             let killed = run.killed.lock().is_some();
             println!(
-                "t={}s requests={} killed_once={killed}",
+                "t={}s requests={} killed_once={killed} rss_mib={:.1}",
                 start.elapsed().as_secs(),
-                run.sent.load(Ordering::Relaxed)
+                run.sent.load(Ordering::Relaxed),
+                run.rss_kib.load(Ordering::Relaxed) as f64 / 1024.0
             );
         }
     }
@@ -185,7 +187,7 @@ fn main() {
     rows_missing += over;
     rows_extra += under;
 
-    let (mut unexplained_moves, lines) = checks::moves(&ledger, &rows, &events, &run);
+    let (mut unexplained_moves, lines) = moves::moves(&ledger, &rows, &events, &run);
     for l in lines {
         println!("{l}");
     }
@@ -312,11 +314,6 @@ fn wait_healthy(run: &Run) {
         std::thread::sleep(Duration::from_millis(100));
     }
     println!("soak: hosts not all healthy after 10 s; going on");
-}
-
-fn count_lines(path: &Path, needle: &str) -> u64 {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().filter(|l| l.contains(needle)).count() as u64
 }
 
 fn verdict(ok: bool) -> &'static str {

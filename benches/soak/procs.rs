@@ -181,10 +181,11 @@ impl Crossbar {
         ))
     }
 
+    /// Sends `sig` (`-HUP`, `-TERM`) with the shell's `kill` builtin: std sends only SIGKILL, and
+    /// a minimal image may have no `/bin/kill`.
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .status();
+        let command = format!("kill {sig} {}", self.pid);
+        let _ = Command::new("sh").args(["-c", &command]).status();
     }
 
     pub fn exited(&mut self) -> bool {
@@ -271,4 +272,10 @@ pub fn temp_dir(seed: u64) -> PathBuf {
     let dir = base.join(format!("crossbar-soak-{}-{seed}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the soak's temp dir");
     dir
+}
+
+/// Lines of the file at `path` that contain `needle`.
+pub fn count_lines(path: &Path, needle: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter(|l| l.contains(needle)).count() as u64
 }

@@ -185,3 +185,45 @@ fn number<T: std::str::FromStr>(
     text.parse()
         .map_err(|_| format!("{flag} wants a whole number, got {text:?}").into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_commands_name_the_librarys_faults_and_refuse_the_rest() {
+        let ok = [
+            ("fault none", Fault::None),
+            ("fault hang", Fault::Hang),
+            ("fault refuse", Fault::Refuse),
+            ("fault loading", Fault::Loading),
+            ("fault garbage", Fault::Garbage),
+            (
+                "fault die-mid-stream 2",
+                Fault::DieMidStream { after_events: 2 },
+            ),
+            (
+                "fault cut-mid-chunk 3",
+                Fault::CutMidChunk { after_events: 3 },
+            ),
+            ("fault end-early 1", Fault::EndEarly { after_events: 1 }),
+            ("fault cut-body 40", Fault::CutBody { after_bytes: 40 }),
+            ("fault status 503", Fault::Status(503)),
+        ];
+        for (line, fault) in ok {
+            assert_eq!(fault_command(line), Ok(fault), "{line}");
+        }
+        for bad in [
+            "",
+            "hang",
+            "fault",
+            "fault sleep",
+            "fault die-mid-stream",
+            "fault die-mid-stream -1",
+            "fault status 99",
+            "fault status 70000",
+        ] {
+            assert!(fault_command(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}
