@@ -7,14 +7,16 @@
 //! deadline bounds them all. Every answer is read with a size bound; a host that cannot answer
 //! (an old build, an error, the deadline) gives `None`, and the guard falls back to the estimate.
 //! A [`Counter`] lets at most [`PER_HOST`] requests count on one host at once: a client sending
-//! many large bodies cannot turn each into tokenizer work on a host. Nothing here marks a host
+//! many large bodies cannot turn each into tokenizer work on a host. The others wait their turn
+//! within the same deadline (a count takes milliseconds), and only a request whose deadline passes
+//! while it waits is judged on the estimate. Nothing here marks a host
 //! down or decides where a request goes.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 
 use crate::api::Api;
@@ -26,8 +28,8 @@ use super::MAX_BODY;
 pub(super) const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Requests whose count calls may be in flight to one host at once. Counting is the rare path
-/// (only prompts the estimate says do not fit); a request that finds its host at the bound is
-/// judged on the estimate at once rather than queued behind a tokenizer.
+/// (only prompts the estimate says do not fit); a request that finds its host at the bound waits
+/// for a turn until its count deadline, then is judged on the estimate.
 pub const PER_HOST: usize = 2;
 
 /// The agent count calls go through and the count calls in flight per host.
@@ -37,6 +39,10 @@ pub struct Counter {
     /// Invariant: a host is here only while it has calls in flight, at most [`PER_HOST`]; its
     /// name is a configured host's (the guard looks it up in the config first).
     in_flight: Mutex<HashMap<String, usize>>,
+    /// Requests waiting for a turn, over all hosts (at most one per worker).
+    waiting: Mutex<usize>,
+    /// Signalled whenever a permit comes back.
+    returned: Condvar,
 }
 
 /// One request's right to ask `host` for counts; gives it back on drop.
@@ -51,12 +57,32 @@ impl Counter {
         Counter {
             agent,
             in_flight: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(0),
+            returned: Condvar::new(),
         }
     }
 
-    /// A permit to count on `host`, or `None` when [`PER_HOST`] requests already are.
-    pub(super) fn try_start(&self, host: &str) -> Option<CountPermit<'_>> {
+    /// A permit to count on `host`, waiting for one until `deadline`; `None` when none came back
+    /// in time.
+    pub(super) fn start(&self, host: &str, deadline: Instant) -> Option<CountPermit<'_>> {
         let mut in_flight = self.in_flight.lock();
+        let full = |in_flight: &HashMap<String, usize>| {
+            in_flight.get(host).is_some_and(|n| *n >= PER_HOST)
+        };
+        if full(&in_flight) && Instant::now() < deadline {
+            // Lock order: `in_flight`, then `waiting` (nothing takes them the other way).
+            *self.waiting.lock() += 1;
+            while full(&in_flight) {
+                if self
+                    .returned
+                    .wait_until(&mut in_flight, deadline)
+                    .timed_out()
+                {
+                    break;
+                }
+            }
+            *self.waiting.lock() -= 1;
+        }
         let n = in_flight.entry(host.to_string()).or_insert(0);
         if *n >= PER_HOST {
             return None;
@@ -66,6 +92,11 @@ impl Counter {
             counter: self,
             host: host.to_string(),
         })
+    }
+
+    /// Requests waiting for a turn to count, on any host.
+    pub fn waiting(&self) -> usize {
+        *self.waiting.lock()
     }
 
     pub(super) fn agent(&self) -> &ureq::Agent {
@@ -82,6 +113,8 @@ impl Drop for CountPermit<'_> {
                 in_flight.remove(&self.host);
             }
         }
+        drop(in_flight);
+        self.counter.returned.notify_all();
     }
 }
 
@@ -260,6 +293,12 @@ fn count_tokens(mut answer: impl Read) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Counter {
+        fn start_now(&self, host: &str) -> Option<CountPermit<'_>> {
+            self.start(host, Instant::now())
+        }
+    }
     use std::net::TcpListener;
     use std::time::Duration;
 
@@ -292,18 +331,44 @@ mod tests {
     }
 
     #[test]
+    fn a_request_waits_for_a_turn_until_its_deadline_then_goes_without() {
+        let counter = Counter::new(ureq::Agent::new_with_defaults());
+        let held: Vec<_> = (0..PER_HOST)
+            .map(|_| counter.start_now("a").unwrap())
+            .collect();
+        let started = Instant::now();
+        assert!(counter
+            .start("a", started + Duration::from_millis(20))
+            .is_none());
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert_eq!(counter.waiting(), 0);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                counter
+                    .start("a", Instant::now() + Duration::from_secs(30))
+                    .is_some()
+            });
+            while counter.waiting() == 0 {
+                std::thread::yield_now();
+            }
+            drop(held);
+            assert!(waiter.join().unwrap(), "a returned permit wakes the waiter");
+        });
+    }
+
+    #[test]
     fn each_host_counts_for_at_most_per_host_requests_and_a_permit_comes_back_on_drop() {
         let counter = Counter::new(ureq::Agent::new_with_defaults());
         let mut held: Vec<_> = (0..PER_HOST)
-            .map(|_| counter.try_start("a").expect("under the bound"))
+            .map(|_| counter.start_now("a").expect("under the bound"))
             .collect();
-        assert!(counter.try_start("a").is_none(), "at the bound");
+        assert!(counter.start_now("a").is_none(), "at the bound");
         let other = counter
-            .try_start("b")
+            .start_now("b")
             .expect("another host has its own bound");
         held.pop();
-        let again = counter.try_start("a").expect("a permit came back");
-        assert!(counter.try_start("a").is_none());
+        let again = counter.start_now("a").expect("a permit came back");
+        assert!(counter.start_now("a").is_none());
         drop((again, other));
         assert_eq!(counter.in_flight.lock().len(), 1, "b is gone, a holds one");
         drop(held);

@@ -132,7 +132,8 @@ fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>
     let router = gw.health.get(host).is_some_and(|s| s.router);
     let model = (router || upstream != key.model).then_some(upstream);
     let counter = gw.counter();
-    let Some(_counting) = counter.try_start(host) else {
+    let deadline = std::time::Instant::now() + count::COUNT_TIMEOUT;
+    let Some(_counting) = counter.start(host, deadline) else {
         log::debug!(
             "ctx count host={} estimate={} exact=- busy={}",
             crate::logfmt::val(host),
@@ -141,7 +142,6 @@ fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>
         );
         return None;
     };
-    let deadline = std::time::Instant::now() + count::COUNT_TIMEOUT;
     let counted = count::exact(
         counter.agent(),
         conf,
