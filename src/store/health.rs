@@ -33,7 +33,14 @@ struct Failing {
     since: i64,
     cause: String,
     failed: u64,
+    /// Writing commits in a row since the last failure.
+    good: u32,
 }
+
+/// Writing commits in a row that end a failure burst. On a file system at the edge of full some
+/// writes still fit (a page freed, the WAL restarted) between ones that do not; without this the
+/// log would say "failing" and "recovered" several times a second.
+const RECOVERED_AFTER: u32 = 10;
 
 /// The store's state as status and metrics show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,9 +80,19 @@ impl StoreHealth {
         }
     }
 
-    /// A commit succeeded: ends a failure burst, with one line.
-    pub(super) fn committed(&self) {
+    /// A commit succeeded. If it `wrote` anything and is the [`RECOVERED_AFTER`]th such in a row,
+    /// it ends the failure burst, with one line.
+    pub(super) fn committed(&self, wrote: bool) {
+        if !wrote {
+            return;
+        }
         let mut inner = self.inner.lock();
+        if let Some(f) = &mut inner.failing {
+            f.good += 1;
+            if f.good < RECOVERED_AFTER {
+                return;
+            }
+        }
         if let Some(f) = inner.failing.take() {
             let secs = (unix_ms(SystemTime::now()) - f.since).max(0) / 1000;
             log::info!(
@@ -87,10 +104,10 @@ impl StoreHealth {
     }
 
     /// Turns a commit's result into the callers' answer, noting a failure.
-    pub(super) fn outcome(&self, result: rusqlite::Result<()>) -> Result<(), StoreError> {
+    pub(super) fn outcome(&self, result: rusqlite::Result<bool>) -> Result<(), StoreError> {
         match result {
-            Ok(()) => {
-                self.committed();
+            Ok(wrote) => {
+                self.committed(wrote);
                 Ok(())
             }
             Err(err) => {
@@ -105,6 +122,7 @@ impl StoreHealth {
         inner.write_errors += 1;
         if let Some(f) = &mut inner.failing {
             f.failed += 1;
+            f.good = 0;
             return;
         }
         let cause = err.to_string();
@@ -119,6 +137,7 @@ impl StoreHealth {
             since: unix_ms(SystemTime::now()),
             cause,
             failed: 1,
+            good: 0,
         });
     }
 }
@@ -163,7 +182,19 @@ mod tests {
         assert!(!status.ok);
         assert_eq!(status.write_errors, 2);
         assert!(status.cause.contains("full"), "{status:?}");
-        assert!(health.outcome(Ok(())).is_ok());
+        assert!(health.outcome(Ok(false)).is_ok());
+        assert!(
+            !health.status().ok,
+            "a commit that changed nothing proves nothing"
+        );
+        for _ in 1..RECOVERED_AFTER {
+            assert!(health.outcome(Ok(true)).is_ok());
+        }
+        assert!(
+            !health.status().ok,
+            "not yet: writes at the edge of full flap"
+        );
+        assert!(health.outcome(Ok(true)).is_ok());
         let status = health.status();
         assert!(status.ok && status.cause.is_empty() && status.since == 0);
         assert_eq!(status.write_errors, 2, "the count is since start");

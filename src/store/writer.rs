@@ -157,8 +157,8 @@ fn run(mut conn: Connection, jobs: &Receiver<Job>, health: &StoreHealth) {
         }
         let all = batch.iter().flat_map(|j| &j.writes);
         match commit(&mut conn, all) {
-            Ok(()) => {
-                health.committed();
+            Ok(wrote) => {
+                health.committed(wrote);
                 for job in batch.drain(..) {
                     answer(job, Ok(()));
                 }
@@ -186,15 +186,20 @@ fn answer(job: Job, result: Result<(), StoreError>) {
     }
 }
 
+/// Commits `writes` as one transaction; answers whether any row changed. A commit that changed
+/// nothing (a prune with nothing old, a touch of a gone lease) appends nothing to the WAL, so it
+/// proves nothing about a full disk and must not end a failure burst.
 fn commit<'a>(
     conn: &mut Connection,
     writes: impl Iterator<Item = &'a Write>,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<bool> {
+    let before = conn.total_changes();
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for write in writes {
         apply(&tx, write)?;
     }
-    tx.commit()
+    tx.commit()?;
+    Ok(conn.total_changes() > before)
 }
 
 fn apply(conn: &Connection, write: &Write) -> rusqlite::Result<()> {
