@@ -31,7 +31,7 @@ pub use count::{Counter, PER_HOST as COUNTS_PER_HOST};
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};
-pub use upstream::agent_config as upstream_config;
+pub use upstream::{agent as upstream_agent, agent_config as upstream_config};
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;

@@ -306,6 +306,11 @@ impl Sim {
         self.shared.record.lock().stats
     }
 
+    /// Connections accepted so far (a client that reuses its connections makes few).
+    pub fn connections(&self) -> u64 {
+        self.shared.conns.lock().next_id
+    }
+
     /// Stops serving and joins every thread.
     pub fn stop(self) {}
 

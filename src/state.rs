@@ -30,8 +30,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
-    /// The upstream client settings every forwarded request's agent is made from.
-    upstream: ureq::config::Config,
+    /// The pooled agent every forwarded request goes through.
+    upstream: ureq::Agent,
     /// crossbar's own small upstream calls (the context guard's exact counts), bounded per host.
     counter: crate::proxy::Counter,
 }
@@ -74,10 +74,12 @@ impl Gateway {
             }
         }
         let drains = Arc::new(Drains::default());
-        let upstream = crate::proxy::upstream_config(&config);
-        // The same settings (no redirects, no pooling, connect and per-read timeouts), nothing
-        // watched: no client waits at the socket for a count.
-        let counter = crate::proxy::Counter::new(ureq::Agent::new_with_config(upstream.clone()));
+        let upstream = crate::proxy::upstream_agent(&config);
+        // The same settings (no redirects, connect and per-read timeouts) without the pool,
+        // nothing watched: no client waits at the socket for a count.
+        let counter = crate::proxy::Counter::new(ureq::Agent::new_with_config(
+            crate::proxy::upstream_config(&config),
+        ));
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
         let view = Arc::new(View {
@@ -158,8 +160,8 @@ impl Gateway {
         &self.counter
     }
 
-    /// The upstream client settings every forwarded request's agent is made from.
-    pub fn upstream(&self) -> &ureq::config::Config {
+    /// The pooled agent every forwarded request goes through.
+    pub fn upstream(&self) -> &ureq::Agent {
         &self.upstream
     }
 

@@ -3,8 +3,6 @@
 
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use ureq::{http, Body};
@@ -27,8 +25,8 @@ const READ_BUF: usize = 16 * 1024;
 pub(super) struct Answer {
     pub(super) response: http::Response<Body>,
     permit: Option<Permit>,
-    /// Raised by the upstream transport when a wait for upstream ended because the client left.
-    left: Arc<AtomicBool>,
+    /// The watch over the upstream connection, kept until the answer has been relayed.
+    exchange: upstream::Exchange,
 }
 
 /// Sends the request upstream and waits for the response head. A connection or read failure before
@@ -49,37 +47,17 @@ pub(super) fn exchange(
     for (name, value) in &incoming.headers {
         forwardable(name, value)?;
     }
-    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
-    let mut request = http::Request::builder()
-        .method(incoming.method.as_str())
-        .uri(url.as_str());
-    let tokens = wire::connection_tokens(incoming.header("Connection"));
-    for (name, value) in &incoming.headers {
-        let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
-        let replaced = plan.host.api_key.is_some()
-            && (name.eq_ignore_ascii_case("authorization")
-                || name.eq_ignore_ascii_case("x-api-key"));
-        // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
-        // uncompressed answer costs nothing.
-        let skipped = ["expect", "accept-encoding"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h));
-        if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
-            continue;
-        }
-        request = request.header(name.as_str(), value.as_str());
-    }
-    if let Some(key) = &plan.host.api_key {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    let left = Arc::new(AtomicBool::new(false));
-    let agent = upstream::agent(gw.upstream(), client, &left);
+    let exchange = upstream::Exchange::start(client);
+    let agent = gw.upstream();
     let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
-    let result = if plan.body.is_empty() && incoming.bodyless() {
-        agent.run(request.body(()).map_err(bad)?)
-    } else {
-        agent.run(request.body(plan.body.as_slice()).map_err(bad)?)
-    };
+    let bodyless = plan.body.is_empty() && incoming.bodyless();
+    let mut result = send(agent, incoming, plan, bodyless).map_err(bad)?;
+    // A pooled connection the host had closed, found before anything was written: once more on
+    // a fresh one (the pool holds at most one connection per worker, probed before reuse).
+    if result.is_err() && exchange.retryable() {
+        log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
+        result = send(agent, incoming, plan, bodyless).map_err(bad)?;
+    }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
         Ok(response) => {
@@ -88,10 +66,10 @@ pub(super) fn exchange(
             Ok(Answer {
                 response,
                 permit,
-                left,
+                exchange,
             })
         }
-        Err(_) if left.load(Ordering::Relaxed) => Err(ProxyError::ClientGone(
+        Err(_) if exchange.client_left() => Err(ProxyError::ClientGone(
             "client gone while waiting for upstream",
         )),
         Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
@@ -120,6 +98,43 @@ pub(super) fn exchange(
             })
         }
     }
+}
+
+/// One attempt: the request (built once, cloned per attempt) with its body.
+fn send(
+    agent: &ureq::Agent,
+    incoming: &Incoming,
+    plan: &Plan<'_>,
+    bodyless: bool,
+) -> Result<Result<http::Response<Body>, ureq::Error>, http::Error> {
+    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
+    let mut request = http::Request::builder()
+        .method(incoming.method.as_str())
+        .uri(url.as_str());
+    let tokens = wire::connection_tokens(incoming.header("Connection"));
+    for (name, value) in &incoming.headers {
+        let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
+        let replaced = plan.host.api_key.is_some()
+            && (name.eq_ignore_ascii_case("authorization")
+                || name.eq_ignore_ascii_case("x-api-key"));
+        // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
+        // uncompressed answer costs nothing.
+        let skipped = ["expect", "accept-encoding"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h));
+        if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
+            continue;
+        }
+        request = request.header(name.as_str(), value.as_str());
+    }
+    if let Some(key) = &plan.host.api_key {
+        request = request.header("Authorization", format!("Bearer {key}"));
+    }
+    Ok(if bodyless {
+        agent.run(request.body(())?)
+    } else {
+        agent.run(request.body(plan.body.as_slice())?)
+    })
 }
 
 /// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value
@@ -172,7 +187,7 @@ pub(super) fn relay(
     let Answer {
         response,
         permit,
-        left,
+        exchange,
     } = answer;
     row.status = response.status().as_u16();
     let content_type = response
@@ -181,6 +196,8 @@ pub(super) fn relay(
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         .unwrap_or_default();
     row.streamed = content_type.starts_with("text/event-stream");
+    // llama-server closes a connection after a streamed answer (shared/llama-server.md).
+    exchange.set_poolable(!row.streamed);
     let framing = framing(incoming, row.status);
     let headers = response_headers(response.headers(), plan);
     let mut tee = Tee::for_api(&content_type, plan.api);
@@ -199,7 +216,7 @@ pub(super) fn relay(
             Ok(n) => n,
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
             // A stream's head comes before prefill: a client that leaves during it is noticed here.
-            Err(_) if left.load(Ordering::Relaxed) => {
+            Err(_) if exchange.client_left() => {
                 finish_row(gw, row, clock, &tee);
                 row.status = 499;
                 row.err = "client gone while waiting for upstream".to_string();

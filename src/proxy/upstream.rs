@@ -1,19 +1,28 @@
-//! The upstream client: one ureq agent per forwarded request, whose TCP transport is watched
-//! while it waits for upstream. A request can wait minutes for its first byte (prefill); if the
-//! client leaves meanwhile, the wait ends within [`GONE_CHECK`], the upstream connection closes
-//! (llama-server cancels the task and frees its slot) and the request is recorded as 499.
+//! The upstream client: one pooled ureq agent for every forwarded request, whose TCP transport is
+//! watched while it waits for upstream. A request can wait minutes for its first byte (prefill);
+//! if the client leaves meanwhile, the wait ends within [`GONE_CHECK`], the upstream connection
+//! closes (llama-server cancels the task and frees its slot) and the request is recorded as 499.
 //!
 //! How: ureq 3's `Connector` lets crossbar wrap the transport it reads from, so the waiting worker
 //! itself can look at its client between bounded waits — no thread per request, no second thread
 //! reaching into a socket (ureq 2 had no such hook). The hook lives in ureq's `unversioned`
-//! module, so the version is pinned to 3.5 in Cargo.toml. The context guard's count calls use the
-//! same settings on one shared agent without the watch (`Gateway::agent`).
+//! module, so the version is pinned to 3.5 in Cargo.toml. Which client to watch is the worker
+//! thread's [`Exchange`] (a thread-local set for one request), because a pooled connection serves
+//! many requests, one at a time, always on the thread that runs ureq's call.
+//!
+//! Connection reuse (issue 12): a connection goes back to the pool only after a complete answer
+//! that was not streamed (llama-server closes after a streamed one while advertising keep-alive,
+//! shared/llama-server.md), idles at most [`IDLE_AGE`] (under llama-server's 5 s keep-alive), and
+//! is probed by ureq before reuse. A request whose reused connection failed before any of it was
+//! written is retried once on a fresh one ([`Exchange::retryable`]). The context guard's count
+//! calls use [`agent_config`] on one shared agent without the watch and without pooling.
 
+use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ureq::config::Config as AgentConfig;
 use ureq::unversioned::resolver::DefaultResolver;
@@ -25,53 +34,136 @@ use ureq::{Agent, Error};
 use crate::config::Config;
 use crate::limiter::GONE_CHECK;
 
+/// Longest an upstream connection idles in the pool: under llama-server's keep-alive (5 s), so
+/// the server never closes one just as crossbar picks it up.
+pub const IDLE_AGE: Duration = Duration::from_secs(2);
+
 /// The agent settings every upstream call uses: no redirects, a connect timeout, a generous
-/// per-read timeout (the first byte waits for prefill), no overall timeout, no idle connections
-/// (llama-server closes a connection after a streamed answer while advertising keep-alive, so a
-/// pooled one may be dead; a fresh one costs one LAN round trip), status codes as answers.
+/// per-read timeout (the first byte waits for prefill), no overall timeout (so ureq resolves
+/// names on the calling thread, never on a thread of its own), no idle connections, status codes
+/// as answers. The count calls use these as they are; [`agent`] adds the pool.
 pub fn agent_config(config: &Config) -> AgentConfig {
+    settings(config, 0)
+}
+
+/// [`agent_config`]'s settings with a pool of at most `idle` idle connections.
+fn settings(config: &Config, idle: usize) -> AgentConfig {
     Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
         .timeout_connect(Some(config.connect_timeout))
         .timeout_per_read(Some(config.first_byte_timeout))
         .timeout_per_write(Some(config.first_byte_timeout))
-        .max_idle_connections(0)
-        .max_idle_connections_per_host(0)
+        .max_idle_connections(idle)
+        .max_idle_connections_per_host(idle)
+        .max_idle_age(IDLE_AGE)
         .allow_non_standard_methods(true)
         .no_delay(true)
-        // A fresh connection per request: its buffers are allocated per request too, so they
-        // are sized for one relayed read (16 KiB, as `forward` reads) rather than ureq's 128 KiB.
+        // Buffers belong to a connection: sized for one relayed read (16 KiB, as `forward`
+        // reads) rather than ureq's 128 KiB.
         .input_buffer_size(16 << 10)
         .output_buffer_size(16 << 10)
         .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
         .build()
 }
 
-/// An agent for one request, watching `client` (when given) while it waits for upstream. `left`
-/// is raised when the wait ended because the client left.
-pub(super) fn agent(
-    config: &AgentConfig,
-    client: Option<TcpStream>,
-    left: &Arc<AtomicBool>,
-) -> Agent {
-    let watch = Watch {
-        client: client.map(Arc::new),
-        left: Arc::clone(left),
-    };
+/// The one agent for forwarded requests: [`agent_config`]'s settings plus a pool of at most one
+/// idle connection per worker, whose transports are watched for the running [`Exchange`].
+pub fn agent(config: &Config) -> Agent {
     Agent::with_parts(
-        config.clone(),
-        TcpConnector::default().chain(watch),
+        settings(config, config.workers.max(1)),
+        TcpConnector::default().chain(Watch),
         DefaultResolver::default(),
     )
 }
 
-/// Wraps the TCP transport in a [`Watched`] one.
+thread_local! {
+    static EXCHANGE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
+
+/// The running request's view of its upstream connection, on this worker thread.
 #[derive(Debug)]
-struct Watch {
+struct State {
     client: Option<Arc<TcpStream>>,
     left: Arc<AtomicBool>,
+    /// The connection came from the pool (set when a transport is first used by this request).
+    reused: bool,
+    /// Some bytes of the request were handed to the kernel.
+    sent: bool,
+    /// Some bytes of the answer arrived.
+    received: bool,
+    /// The connection turned out closed (a failed write, an end or reset before any byte of
+    /// the answer): the host had closed it while it idled, so it accepted nothing of the request.
+    found_closed: bool,
+    /// `Some(false)` once the answer is known to be streamed: never pool that connection.
+    poolable: Option<bool>,
 }
+
+/// One forwarded request's watch over its upstream connection: while it lives, this thread's
+/// upstream waits look at `client` and raise `left` when it has gone. Dropping it ends the watch
+/// (and releases the client socket's handle).
+#[derive(Debug)]
+pub(super) struct Exchange {
+    left: Arc<AtomicBool>,
+}
+
+impl Exchange {
+    /// Starts watching `client` (when given) for the request about to run on this thread.
+    pub(super) fn start(client: Option<TcpStream>) -> Exchange {
+        let left = Arc::new(AtomicBool::new(false));
+        let state = State {
+            client: client.map(Arc::new),
+            left: Arc::clone(&left),
+            reused: true,
+            sent: false,
+            received: false,
+            found_closed: false,
+            poolable: None,
+        };
+        EXCHANGE.with(|e| *e.borrow_mut() = Some(state));
+        Exchange { left }
+    }
+
+    /// Whether the wait for upstream ended because the client left.
+    pub(super) fn client_left(&self) -> bool {
+        self.left.load(Ordering::Relaxed)
+    }
+
+    /// Whether the failed attempt may be sent again on a fresh connection: it ran on a pooled
+    /// connection the host had already closed (a write failed before anything was written, or
+    /// the connection ended or was reset before any byte of an answer), so the host accepted
+    /// nothing of it (shared/llama-server.md). Resets the attempt.
+    pub(super) fn retryable(&self) -> bool {
+        with_state(|s| {
+            let again = s.reused && s.found_closed && !s.received;
+            s.reused = true;
+            s.sent = false;
+            s.received = false;
+            s.found_closed = false;
+            again
+        })
+        .unwrap_or(false)
+    }
+
+    /// Says whether the answer may leave its connection in the pool (not when streamed).
+    pub(super) fn set_poolable(&self, poolable: bool) {
+        with_state(|s| s.poolable = Some(poolable));
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        EXCHANGE.with(|e| e.borrow_mut().take());
+    }
+}
+
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    EXCHANGE.with(|e| e.borrow_mut().as_mut().map(f))
+}
+
+/// Wraps the TCP transport in a [`Watched`] one.
+#[derive(Debug)]
+struct Watch;
 
 impl<In: Transport> Connector<In> for Watch {
     type Out = Watched<In>;
@@ -81,21 +173,16 @@ impl<In: Transport> Connector<In> for Watch {
         _: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, Error> {
-        Ok(chained.map(|inner| Watched {
-            inner,
-            client: self.client.clone(),
-            left: Arc::clone(&self.left),
-        }))
+        with_state(|s| s.reused = false);
+        Ok(chained.map(|inner| Watched { inner }))
     }
 }
 
 /// A transport whose waits for input are cut into steps of at most [`GONE_CHECK`], with a look at
-/// the client between them. Everything else is the inner transport's.
+/// the running exchange's client between them. Everything else is the inner transport's.
 #[derive(Debug)]
 struct Watched<T> {
     inner: T,
-    client: Option<Arc<TcpStream>>,
-    left: Arc<AtomicBool>,
 }
 
 impl<T: Transport> Transport for Watched<T> {
@@ -104,11 +191,48 @@ impl<T: Transport> Transport for Watched<T> {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), Error> {
-        self.inner.transmit_output(amount, timeout)
+        let result = self.inner.transmit_output(amount, timeout);
+        with_state(|s| match &result {
+            Ok(()) => s.sent = true,
+            Err(_) => s.found_closed |= !s.sent,
+        });
+        result
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
-        let Some(client) = self.client.clone() else {
+        let result = self.await_watched(timeout);
+        with_state(|s| match &result {
+            Ok(true) => s.received = true,
+            Ok(false) => s.found_closed |= !s.received,
+            Err(Error::Io(e)) if closed(e.kind()) => s.found_closed |= !s.received,
+            Err(_) => {}
+        });
+        result
+    }
+
+    /// Asked when an answer ends (may it go back to the pool?) and before a pooled connection
+    /// is reused: a streamed answer's connection never goes back; otherwise ureq's liveness
+    /// probe decides.
+    fn is_open(&mut self) -> bool {
+        let poolable = with_state(|s| s.poolable.take()).flatten();
+        poolable != Some(false) && self.inner.is_open()
+    }
+}
+
+/// Errors that say the peer had closed the connection.
+fn closed(kind: io::ErrorKind) -> bool {
+    use io::ErrorKind as K;
+    matches!(
+        kind,
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+    )
+}
+
+impl<T: Transport> Watched<T> {
+    /// The inner wait, in steps of [`GONE_CHECK`] with a look at the exchange's client between.
+    fn await_watched(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
+        let watched = with_state(|s| (s.client.clone(), Arc::clone(&s.left)));
+        let Some((Some(client), left_flag)) = watched else {
             return self.inner.await_input(timeout);
         };
         let limit = timeout
@@ -126,18 +250,12 @@ impl<T: Transport> Transport for Watched<T> {
             match self.inner.await_input(stepped) {
                 Err(Error::Timeout(_)) if step < left => {
                     if crate::conn::peer_gone(&client) {
-                        self.left.store(true, Ordering::Relaxed);
+                        left_flag.store(true, Ordering::Relaxed);
                         return Err(Error::Io(io::Error::other("client gone")));
                     }
                 }
                 other => return other,
             }
         }
-    }
-
-    /// Never reused: crossbar pools no upstream connections (see [`agent_config`]), and saying so
-    /// here spares ureq's liveness probe (three syscalls) on every answer's end.
-    fn is_open(&mut self) -> bool {
-        false
     }
 }

@@ -18,3 +18,4 @@ mod router;
 mod signals;
 mod store;
 mod support;
+mod upstream;

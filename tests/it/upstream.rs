@@ -1,0 +1,42 @@
+//! Upstream connections (issue 12): plain answers leave their connection for the next request,
+//! streamed ones never go back (llama-server closes after a stream while advertising keep-alive).
+
+use crate::support::{chat, host, Harness};
+
+const CHAT: &str = "/projA/v1/chat/completions";
+
+/// Issue 12: ten plain answers in a row travel over one upstream connection.
+#[test]
+fn plain_answers_reuse_one_upstream_connection() {
+    // No health poll during the test: its calls open connections of their own.
+    let h = Harness::start(vec![host("titan", 1)], "health_interval = \"1h\"");
+    let sim = &h.sims[0].1;
+    let before = sim.connections();
+    for turn in 0..10 {
+        let answer = h.post(CHAT, &chat("reuse", turn, false));
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    assert_eq!(sim.connections() - before, 1);
+}
+
+/// Issue 12: after a streamed answer the host closes the connection; the next request is not
+/// sent into it. Each plain answer after a stream needs a fresh connection, and every turn
+/// succeeds.
+#[test]
+fn a_streamed_answer_never_leaves_its_connection_for_the_next_request() {
+    let h = Harness::start(vec![host("titan", 1)], "health_interval = \"1h\"");
+    let sim = &h.sims[0].1;
+    let warm = h.post(CHAT, &chat("streams", 0, false));
+    assert_eq!(warm.status, 200, "{}", warm.text());
+    let before = sim.connections();
+    for turn in 1..=3 {
+        let streamed = h.post(CHAT, &chat("streams", 2 * turn - 1, true));
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert!(streamed.text().ends_with("data: [DONE]\n\n"));
+        let plain = h.post(CHAT, &chat("streams", 2 * turn, false));
+        assert_eq!(plain.status, 200, "{}", plain.text());
+    }
+    // The first stream used the pooled connection; each plain answer after a stream a new one.
+    assert_eq!(sim.connections() - before, 3);
+    assert!(h.rows().iter().all(|r| r.status == 200 && r.err.is_empty()));
+}
