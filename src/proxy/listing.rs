@@ -4,7 +4,7 @@
 //! is sent with its length. Every other answer passes through byte for byte (`forward::relay`).
 
 use std::io::Read;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -18,6 +18,16 @@ use super::{record, Incoming, Plan};
 
 /// A listing answer is small; a host sending more than this gets the client a 502.
 const MAX_LISTING: u64 = 4 << 20;
+
+/// The longest a listing may take, head and body together, whatever `first_byte_timeout` allows
+/// (a listing is answered from memory; unlike a stream it has no reason to be slow).
+const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One deadline for the whole exchange of a listing to rename: `first_byte_timeout`, at most
+/// [`LISTING_TIMEOUT`]. Per-read timeouts alone let a host trickle it a byte at a time.
+pub(super) fn deadline(first_byte_timeout: Duration) -> Duration {
+    first_byte_timeout.min(LISTING_TIMEOUT)
+}
 
 /// Whether the answer to this request is a listing to rename: a `GET` of the models of a host
 /// that knows some configured model by another name.
@@ -43,7 +53,7 @@ pub(super) fn relay(
         .take(MAX_LISTING + 1)
         .read_to_end(&mut body);
     let failed = match read {
-        Err(err) => Some(format!("upstream failed mid-body: {err}")),
+        Err(err) => Some(format!("upstream failed mid-body: model listing: {err}")),
         Ok(n) if n as u64 > MAX_LISTING => Some(format!("model listing over {MAX_LISTING} bytes")),
         Ok(_) => None,
     };
