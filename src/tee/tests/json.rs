@@ -36,7 +36,7 @@ fn a_json_error_body_is_an_upstream_error() {
 }
 
 #[test]
-fn a_json_body_over_the_limit_gives_no_tokens() {
+fn a_json_body_over_the_limit_without_usage_in_its_tail_gives_no_tokens() {
     let mut at_limit = CHAT_BODY.as_bytes().to_vec();
     at_limit.resize(MAX_BODY, b' ');
     let got = run(&|| Tee::new("application/json"), at_limit.chunks(65536));
@@ -80,4 +80,72 @@ fn long_error_messages_are_cut_on_a_char_boundary() {
     tee.feed(format!("data: {{\"error\":{{\"message\":\"{msg}\"}}}}\n\n").as_bytes());
     let got = tee.upstream_error().unwrap_or_default();
     assert!(got.len() <= 1024 && got.len() > 1000 && got.chars().all(|c| c == 'é'));
+}
+
+/// A JSON tee that keeps `max_body` bytes whole and a tail of `tail` bytes past that, so overflow
+/// stories stay small enough to split everywhere.
+fn small_json(max_body: usize, tail: usize, api: Api) -> Tee {
+    Tee {
+        mode: Mode::Json(Json::new(max_body, tail, api)),
+    }
+}
+
+/// An `/v1/embeddings` answer as llama-server sends it (keys sorted: `usage` last), `n` vectors.
+fn embeddings(n: usize, tokens: i64) -> String {
+    let vector = vec!["-0.0123"; 64].join(",");
+    let data: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"embedding":[{vector}],"index":{i},"object":"embedding"}}"#))
+        .collect();
+    format!(
+        r#"{{"data":[{}],"model":"m","object":"list","usage":{{"prompt_tokens":{tokens},"total_tokens":{tokens}}}}}"#,
+        data.join(",")
+    )
+}
+
+/// Issue 18 (review): a batch of embeddings is often over [`MAX_BODY`]; its `usage` comes last,
+/// so stateless rows lost their token counts. The tail past the bound still gives them.
+#[test]
+fn a_json_body_over_the_limit_keeps_the_usage_in_its_tail_at_any_split_issue_18() {
+    let body = embeddings(2, 17);
+    let tee = || small_json(96, 80, Api::Stateless);
+    let got = check_every_split(&tee, body.as_bytes());
+    let want = Usage {
+        prompt_tokens: Some(17),
+        ..Usage::default()
+    };
+    assert_eq!((got.usage, got.overflowed), (want, true));
+    // A chat answer over the bound: `timings` and `usage` both in the tail.
+    let content = "x".repeat(300);
+    let chat = CHAT_BODY.replace(r#""content":"7""#, &format!(r#""content":"{content}""#));
+    let tee = || small_json(96, 240, Api::Chat);
+    assert_eq!(
+        check_every_split(&tee, chat.as_bytes()).usage,
+        usage(70, 53, 2)
+    );
+    // A usage object longer than the tail, or cut by its start: no counts, no guess.
+    let tee = || small_json(96, 40, Api::Stateless);
+    assert_eq!(
+        check_every_split(&tee, body.as_bytes()).usage,
+        Usage::default()
+    );
+}
+
+#[test]
+fn a_real_batch_of_embeddings_over_a_mebibyte_keeps_its_prompt_tokens_issue_18() {
+    let body = embeddings(4000, 123_456);
+    assert!(body.len() > 2 * MAX_BODY, "{}", body.len());
+    let mut tee = Tee::for_api("application/json", Api::Stateless);
+    for chunk in body.as_bytes().chunks(16 * 1024) {
+        tee.feed(chunk);
+    }
+    assert!(tee.overflowed());
+    assert_eq!(tee.usage().prompt_tokens, Some(123_456));
+    // Nothing before the tail is read: `"usage"` in an early vector's place is not the answer.
+    let early = format!(
+        r#"{{"usage":{{"prompt_tokens":1}},"data":[{}]"#,
+        &embeddings(4000, 5)[9..]
+    );
+    let mut tee = Tee::for_api("application/json", Api::Stateless);
+    tee.feed(early.as_bytes());
+    assert_eq!(tee.usage().prompt_tokens, Some(5));
 }
