@@ -16,9 +16,10 @@
 //!   error. A line longer than [`MAX_LINE`] is dropped (and its event with it) rather than
 //!   buffered; [`Tee::overflowed`] tells.
 //! - `application/json`: the body is kept, up to [`MAX_BODY`], and parsed when asked
-//!   ([`Tee::usage`], [`Tee::upstream_error`]), once. Past that bound only its last [`MAX_TAIL`]
-//!   bytes are kept, and the last whole `usage` and `timings` objects in them count (`tee/json.rs`;
-//!   a batch of embeddings puts `usage` last). Always finished.
+//!   ([`Tee::usage`], [`Tee::upstream_error`]), once. Past that bound only its first and last
+//!   [`MAX_TAIL`] bytes are kept, and the whole `usage` and `timings` objects in them count
+//!   (`tee/json.rs`: b11434 puts an embeddings batch's `usage` first, a key-sorting server last).
+//!   Always finished.
 //! - anything else: ignored; no tokens, always finished.
 //!
 //! Token rules. A `usage` object is read in the API's field names ([`Api::counts`]) wherever the
@@ -51,7 +52,7 @@ const MAX_NAME: usize = 64;
 pub const MAX_LINE: usize = 1 << 20;
 /// Largest non-streamed JSON body parsed for tokens, in bytes.
 pub const MAX_BODY: usize = 1 << 20;
-/// The last bytes of a JSON body over [`MAX_BODY`] that are searched for `usage` and `timings`.
+/// The bytes at each end of a JSON body over [`MAX_BODY`] searched for `usage` and `timings`.
 pub const MAX_TAIL: usize = 64 << 10;
 
 /// Token counts of one response; `None` when the upstream did not say.

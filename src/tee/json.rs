@@ -1,9 +1,11 @@
 //! The `application/json` mode: the body kept whole up to [`super::MAX_BODY`] and parsed once
-//! when asked; past that bound, the tail: its last [`super::MAX_TAIL`] bytes, kept as they pass,
-//! and the `usage` and `timings` objects read from them. llama-server sorts an
-//! answer's keys, so `usage` (and a chat answer's `timings`) come after `data`/`choices` — a big
-//! batch of embeddings keeps its token counts though its body was too big to parse (issue 18).
-//! Only objects that parse whole inside the window count; nothing is guessed. No I/O.
+//! when asked. Past that bound only its ends are kept — the first and the last
+//! [`super::MAX_TAIL`] bytes — and the `usage` and `timings` objects are read from them, so a big
+//! batch of embeddings keeps its token counts though its body is too big to parse (issue 18).
+//! Both ends, because servers differ: b11434 keeps keys in insertion order (`common_json`), so
+//! an embeddings or rerank answer has `usage` near its start, before `data`/`results`; a
+//! key-sorting server puts it last, and a big chat answer has `usage` and `timings` after
+//! `choices`. Only objects that parse whole inside a window count; nothing is guessed. No I/O.
 
 use std::cell::OnceCell;
 
@@ -13,13 +15,15 @@ use super::event::Seen;
 use crate::api::Api;
 
 /// Non-streamed JSON body state. Invariant: `body.len() <= max_body`, and empty once
-/// `overflowed`; from then on `tail` holds the last bytes.
+/// `overflowed`; from then on `head` holds the first bytes and `tail` the last.
 pub(super) struct Json {
     api: Api,
     /// [`super::MAX_BODY`]; smaller in tests.
     max_body: usize,
     body: Vec<u8>,
     pub(super) overflowed: bool,
+    /// The first [`super::MAX_TAIL`] bytes (smaller in tests), once the body overflowed.
+    head: Vec<u8>,
     /// The last [`super::MAX_TAIL`] bytes (smaller in tests), fed once the body overflowed.
     tail: Tail,
     /// The parse of `body` (or of `tail`), made on first demand; reset by every feed.
@@ -33,6 +37,7 @@ impl Json {
             max_body,
             body: Vec::new(),
             overflowed: false,
+            head: Vec::new(),
             tail: Tail::new(tail),
             parsed: OnceCell::new(),
         }
@@ -48,6 +53,10 @@ impl Json {
         } else if self.body.len() + chunk.len() > self.max_body {
             self.overflowed = true;
             let body = std::mem::take(&mut self.body);
+            let max = self.tail.max;
+            self.head = body[..body.len().min(max)].to_vec();
+            let more = max - self.head.len();
+            self.head.extend_from_slice(&chunk[..chunk.len().min(more)]);
             self.tail.push(&body);
             self.tail.push(chunk);
         } else {
@@ -55,11 +64,11 @@ impl Json {
         }
     }
 
-    /// What the body says; past [`super::MAX_BODY`], what its tail says of `usage` and `timings`.
+    /// What the body says; past [`super::MAX_BODY`], what its ends say of `usage` and `timings`.
     pub(super) fn seen(&self) -> &Seen {
         self.parsed.get_or_init(|| {
             if self.overflowed {
-                return seen(self.tail.window(), self.api);
+                return seen(&self.head, self.tail.window(), self.api);
             }
             let mut seen = Seen::new(self.api);
             seen.absorb(&self.body);
@@ -104,29 +113,38 @@ impl Tail {
     }
 }
 
-/// What the window says of tokens: its last whole `"timings"` and `"usage"` objects, read by the
-/// same rules as a whole body ([`Seen::absorb`]).
-fn seen(window: &[u8], api: Api) -> Seen {
+/// What the ends of a body say of tokens: the first whole `"timings"` and `"usage"` objects in
+/// `head`, then the last ones in `tail`, read by the same rules as a whole body
+/// ([`Seen::absorb`]: a later count wins, as a later key would).
+fn seen(head: &[u8], tail: &[u8], api: Api) -> Seen {
     let mut seen = Seen::new(api);
-    let parts: Vec<String> = ["timings", "usage"]
-        .into_iter()
-        .filter_map(|key| last_object(window, key).map(|raw| format!("\"{key}\":{}", raw.get())))
-        .collect();
-    if !parts.is_empty() {
-        seen.absorb(format!("{{{}}}", parts.join(",")).as_bytes());
+    for (window, from_end) in [(head, false), (tail, true)] {
+        let parts: Vec<String> = ["timings", "usage"]
+            .into_iter()
+            .filter_map(|key| {
+                let raw = object(window, key, from_end)?;
+                Some(format!("\"{key}\":{}", raw.get()))
+            })
+            .collect();
+        if !parts.is_empty() {
+            seen.absorb(format!("{{{}}}", parts.join(",")).as_bytes());
+        }
     }
     seen
 }
 
-/// The last `"key": {...}` in `window` whose object is whole there.
-fn last_object<'a>(window: &'a [u8], key: &str) -> Option<&'a RawValue> {
+/// The first (or, `from_end`, the last) `"key": {...}` in `window` whose object is whole there.
+fn object<'a>(window: &'a [u8], key: &str, from_end: bool) -> Option<&'a RawValue> {
     let quoted = format!("\"{key}\"");
-    let mut end = window.len();
+    let (mut start, mut end) = (0, window.len());
     for _ in 0..TRIES {
-        let at = window[..end]
-            .windows(quoted.len())
-            .rposition(|w| w == quoted.as_bytes())?;
-        end = at;
+        let mut hits = window[start..end].windows(quoted.len());
+        let at = if from_end {
+            hits.rposition(|w| w == quoted.as_bytes())? + start
+        } else {
+            hits.position(|w| w == quoted.as_bytes())? + start
+        };
+        (start, end) = if from_end { (start, at) } else { (at + 1, end) };
         let rest = window[at + quoted.len()..].trim_ascii_start();
         let Some(rest) = rest.strip_prefix(b":").map(<[u8]>::trim_ascii_start) else {
             continue;
