@@ -1,14 +1,18 @@
 //! The accept thread and the fixed workers of one listener, and how they stop.
 //!
-//! The accept thread puts each socket on a bounded queue (full → `503 busy`). A worker takes one,
-//! serves its requests one after another (keep-alive, pipelining) and, while the connection is idle
-//! and someone waits in the queue, parks it with `park`'s poller, which queues it again when its
-//! next request starts to arrive. Stop: the stop channel is dropped and the accept thread woken by a
+//! The accept thread counts each socket against its peer (over `max_connections_per_peer` → `503
+//! busy`, closed at once) and puts it on a bounded queue (full → `503 busy`) while the queue is
+//! empty; when connections already wait, a new one goes to `park`'s poller, which queues it once
+//! its head is whole, so only whole requests wait for a worker. A worker takes one and serves its
+//! requests one after another (keep-alive, pipelining). A head that is not whole within
+//! [`HEAD_STEP`], and an idle connection while someone waits in the queue, go to the poller too:
+//! no worker waits on a slow client's head. Stop: the stop channel is dropped and the accept thread woken by a
 //! connection to itself; workers finish the connections already accepted, then exit.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -18,12 +22,17 @@ use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError, TrySend
 use super::head::HeadError;
 use super::inbound::{Fill, Inbound};
 use super::park::{self, Parked};
+use super::peers::{PeerSlot, Peers};
 use super::request::{refuse, Request};
-use super::{Settings, MAX_HEAD};
+use super::{Counts, Settings, MAX_HEAD};
 
 /// How long an idle worker waits on its connection before looking at the accept queue again: a
 /// connection waiting behind idle keep-alive ones is served within about this long.
 const IDLE_STEP: Duration = Duration::from_millis(100);
+/// How long a worker waits for the rest of a head it has started to read before handing the
+/// connection to the poller. A head sent in one write is whole at once; this only spares the
+/// poller's tick to a head split over a few packets.
+const HEAD_STEP: Duration = Duration::from_millis(50);
 /// Longest pause after failed accepts (EMFILE and the like), doubling from 5 ms.
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -52,6 +61,8 @@ pub enum Refused {
     BadRequest,
     /// 408: the head did not arrive within `client_header_timeout`.
     HeadTimeout,
+    /// 503: the peer already holds `max_connections_per_peer` connections.
+    PerPeer,
 }
 
 impl Refused {
@@ -61,6 +72,7 @@ impl Refused {
             Refused::HeadersTooLarge => "headers_too_large",
             Refused::BadRequest => "bad_request",
             Refused::HeadTimeout => "head_timeout",
+            Refused::PerPeer => "per_peer",
         }
     }
 }
@@ -71,8 +83,42 @@ pub(super) struct Conn {
     pub(super) inb: Inbound<TcpStream>,
     /// Until when it may wait for the first byte of its next head.
     pub(super) idle_until: Instant,
+    /// The deadline of the head being read: from the accept for a new connection, from its first
+    /// byte for the next head on a kept one. `None` between requests.
+    pub(super) head_by: Option<Instant>,
+    /// How much of the pending bytes the poller has searched for the head's end.
+    pub(super) scanned: usize,
     /// No request yet: the head's deadline counts from the accept.
-    fresh: bool,
+    pub(super) fresh: bool,
+    /// Its place in its peer's count, given back when the socket closes.
+    peer: PeerSlot,
+}
+
+impl Conn {
+    pub(super) fn into_parts(self) -> (Inbound<TcpStream>, PeerSlot) {
+        (self.inb, self.peer)
+    }
+}
+
+/// Refusals logged at most once a second, with how many there were since the last line.
+#[derive(Debug, Default)]
+struct Burst {
+    since_log: AtomicU64,
+    logged: parking_lot::Mutex<Option<Instant>>,
+}
+
+impl Burst {
+    /// Counts one; `Some(n)` when a line is due (`n` refusals since the last).
+    fn hit(&self) -> Option<u64> {
+        let n = self.since_log.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut logged = self.logged.lock();
+        if logged.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+            return None;
+        }
+        *logged = Some(Instant::now());
+        self.since_log.store(0, Ordering::Relaxed);
+        Some(n)
+    }
 }
 
 pub(super) struct Shared {
@@ -82,8 +128,11 @@ pub(super) struct Shared {
     pub(super) queue: Receiver<Conn>,
     pub(super) parked: parking_lot::Mutex<Vec<Parked>>,
     pub(super) wake_poller: Sender<()>,
-    busy_since_log: AtomicU64,
-    busy_logged: parking_lot::Mutex<Option<Instant>>,
+    /// What the poller holds: heads being read, idle connections, lingering closes.
+    pub(super) held: [AtomicUsize; 3],
+    peers: Arc<Peers>,
+    busy_burst: Burst,
+    per_peer_burst: Burst,
 }
 
 /// A running listener: accept thread, poller and workers.
@@ -126,8 +175,10 @@ impl Pool {
             queue,
             parked: parking_lot::Mutex::new(Vec::new()),
             wake_poller,
-            busy_since_log: AtomicU64::new(0),
-            busy_logged: parking_lot::Mutex::new(None),
+            held: Default::default(),
+            peers: Peers::new(settings.max_per_peer),
+            busy_burst: Burst::default(),
+            per_peer_burst: Burst::default(),
         });
         let (exit_tx, exited) = bounded(workers);
         let workers = (0..workers)
@@ -160,6 +211,17 @@ impl Pool {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Open connections and what the poller holds of them (as of its last look).
+    pub fn counts(&self) -> Counts {
+        let held = |i: usize| self.shared.held[i].load(Ordering::Relaxed);
+        Counts {
+            open: self.shared.peers.total(),
+            reading_head: held(0),
+            idle: held(1),
+            lingering: held(2),
+        }
     }
 
     /// Stops accepting, lets workers finish what was accepted until `deadline`, and joins every
@@ -208,8 +270,8 @@ fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
         if sh.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let sock = match accepted {
-            Ok((sock, _)) => sock,
+        let (sock, from) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(err) => {
                 if failures == 0 {
@@ -234,13 +296,27 @@ fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
             failures = 0;
             backoff = Duration::from_millis(5);
         }
+        let Some(peer) = sh.peers.enter(from.ip()) else {
+            per_peer(sh, sock, from.ip());
+            continue;
+        };
         let _ = sock.set_nodelay(true);
         let _ = sock.set_write_timeout(Some(sh.settings.write_timeout));
+        let head_by = Instant::now() + sh.settings.header_timeout;
         let conn = Conn {
             inb: Inbound::new(sock),
-            idle_until: Instant::now() + sh.settings.header_timeout,
+            idle_until: head_by,
+            head_by: Some(head_by),
+            scanned: 0,
             fresh: true,
+            peer,
         };
+        // Connections already wait for a worker: this one waits for its whole head off the
+        // workers, so the queue holds only requests a worker can serve at once.
+        if !sh.queue.is_empty() {
+            park::park(sh, conn);
+            continue;
+        }
         match queue.try_send(conn) {
             Ok(()) => {}
             Err(TrySendError::Full(conn)) => busy(sh, conn),
@@ -250,23 +326,45 @@ fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
 }
 
 /// `503 busy` to a connection no worker can take; logged at most once a second.
-fn busy(sh: &Shared, conn: Conn) {
+pub(super) fn busy(sh: &Shared, conn: Conn) {
     let sock = conn.inb.wire();
     let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
     (sh.service.refused)(Refused::Busy);
     refuse(sock, 503, "busy", None, Some(1));
-    let n = sh.busy_since_log.fetch_add(1, Ordering::Relaxed) + 1;
-    let mut logged = sh.busy_logged.lock();
-    if logged.map_or(true, |at| at.elapsed() >= Duration::from_secs(1)) {
-        *logged = Some(Instant::now());
-        drop(logged);
-        sh.busy_since_log.store(0, Ordering::Relaxed);
+    if let Some(n) = sh.busy_burst.hit() {
         log::warn!(
             "refused listener={} status=503 reason=busy connections={n}",
             sh.service.name
         );
     }
-    park::linger(sh, conn.inb);
+    park::linger(sh, conn);
+}
+
+/// `503 busy` to a connection from a peer that holds `max_connections_per_peer` already, and
+/// closed at once: it never reaches the queue or the poller. What the peer already sent is read
+/// first (once, without waiting) so the close does not reset the answer away. Logged at most once
+/// a second.
+fn per_peer(sh: &Shared, mut sock: TcpStream, ip: IpAddr) {
+    (sh.service.refused)(Refused::PerPeer);
+    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
+    let detail = "too many connections from this address";
+    refuse(&sock, 503, "busy", Some(detail), Some(1));
+    if sock.set_nonblocking(true).is_ok() {
+        let mut scratch = [0u8; 4096];
+        for _ in 0..16 {
+            if !matches!(sock.read(&mut scratch), Ok(n) if n > 0) {
+                break;
+            }
+        }
+    }
+    let _ = sock.shutdown(std::net::Shutdown::Both);
+    if let Some(n) = sh.per_peer_burst.hit() {
+        log::warn!(
+            "refused listener={} status=503 reason=per_peer peer={ip} max={} connections={n}",
+            sh.service.name,
+            sh.settings.max_per_peer
+        );
+    }
 }
 
 fn work(sh: &Shared, stopped: &Receiver<()>) {
@@ -291,17 +389,18 @@ fn serve(sh: &Shared, conn: Conn) {
             Some(conn) => conn,
             None => return,
         };
-        let deadline = if conn.fresh {
-            conn.idle_until
-        } else {
-            Instant::now() + sh.settings.header_timeout
-        };
-        conn.fresh = false;
-        let head = match conn.inb.read_head(deadline) {
+        let now = Instant::now();
+        let head_by = *conn.head_by.get_or_insert(now + sh.settings.header_timeout);
+        let head = match conn.inb.read_head(head_by.min(now + HEAD_STEP)) {
             Ok(head) => head,
             Err(HeadError::Closed) => return,
+            // A slow head is read off the workers; the poller queues it again once it is whole.
+            Err(HeadError::Timeout) if Instant::now() < head_by => return park::park(sh, conn),
             Err(err) => return refuse_head(sh, conn, err),
         };
+        conn.fresh = false;
+        conn.head_by = None;
+        conn.scanned = 0;
         let stopping = sh.stopping.load(Ordering::SeqCst);
         let mut request = Request::new(head, &mut conn.inb, &sh.settings, stopping);
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
@@ -317,7 +416,7 @@ fn serve(sh: &Shared, conn: Conn) {
         }
         if served.is_err() || !request.keep() {
             drop(request);
-            return park::linger(sh, conn.inb);
+            return park::linger(sh, conn);
         }
         conn.idle_until = Instant::now() + sh.settings.keepalive_idle;
     }
@@ -350,7 +449,7 @@ fn wait_for_request(sh: &Shared, mut conn: Conn) -> Option<Conn> {
 }
 
 /// Answers a head that was refused (431, 400, 408), logs and counts it, and closes.
-fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
+pub(super) fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
     let (status, error, detail, reason) = match &err {
         HeadError::TooLarge => (431, "headers too large", None, Refused::HeadersTooLarge),
         HeadError::Bad(what) => (400, "bad request", Some(what.as_str()), Refused::BadRequest),
@@ -370,7 +469,7 @@ fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
         reason.as_str(),
         crate::logfmt::val(detail.unwrap_or("-"))
     );
-    park::linger(sh, conn.inb);
+    park::linger(sh, conn);
 }
 
 impl Shared {
