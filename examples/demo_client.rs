@@ -146,18 +146,25 @@ impl Conversation {
         };
         let resp = agent
             .post(&url)
-            .send_json(body)
+            .header("Content-Type", "application/json")
+            .send(body.to_string())
             .map_err(|e| format!("{url}: {e}"))?;
-        let header = |name: &str| resp.header(name).unwrap_or("?").to_string();
+        let header = |name: &str| {
+            let value = resp.headers().get(name).and_then(|v| v.to_str().ok());
+            value.unwrap_or("?").to_string()
+        };
         let (host, lease) = (header("X-Crossbar-Host"), header("X-Crossbar-Lease"));
         let host = match target {
             Target::Gateway(_) => host,
             Target::Direct(hosts) => format!("#{}", totals.requests % hosts.len()),
         };
+        let mut body = resp.into_body();
         let said = if self.stream {
-            read_stream(self.api, resp)?
+            read_stream(self.api, body)?
         } else {
-            let v: Value = resp.into_json().map_err(|e| e.to_string())?;
+            // At most ureq's default 10 MB: a demo answer is a few hundred bytes.
+            let bytes = body.read_to_vec().map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
             read_whole(self.api, &v)
         };
         let api = match self.api {
@@ -230,9 +237,9 @@ fn read_whole(api: Api, v: &Value) -> Said {
 }
 
 /// Joins a streamed answer's deltas and picks up its figures; stops at the API's last event.
-fn read_stream(api: Api, resp: ureq::Response) -> Result<Said, String> {
+fn read_stream(api: Api, body: ureq::Body) -> Result<Said, String> {
     let mut said = Said::default();
-    for line in BufReader::new(resp.into_reader()).lines() {
+    for line in BufReader::new(body.into_reader()).lines() {
         let line = line.map_err(|e| e.to_string())?;
         let Some(data) = line.strip_prefix("data: ") else {
             continue;
@@ -290,9 +297,10 @@ fn main() -> ExitCode {
         }
     };
     let mut totals = Totals::default();
-    let agent = ureq::AgentBuilder::new()
-        .timeout(std::time::Duration::from_secs(10))
+    let config = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
         .build();
+    let agent = ureq::Agent::new_with_config(config);
     let mut conversations = [
         Conversation::new("projA", "parsers", Api::Chat, false),
         Conversation::new("projA", "sqlite", Api::Messages, true),

@@ -17,7 +17,7 @@ mod reason;
 mod router;
 
 pub use poll::{agent, parse_models, parse_props, poll_host, ParseError, Poller};
-pub use reason::{error_chain, transport_error, DownReason};
+pub use reason::{error_chain, DownReason};
 pub use router::RouterModel;
 
 /// What crossbar knows about one host.

@@ -27,6 +27,7 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 
+pub use count::{Counter, PER_HOST as COUNTS_PER_HOST};
 pub use error::ProxyError;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};
@@ -211,9 +212,11 @@ fn prepare<'c>(
     row.model = key.model.clone();
     // A model no candidate serves is 404 model_not_found (spec §2), pinned route or not. Refused
     // before the lease so a client's made-up names create no lease, slot or metric series.
+    // The name is the client's: what the row, the log line and the answer keep of it is bounded.
     if !route.hosts.iter().any(|h| config.serves(h, &key.model)) {
+        row.model = shown(&key.model).to_string();
         return Err(ProxyError::ModelNotFound {
-            model: key.model,
+            model: row.model.clone(),
             served: config.models_of(&route.hosts),
         });
     }
@@ -321,6 +324,18 @@ fn outgoing(host: &crate::config::Host, body: Vec<u8>, model: &str, named: bool)
         std::borrow::Cow::Borrowed(_) => body,
         std::borrow::Cow::Owned(changed) => changed,
     }
+}
+
+/// Most bytes of a refused model name that crossbar records or echoes.
+const MAX_MODEL_SHOWN: usize = 256;
+
+/// `name` cut to [`MAX_MODEL_SHOWN`] bytes on a char boundary.
+fn shown(name: &str) -> &str {
+    let mut cut = name.len().min(MAX_MODEL_SHOWN);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &name[..cut]
 }
 
 /// The config entry of a host the lease table named (it only names configured hosts).

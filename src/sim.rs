@@ -218,6 +218,7 @@ impl Sim {
                 fault: Fault::None,
                 lockstep: false,
                 permits: 0,
+                counts_held: false,
             }),
             control_cv: Condvar::new(),
             pool_cv: Condvar::new(),
@@ -272,6 +273,14 @@ impl Sim {
     /// Allows `n` more SSE events (lock-step mode).
     pub fn release(&self, n: usize) {
         self.shared.control.lock().permits += n;
+        self.shared.control_cv.notify_all();
+    }
+
+    /// While on, token-count and tokenizer requests (`/tokenize`, `/apply-template`, `…/input_tokens`,
+    /// `…/count_tokens`) are read (and reported as [`SimEvent::Request`]) but not answered; off lets
+    /// them all go on.
+    pub fn hold_counts(&self, on: bool) {
+        self.shared.control.lock().counts_held = on;
         self.shared.control_cv.notify_all();
     }
 

@@ -30,10 +30,10 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
-    /// The upstream client settings every forwarded request's agent is made from (ureq 3).
-    upstream: ureq3::config::Config,
-    /// The agent for crossbar's own small upstream calls (the context guard's exact counts).
-    agent: ureq::Agent,
+    /// The upstream client settings every forwarded request's agent is made from.
+    upstream: ureq::config::Config,
+    /// crossbar's own small upstream calls (the context guard's exact counts), bounded per host.
+    counter: crate::proxy::Counter,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -75,7 +75,9 @@ impl Gateway {
         }
         let drains = Arc::new(Drains::default());
         let upstream = crate::proxy::upstream_config(&config);
-        let agent = upstream_agent(&config);
+        // The same settings (no redirects, no pooling, connect and per-read timeouts), nothing
+        // watched: no client waits at the socket for a count.
+        let counter = crate::proxy::Counter::new(ureq::Agent::new_with_config(upstream.clone()));
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
         let view = Arc::new(View {
@@ -117,7 +119,7 @@ impl Gateway {
             metrics,
             last_prompt: Mutex::new(HashMap::new()),
             upstream,
-            agent,
+            counter,
         })
     }
 
@@ -149,13 +151,13 @@ impl Gateway {
         *self.config.write() = Arc::new(new);
     }
 
-    /// The agent for crossbar's own small upstream calls (exact token counts).
-    pub fn agent(&self) -> &ureq::Agent {
-        &self.agent
+    /// crossbar's own small upstream calls (exact token counts) and how many are in flight.
+    pub fn counter(&self) -> &crate::proxy::Counter {
+        &self.counter
     }
 
     /// The upstream client settings every forwarded request's agent is made from.
-    pub fn upstream(&self) -> &ureq3::config::Config {
+    pub fn upstream(&self) -> &ureq::config::Config {
         &self.upstream
     }
 
@@ -173,20 +175,6 @@ impl Gateway {
         let live: BTreeSet<Key> = self.leases.snapshot().into_iter().map(|l| l.key).collect();
         self.last_prompt.lock().retain(|k, _| live.contains(k));
     }
-}
-
-/// The agent for crossbar's own small calls to hosts (the context guard's exact counts): no
-/// redirects, a connect timeout, no idle connections kept (llama-server closes a connection after
-/// a streamed answer while advertising keep-alive, so a pooled one may be dead).
-fn upstream_agent(config: &Config) -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout_connect(config.connect_timeout)
-        .timeout_read(config.first_byte_timeout)
-        .timeout_write(config.first_byte_timeout)
-        .redirects(0)
-        .max_idle_connections(0)
-        .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 /// The lease table's window on live host state.

@@ -102,7 +102,7 @@ impl Host {
             final_count: Mutex::new(None),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while ureq::get(&format!("{}/health", host.url())).call().is_err() {
+        while ureq::get(format!("{}/health", host.url())).call().is_err() {
             if Instant::now() > deadline {
                 return Err("llama-server did not become healthy within 60 s".into());
             }
@@ -150,10 +150,10 @@ impl Host {
                 if let Some(n) = *final_count.lock() {
                     return n;
                 }
-                let metrics = ureq::get(&format!("{}/metrics", self.url()))
+                let metrics = ureq::get(format!("{}/metrics", self.url()))
                     .call()
                     .ok()
-                    .and_then(|r| r.into_string().ok())
+                    .and_then(|r| r.into_body().read_to_string().ok())
                     .unwrap_or_default();
                 let predicted = metrics
                     .lines()

@@ -106,12 +106,13 @@ fn one(setup: &Setup, n: usize, shape: &Shape, dir: &std::path::Path, spread: bo
 
 /// The UI: lists the models until told to stop; returns how many listings it got.
 fn poll_models(base: &str, stop: &AtomicBool) -> u64 {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(5))
+    let config = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
         .build();
+    let agent = ureq::Agent::new_with_config(config);
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
-        if agent.get(&format!("{base}/v1/models")).call().is_ok() {
+        if agent.get(format!("{base}/v1/models")).call().is_ok() {
             n += 1;
         }
         thread::sleep(POLL_EVERY);

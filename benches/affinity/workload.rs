@@ -169,11 +169,13 @@ fn converse(
     target: &dyn Target,
     turn_done: &dyn Fn(),
 ) -> Vec<TurnFacts> {
-    let agent = ureq::AgentBuilder::new()
+    let config = ureq::Agent::config_builder()
         .max_idle_connections(0)
-        .timeout_connect(Duration::from_secs(2))
-        .timeout_read(Duration::from_secs(120))
+        .max_idle_connections_per_host(0)
+        .timeout_connect(Some(Duration::from_secs(2)))
+        .timeout_per_read(Some(Duration::from_secs(120)))
         .build();
+    let agent = ureq::Agent::new_with_config(config);
     let system = if conv % 2 == 0 {
         words(&mut Rng::with_seed(shape.seed), shape.shared_system_tokens)
     } else {
@@ -245,14 +247,14 @@ fn attempt(agent: &ureq::Agent, api: Api, url: &str, body: &str) -> Result<Answe
     let sent = Instant::now();
     let resp = agent
         .post(url)
-        .set("Content-Type", "application/json")
-        .send_string(body)
+        .header("Content-Type", "application/json")
+        .send(body)
         .map_err(|e| e.to_string())?;
     let served_by = ["X-Crossbar-Host", "X-Upstream"]
         .iter()
-        .find_map(|h| resp.header(h))
+        .find_map(|h| resp.headers().get(*h)?.to_str().ok())
         .map(str::to_string);
-    let mut reader = BufReader::new(resp.into_reader());
+    let mut reader = BufReader::new(resp.into_body().into_reader());
     let (mut ttft_ms, mut reply, mut timings) = (None, String::new(), None);
     let mut line = String::new();
     loop {

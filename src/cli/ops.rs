@@ -30,41 +30,62 @@ impl Admin {
             None => configured,
         };
         let token = args.token.clone().or(config_token);
-        let agent = ureq::AgentBuilder::new()
-            .timeout(Duration::from_secs(10))
-            .redirects(0)
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .max_redirects(0)
             .build();
+        let agent = ureq::Agent::new_with_config(config);
         Ok(Admin { base, token, agent })
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
-        let mut request = self.agent.request(method, &format!("{}{path}", self.base));
+        let url = format!("{}{path}", self.base);
+        let mut request = ureq::http::Request::builder().method(method).uri(url);
         if let Some(token) = &self.token {
-            request = request.set("Authorization", &format!("Bearer {token}"));
+            request = request.header("Authorization", format!("Bearer {token}"));
         }
-        let result = match body {
-            Some(body) => request.send_json(body),
-            None => request.call(),
+        let body = match body {
+            Some(body) => {
+                request = request.header("Content-Type", "application/json");
+                body.to_string()
+            }
+            None => String::new(),
         };
-        match result {
-            Ok(response) => response
-                .into_json()
-                .map_err(|e| CliError::Failed(format!("bad answer from {}: {e}", self.base))),
-            Err(ureq::Error::Status(code, response)) => {
-                let message = response
-                    .into_json::<Value>()
-                    .ok()
+        let unreachable = |err: &dyn std::fmt::Display| {
+            CliError::Failed(format!(
+                "cannot reach the admin API at {}: {err}",
+                self.base
+            ))
+        };
+        let request = request.body(body).map_err(|e| unreachable(&e))?;
+        let response = self.agent.run(request).map_err(|e| unreachable(&e))?;
+        let status = response.status().as_u16();
+        let answer = response
+            .into_body()
+            .into_with_config()
+            .limit(MAX_ANSWER)
+            .read_to_vec()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).map_err(|e| e.to_string()));
+        match (status, answer) {
+            (200..=299, Ok(value)) => Ok(value),
+            (200..=299, Err(e)) => Err(CliError::Failed(format!(
+                "bad answer from {}: {e}",
+                self.base
+            ))),
+            (code, answer) => {
+                let message = (answer.ok())
                     .and_then(|v| v["error"].as_str().map(str::to_string))
                     .unwrap_or_else(|| "no details".to_string());
                 Err(CliError::Failed(format!("{code}: {message}")))
             }
-            Err(ureq::Error::Transport(err)) => Err(CliError::Failed(format!(
-                "cannot reach the admin API at {}: {err}",
-                self.base
-            ))),
         }
     }
 }
+
+/// The largest admin answer read: the lease list of a busy gateway is a few MiB at most.
+const MAX_ANSWER: u64 = 64 << 20;
 
 /// `--admin` as an URL base: `127.0.0.1:8081` (the form `admin_listen` takes) gets `http://`.
 fn admin_base(addr: &str) -> String {

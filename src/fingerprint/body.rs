@@ -3,11 +3,15 @@
 //! A long conversation's body is mostly its later turns; those (everything after the first
 //! `user` message or item) and every unknown field are skipped with `IgnoredAny`, so the peek
 //! allocates little more than the leading turns. Duplicate keys: the last one wins, as in `Value`.
+//! What is built is bounded too: at most [`MAX_VALUES`] values per body (a `Value` costs 32 bytes
+//! and more, so `[0,0,...]` would cost 16 times its size); a body past that names no conversation,
+//! and is read again for its `model`, `stream` and `prompt_cache_key` alone.
 
+use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
+use serde_json::{Map, Number, Value};
 
 use crate::api::Api;
 
@@ -40,19 +44,69 @@ pub enum Input {
     Items(Vec<Value>),
 }
 
+/// Most JSON values (numbers, strings, arrays, objects... at any depth) the peek builds from one
+/// body: far more than the leading turns of any real conversation hold, and about 16 MiB of them.
+pub(crate) const MAX_VALUES: usize = 1 << 18;
+
 impl Body {
     /// `None` when `bytes` is not one JSON object. `api` says what `input` is.
     pub fn parse(bytes: &[u8], api: Api) -> Option<Body> {
+        let budget = Budget(Cell::new(MAX_VALUES));
+        match Body::parse_as(
+            bytes,
+            BodyVisitor {
+                api,
+                budget: &budget,
+                minimal: false,
+            },
+        ) {
+            None if budget.0.get() == 0 => {
+                let budget = Budget(Cell::new(MAX_VALUES));
+                Body::parse_as(
+                    bytes,
+                    BodyVisitor {
+                        api,
+                        budget: &budget,
+                        minimal: true,
+                    },
+                )
+            }
+            parsed => parsed,
+        }
+    }
+
+    fn parse_as(bytes: &[u8], visitor: BodyVisitor<'_>) -> Option<Body> {
         let mut de = serde_json::Deserializer::from_slice(bytes);
-        let body = de.deserialize_map(BodyVisitor(api)).ok()?;
+        let body = de.deserialize_map(visitor).ok()?;
         de.end().ok()?;
         Some(body)
     }
 }
 
-struct BodyVisitor(Api);
+/// How many more values may be built; 0 once the body had too many.
+struct Budget(Cell<usize>);
 
-impl<'de> Visitor<'de> for BodyVisitor {
+impl Budget {
+    fn spend<E: Error>(&self) -> Result<(), E> {
+        match self.0.get() {
+            0 => Err(E::custom("too many values")),
+            left => {
+                self.0.set(left - 1);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `minimal`: only `model`, `stream` and `prompt_cache_key` are built (the body had too many
+/// values for the rest).
+struct BodyVisitor<'b> {
+    api: Api,
+    budget: &'b Budget,
+    minimal: bool,
+}
+
+impl<'de> Visitor<'de> for BodyVisitor<'_> {
     type Value = Body;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -61,25 +115,30 @@ impl<'de> Visitor<'de> for BodyVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
         let mut body = Body::default();
-        let items = self.0.input_is_conversation();
+        let items = self.api.input_is_conversation();
+        let field = Field(self.budget);
+        let leading = |last| Leading(last, self.budget);
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
-                "model" => body.model = map.next_value()?,
-                "stream" => body.stream = map.next_value()?,
-                "prompt_cache_key" => body.prompt_cache_key = map.next_value()?,
-                "system" => body.system = map.next_value()?,
-                "instructions" => body.instructions = map.next_value()?,
+                "model" => body.model = map.next_value_seed(field)?,
+                "stream" => body.stream = map.next_value_seed(field)?,
+                "prompt_cache_key" => body.prompt_cache_key = map.next_value_seed(field)?,
+                _ if self.minimal => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                "system" => body.system = map.next_value_seed(field)?,
+                "instructions" => body.instructions = map.next_value_seed(field)?,
                 "messages" => {
-                    body.messages = map.next_value_seed(Leading(is_user))?.map(|i| match i {
+                    body.messages = map.next_value_seed(leading(is_user))?.map(|i| match i {
                         Input::Items(items) => items,
                         Input::Text(_) => Vec::new(),
                     })
                 }
                 "input" if items => {
-                    body.input = map.next_value_seed(Leading(crate::api::is_user_item))?
+                    body.input = map.next_value_seed(leading(crate::api::is_user_item))?
                 }
                 other => match PROMPT_FIELDS.iter().position(|f| *f == other) {
-                    Some(i) => body.prompts[i] = map.next_value()?,
+                    Some(i) => body.prompts[i] = map.next_value_seed(field)?,
                     None => {
                         map.next_value::<IgnoredAny>()?;
                     }
@@ -96,9 +155,9 @@ fn is_user(message: &Value) -> bool {
 
 /// Reads an array up to and including the first element `.0` says is the last one read (the
 /// rest is skipped unbuilt); a string as itself; `null` as absent; any other value as no items.
-struct Leading(fn(&Value) -> bool);
+struct Leading<'b>(fn(&Value) -> bool, &'b Budget);
 
-impl<'de> DeserializeSeed<'de> for Leading {
+impl<'de> DeserializeSeed<'de> for Leading<'_> {
     type Value = Option<Input>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Input>, D::Error> {
@@ -106,7 +165,7 @@ impl<'de> DeserializeSeed<'de> for Leading {
     }
 }
 
-impl<'de> Visitor<'de> for Leading {
+impl<'de> Visitor<'de> for Leading<'_> {
     type Value = Option<Input>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -115,7 +174,7 @@ impl<'de> Visitor<'de> for Leading {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Input>, A::Error> {
         let mut out = Vec::new();
-        while let Some(item) = seq.next_element::<Value>()? {
+        while let Some(item) = seq.next_element_seed(Tree(self.1))? {
             let last = (self.0)(&item);
             out.push(item);
             if last {
@@ -153,5 +212,101 @@ impl<'de> Visitor<'de> for Leading {
 
     fn visit_unit<E: Error>(self) -> Result<Option<Input>, E> {
         Ok(None)
+    }
+}
+
+/// A field's value built within the budget; `null` counts as absent (as `Option<Value>` reads it).
+#[derive(Clone, Copy)]
+struct Field<'b>(&'b Budget);
+
+impl<'de> DeserializeSeed<'de> for Field<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        Tree(self.0)
+            .deserialize(d)
+            .map(|v| (!v.is_null()).then_some(v))
+    }
+}
+
+/// A `Value` exactly as `serde_json` builds one, each of its values spent from the budget.
+#[derive(Clone, Copy)]
+struct Tree<'b>(&'b Budget);
+
+impl<'de> DeserializeSeed<'de> for Tree<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Tree<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: Error>(self, v: bool) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: Error>(self, v: i64) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: Error>(self, v: u64) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: Error>(self, v: f64) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: Error>(self, v: &str) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: Error>(self, v: String) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: Error>(self) -> Result<Value, E> {
+        self.0.spend()?;
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.0.spend()?;
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(self)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.0.spend()?;
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
     }
 }

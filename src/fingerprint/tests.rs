@@ -245,3 +245,36 @@ fn golden_fingerprints_never_change() {
         );
     }
 }
+
+/// Review (issue 16): the peek built every value of the leading turns as a `Value` (32 bytes
+/// each, more in maps), so a 16 MiB body of `"messages":[0,0,...]` took about 400 MiB to peek.
+/// Past `MAX_VALUES` values a body names no conversation; its model, `stream` and explicit key
+/// are still read.
+#[test]
+fn a_body_of_too_many_values_is_no_conversation_but_keeps_its_model() {
+    let many = vec!["0"; body::MAX_VALUES + 1].join(",");
+    for field in ["messages", "prompt", "system"] {
+        let text = format!(r#"{{"model":"m","stream":true,"{field}":[{many}]}}"#);
+        let p = peek(text.as_bytes(), None);
+        assert_eq!((p.model.as_deref(), p.stream), (Some("m"), true), "{field}");
+        assert_eq!(p.fp, "", "{field}");
+        let keyed = text.replacen('{', r#"{"prompt_cache_key":"k","#, 1);
+        assert_eq!(
+            peek(keyed.as_bytes(), None).fp,
+            fp(r#"{"prompt_cache_key":"k"}"#)
+        );
+    }
+    // Fewer values than that are a conversation as before.
+    let few = vec!["0"; 1000].join(",");
+    check_hex(&fp(&format!(r#"{{"model":"m","messages":[{few}]}}"#)));
+    // Nesting past serde_json's depth limit is no JSON at all, never a stack overflow.
+    let deep = format!(r#"{{"model":"m","messages":{}}}"#, "[".repeat(1 << 20));
+    assert_eq!(
+        peek(deep.as_bytes(), None),
+        Peek {
+            model: None,
+            fp: String::new(),
+            stream: false
+        }
+    );
+}

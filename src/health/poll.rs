@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
-use super::{transport_error, DownReason, Health, Poll, RouterModel};
+use super::{error_chain, DownReason, Health, Poll, RouterModel};
 use crate::config;
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
@@ -45,17 +45,25 @@ impl std::error::Error for ParseError {
 
 /// The agent polls use: `timeout` bounds the connect, each read and each whole request; no
 /// redirects; no pooled connections (a poll every few seconds gains nothing from reuse, and a
-/// connection the host closed meanwhile must not read as "unreachable").
+/// connection the host closed meanwhile must not read as "unreachable"); statuses are answers.
 pub fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout_connect(timeout)
-        .timeout_read(timeout)
-        .timeout_write(timeout)
-        .timeout(timeout)
-        .redirects(0)
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_connect(Some(timeout))
+        .timeout_per_read(Some(timeout))
+        .timeout_per_write(Some(timeout))
+        .timeout_global(Some(timeout))
         .max_idle_connections(0)
-        .build()
+        .max_idle_connections_per_host(0)
+        .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
+        .build();
+    ureq::Agent::new_with_config(config)
 }
+
+/// The largest poll answer read (what ureq 2's `into_string` allowed): a router's `/models` lists
+/// every model it knows with its arguments, and no real one comes near this.
+const MAX_ANSWER: u64 = 10 << 20;
 
 /// Polls one host. `/health` 200 → go on, 503 → down loading, no answer → down unreachable; any
 /// other status, or an unusable `/props` or `/v1/models` body → down, the reason naming the path
@@ -206,32 +214,30 @@ fn bad_answer(path: &str, err: &ParseError) -> DownReason {
     }
 }
 
-/// GETs `path` and returns the body of a 200 answer; anything else as the reason it is down.
+/// GETs `path` and returns the body of a 200 answer (at most [`MAX_ANSWER`] bytes); anything else
+/// as the reason it is down.
 fn fetch(agent: &ureq::Agent, host: &config::Host, path: &str) -> Result<String, DownReason> {
-    let mut request = agent.get(&format!("{}{}", host.url, path));
+    let mut request = agent.get(format!("{}{}", host.url, path));
     if let Some(key) = &host.api_key {
-        request = request.set("Authorization", &format!("Bearer {key}"));
+        request = request.header("Authorization", format!("Bearer {key}"));
     }
     let path = path.to_string();
-    match request.call() {
-        Ok(response) if response.status() == 200 => {
-            response
-                .into_string()
-                .map_err(|err| DownReason::Unreachable {
-                    path,
-                    error: format!("reading the body: {err}"),
-                })
-        }
-        Ok(response) => Err(DownReason::Status {
-            path,
-            status: response.status(),
-        }),
-        Err(ureq::Error::Status(503, _)) => Err(DownReason::Loading { path }),
-        Err(ureq::Error::Status(status, _)) => Err(DownReason::Status { path, status }),
-        Err(ureq::Error::Transport(err)) => Err(DownReason::Unreachable {
-            path,
-            error: transport_error(&err),
-        }),
+    let answer = request.call().map_err(|err| DownReason::Unreachable {
+        path: path.clone(),
+        error: error_chain(&err),
+    })?;
+    match answer.status().as_u16() {
+        200 => answer
+            .into_body()
+            .into_with_config()
+            .limit(MAX_ANSWER)
+            .read_to_string()
+            .map_err(|err| DownReason::Unreachable {
+                path,
+                error: format!("reading the body: {}", error_chain(&err)),
+            }),
+        503 => Err(DownReason::Loading { path }),
+        status => Err(DownReason::Status { path, status }),
     }
 }
 

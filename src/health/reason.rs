@@ -61,9 +61,8 @@ impl fmt::Display for DownReason {
     }
 }
 
-/// A ureq transport failure in a few words, without the URL (the reason names the path already):
-/// its kind and the innermost cause, e.g. `Connection Failed: Connection refused (os error 111)`.
-/// The innermost cause of any error (ureq 3's forwarding errors), else its own text.
+/// A ureq failure in a few words, without the URL (the reason names the path already): the error
+/// and its innermost cause, e.g. `io: Connection refused (os error 111)`.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut last = None;
     let mut cause = err.source();
@@ -74,20 +73,6 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     match last {
         Some(cause) => format!("{err}: {cause}"),
         None => err.to_string(),
-    }
-}
-
-pub fn transport_error(err: &ureq::Transport) -> String {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
-    let mut last = None;
-    while let Some(c) = cause {
-        last = Some(c.to_string());
-        cause = c.source();
-    }
-    match (last, err.message()) {
-        (Some(cause), _) => format!("{}: {cause}", err.kind()),
-        (None, Some(message)) => format!("{}: {message}", err.kind()),
-        (None, None) => err.kind().to_string(),
     }
 }
 

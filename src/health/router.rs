@@ -6,10 +6,13 @@
 
 use serde_json::Value;
 
+/// Most names (the id, then aliases) kept per model: every request looks a model up by name.
+pub const MAX_NAMES: usize = 32;
+
 /// One model a router serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterModel {
-    /// The entry's `id`, then its aliases.
+    /// The entry's `id`, then its aliases; at most [`MAX_NAMES`].
     pub names: Vec<String>,
     /// `status.value`; `unknown` when the entry has none crossbar can read.
     pub state: String,
@@ -42,7 +45,10 @@ impl RouterModel {
             .filter_map(Value::as_str)
             .collect();
         Some(RouterModel {
-            names: id.into_iter().chain(aliases).map(String::from).collect(),
+            names: (id.into_iter().chain(aliases))
+                .take(MAX_NAMES)
+                .map(String::from)
+                .collect(),
             state: state.chars().take(32).collect(),
             per_slot_ctx: per_slot_ctx(&args),
         })
@@ -116,6 +122,22 @@ mod tests {
         check("-np 2", None);
         check("-c many -np 2", None);
         check("-c 4096 -np -1", Some(4096));
+    }
+
+    /// Review (issue 15): a router's aliases were kept however many it listed, and every request
+    /// scans them under the health lock (`ctx_for`, `is_loaded`, `model_state`...), so one
+    /// listing of 10 MB of aliases slowed every request to every host.
+    #[test]
+    fn a_model_keeps_its_id_and_a_bounded_number_of_aliases() {
+        let aliases: Vec<String> = (0..10_000).map(|i| format!("a{i}")).collect();
+        let entry = json!({"id": "coder", "aliases": aliases, "status": {"value": "loaded"}});
+        let model = RouterModel::of(&entry).unwrap();
+        assert_eq!(model.names.len(), MAX_NAMES);
+        assert_eq!(
+            (model.names[0].as_str(), model.names[1].as_str()),
+            ("coder", "a0")
+        );
+        assert!(model.is_named("a1") && !model.is_named("a9999"));
     }
 
     #[test]

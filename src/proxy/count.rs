@@ -6,11 +6,17 @@
 //! These calls take no slot (llama-server answers them while every slot generates) and one
 //! deadline bounds them all. Every answer is read with a size bound; a host that cannot answer
 //! (an old build, an error, the deadline) gives `None`, and the guard falls back to the estimate.
-//! Nothing here marks a host down or decides where a request goes.
+//! A [`Counter`] lets at most [`PER_HOST`] requests count on one host at once: a client sending
+//! many large bodies cannot turn each into tokenizer work on a host. The others wait their turn
+//! within the same deadline (a count takes milliseconds), and only a request whose deadline passes
+//! while it waits is judged on the estimate. Nothing here marks a host
+//! down or decides where a request goes.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Condvar, Mutex};
 use serde_json::Value;
 
 use crate::api::Api;
@@ -20,6 +26,97 @@ use super::MAX_BODY;
 
 /// The longest all the count calls of one request may take together.
 pub(super) const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Requests whose count calls may be in flight to one host at once. Counting is the rare path
+/// (only prompts the estimate says do not fit); a request that finds its host at the bound waits
+/// for a turn until its count deadline, then is judged on the estimate.
+pub const PER_HOST: usize = 2;
+
+/// The agent count calls go through and the count calls in flight per host.
+#[derive(Debug)]
+pub struct Counter {
+    agent: ureq::Agent,
+    /// Invariant: a host is here only while it has calls in flight, at most [`PER_HOST`]; its
+    /// name is a configured host's (the guard looks it up in the config first).
+    in_flight: Mutex<HashMap<String, usize>>,
+    /// Requests waiting for a turn, over all hosts (at most one per worker).
+    waiting: Mutex<usize>,
+    /// Signalled whenever a permit comes back.
+    returned: Condvar,
+}
+
+/// One request's right to ask `host` for counts; gives it back on drop.
+#[derive(Debug)]
+pub(super) struct CountPermit<'a> {
+    counter: &'a Counter,
+    host: String,
+}
+
+impl Counter {
+    pub fn new(agent: ureq::Agent) -> Counter {
+        Counter {
+            agent,
+            in_flight: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(0),
+            returned: Condvar::new(),
+        }
+    }
+
+    /// A permit to count on `host`, waiting for one until `deadline`; `None` when none came back
+    /// in time.
+    pub(super) fn start(&self, host: &str, deadline: Instant) -> Option<CountPermit<'_>> {
+        let mut in_flight = self.in_flight.lock();
+        let full = |in_flight: &HashMap<String, usize>| {
+            in_flight.get(host).is_some_and(|n| *n >= PER_HOST)
+        };
+        if full(&in_flight) && Instant::now() < deadline {
+            // Lock order: `in_flight`, then `waiting` (nothing takes them the other way).
+            *self.waiting.lock() += 1;
+            while full(&in_flight) {
+                if self
+                    .returned
+                    .wait_until(&mut in_flight, deadline)
+                    .timed_out()
+                {
+                    break;
+                }
+            }
+            *self.waiting.lock() -= 1;
+        }
+        let n = in_flight.entry(host.to_string()).or_insert(0);
+        if *n >= PER_HOST {
+            return None;
+        }
+        *n += 1;
+        Some(CountPermit {
+            counter: self,
+            host: host.to_string(),
+        })
+    }
+
+    /// Requests waiting for a turn to count, on any host.
+    pub fn waiting(&self) -> usize {
+        *self.waiting.lock()
+    }
+
+    pub(super) fn agent(&self) -> &ureq::Agent {
+        &self.agent
+    }
+}
+
+impl Drop for CountPermit<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.counter.in_flight.lock();
+        if let Some(n) = in_flight.get_mut(&self.host) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&self.host);
+            }
+        }
+        drop(in_flight);
+        self.counter.returned.notify_all();
+    }
+}
 
 /// How a host counts the prompt of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,24 +211,26 @@ enum Failed {
 }
 
 impl Ask<'_> {
-    fn post(&self, path: &str, body: &[u8]) -> Result<ureq::Response, Failed> {
+    fn post(&self, path: &str, body: &[u8]) -> Result<Answer, Failed> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Failed::Transport);
         }
         let mut request = self
             .agent
-            .post(&format!("{}{}", self.host.url, path))
-            .timeout(left)
-            .set("Content-Type", "application/json");
+            .post(format!("{}{}", self.host.url, path))
+            .config()
+            // The whole exchange, answer body included, ends by the common deadline.
+            .timeout_global(Some(left))
+            .build()
+            .header("Content-Type", "application/json");
         if let Some(key) = &self.host.api_key {
-            request = request.set("Authorization", &format!("Bearer {key}"));
+            request = request.header("Authorization", format!("Bearer {key}"));
         }
-        match request.send_bytes(body) {
-            Ok(response) if response.status() == 200 => Ok(response),
-            Ok(response) => Err(Failed::Status(response.status())),
-            Err(ureq::Error::Status(status, _)) => Err(Failed::Status(status)),
-            Err(ureq::Error::Transport(_)) => Err(Failed::Transport),
+        match request.send(body) {
+            Ok(answer) if answer.status() == 200 => Ok(answer),
+            Ok(answer) => Err(Failed::Status(answer.status().as_u16())),
+            Err(_) => Err(Failed::Transport),
         }
     }
 
@@ -139,28 +238,28 @@ impl Ask<'_> {
     fn tokenize(&self, prompt: &str) -> Option<u64> {
         let body = serde_json::json!({"content": prompt, "add_special": true});
         let answer = self.post("/tokenize", body.to_string().as_bytes()).ok()?;
-        count_tokens(answer.into_reader().take(TOKENS_ANSWER))
+        count_tokens(answer.into_body().into_reader().take(TOKENS_ANSWER))
     }
 }
 
+/// A host's answer to a count call.
+type Answer = ureq::http::Response<ureq::Body>;
+
 /// `{"input_tokens": N, ...}`.
-fn input_tokens(answer: ureq::Response) -> Option<u64> {
+fn input_tokens(answer: Answer) -> Option<u64> {
     read_json(answer, SMALL_ANSWER)?
         .get("input_tokens")?
         .as_u64()
 }
 
 /// The answer's JSON, or `None` when it is not JSON or longer than `limit` bytes.
-fn read_json(answer: ureq::Response, limit: u64) -> Option<Value> {
-    let mut bytes = Vec::new();
-    answer
-        .into_reader()
-        .take(limit + 1)
-        .read_to_end(&mut bytes)
+fn read_json(answer: Answer, limit: u64) -> Option<Value> {
+    let bytes = answer
+        .into_body()
+        .into_with_config()
+        .limit(limit)
+        .read_to_vec()
         .ok()?;
-    if bytes.len() as u64 > limit {
-        return None;
-    }
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -194,6 +293,12 @@ fn count_tokens(mut answer: impl Read) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Counter {
+        fn start_now(&self, host: &str) -> Option<CountPermit<'_>> {
+            self.start(host, Instant::now())
+        }
+    }
     use std::net::TcpListener;
     use std::time::Duration;
 
@@ -210,7 +315,7 @@ mod tests {
             upstream: Default::default(),
         };
         // Accepts (the kernel's backlog does) and never answers.
-        let agent = ureq::AgentBuilder::new().build();
+        let agent = ureq::Agent::new_with_defaults();
         let started = Instant::now();
         let deadline = started + Duration::from_millis(200);
         let body = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
@@ -223,6 +328,54 @@ mod tests {
             "the deadline bounds the wait: {took:?}"
         );
         drop(listener);
+    }
+
+    #[test]
+    fn a_request_waits_for_a_turn_until_its_deadline_then_goes_without() {
+        let counter = Counter::new(ureq::Agent::new_with_defaults());
+        let held: Vec<_> = (0..PER_HOST)
+            .map(|_| counter.start_now("a").unwrap())
+            .collect();
+        let started = Instant::now();
+        assert!(counter
+            .start("a", started + Duration::from_millis(20))
+            .is_none());
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert_eq!(counter.waiting(), 0);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                counter
+                    .start("a", Instant::now() + Duration::from_secs(30))
+                    .is_some()
+            });
+            while counter.waiting() == 0 {
+                std::thread::yield_now();
+            }
+            drop(held);
+            assert!(waiter.join().unwrap(), "a returned permit wakes the waiter");
+        });
+    }
+
+    #[test]
+    fn each_host_counts_for_at_most_per_host_requests_and_a_permit_comes_back_on_drop() {
+        let counter = Counter::new(ureq::Agent::new_with_defaults());
+        let mut held: Vec<_> = (0..PER_HOST)
+            .map(|_| counter.start_now("a").expect("under the bound"))
+            .collect();
+        assert!(counter.start_now("a").is_none(), "at the bound");
+        let other = counter
+            .start_now("b")
+            .expect("another host has its own bound");
+        held.pop();
+        let again = counter.start_now("a").expect("a permit came back");
+        assert!(counter.start_now("a").is_none());
+        drop((again, other));
+        assert_eq!(counter.in_flight.lock().len(), 1, "b is gone, a holds one");
+        drop(held);
+        assert!(
+            counter.in_flight.lock().is_empty(),
+            "no host is left without a call"
+        );
     }
 
     #[test]

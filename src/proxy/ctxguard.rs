@@ -4,8 +4,8 @@
 //!
 //! The estimate (seed 002: bytes / 4 × 1.2) is the cheap first look. Only when it says "does not
 //! fit" is the host asked for the exact count (`count`), and the move-or-refuse decision is taken
-//! on that; a host that cannot count leaves the estimate in charge. A host whose context is unknown
-//! gets no guard.
+//! on that; a host that cannot count, or is already counting for [`count::PER_HOST`] requests,
+//! leaves the estimate in charge. A host whose context is unknown gets no guard.
 
 use crate::config::Config;
 use crate::lease::Key;
@@ -120,7 +120,8 @@ pub(super) fn check(
 }
 
 /// The exact count from `host`, unless it is a router without the model loaded (asking would
-/// load it) or it cannot answer. A router is told the model when the body names none.
+/// load it), [`count::PER_HOST`] requests are counting there already (no queueing: the estimate
+/// judges at once), or it cannot answer. A router is told the model when the body names none.
 fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>) -> Option<u64> {
     if !gw.health.may_ask_about(host, &key.model) {
         return None;
@@ -130,8 +131,25 @@ fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>
     let upstream = conf.upstream_name(&key.model);
     let router = gw.health.get(host).is_some_and(|s| s.router);
     let model = (router || upstream != key.model).then_some(upstream);
+    let counter = gw.counter();
     let deadline = std::time::Instant::now() + count::COUNT_TIMEOUT;
-    let counted = count::exact(gw.agent(), conf, prompt.rest, prompt.body, model, deadline);
+    let Some(_counting) = counter.start(host, deadline) else {
+        log::debug!(
+            "ctx count host={} estimate={} exact=- busy={}",
+            crate::logfmt::val(host),
+            prompt.estimate,
+            count::PER_HOST
+        );
+        return None;
+    };
+    let counted = count::exact(
+        counter.agent(),
+        conf,
+        prompt.rest,
+        prompt.body,
+        model,
+        deadline,
+    );
     log::debug!(
         "ctx count host={} estimate={} exact={}",
         crate::logfmt::val(host),

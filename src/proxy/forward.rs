@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use ureq3::{http, Body};
+use ureq::{http, Body};
 
 use crate::conn::Request;
 use crate::health::{error_chain, DownReason};
@@ -145,8 +145,8 @@ fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
 /// Whether a failure before the response head is the host's (it cannot be reached, timed out, or
 /// answered something that is not HTTP) rather than a request that could not be built. Only the
 /// host's failures mark it down.
-fn counts_against_host(err: &ureq3::Error) -> bool {
-    use ureq3::Error as E;
+fn counts_against_host(err: &ureq::Error) -> bool {
+    use ureq::Error as E;
     !matches!(err, E::Http(_) | E::BadUri(_) | E::InvalidProxyUrl)
 }
 

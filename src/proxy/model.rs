@@ -1,31 +1,45 @@
 //! The model a forwarded body names. A router-mode llama-server routes by the body's `model` and
 //! refuses a body without one, so crossbar puts the route's model into a body that names none; and
 //! a host may know a model by another name (`upstream` in the config), so crossbar renames it on
-//! the way out. Pure: bytes in, bytes out; a body that is not a JSON object passes untouched.
+//! the way out. Pure: bytes in, bytes out; a body that is not a JSON object passes untouched, and
+//! every byte but the model's value stays as the client sent it (no value is built: a body may be
+//! 16 MiB of small numbers, and a re-serialised `Value` would round big integers).
 
 use std::borrow::Cow;
+use std::fmt;
+use std::ops::Range;
 
-use serde_json::Value;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// `body` naming `model`: a JSON object without a `model` gets one, inserted right after the
-/// opening brace so every other byte stays as the client sent it; an object naming another model
-/// gets `model` instead (re-serialised); anything else is returned as it is.
+/// opening brace; an object naming another model gets `model` instead, in place (every top-level
+/// `model` key, should there be several); anything else is returned as it is.
 pub(super) fn named<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
-    let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(body) else {
+    let Some(spans) = model_spans(body) else {
         return body.into();
     };
-    match map.get("model") {
-        Some(Value::String(named)) if named == model => body.into(),
+    let name = serde_json::Value::from(model).to_string();
+    match spans.last() {
+        Some(last) if body[last.clone()] == *name.as_bytes() && spans.len() == 1 => body.into(),
         Some(_) => {
-            map.insert("model".to_string(), model.into());
-            serde_json::to_vec(&Value::Object(map)).map_or(body.into(), Into::into)
+            let mut out = Vec::with_capacity(body.len() + name.len());
+            let mut at = 0;
+            for span in spans {
+                out.extend_from_slice(&body[at..span.start]);
+                out.extend_from_slice(name.as_bytes());
+                at = span.end;
+            }
+            out.extend_from_slice(&body[at..]);
+            out.into()
         }
         None => {
             let Some(open) = body.iter().position(|b| *b == b'{') else {
                 return body.into();
             };
-            let name = Value::from(model).to_string();
-            let empty = map.is_empty();
+            let empty = body[open + 1..]
+                .iter()
+                .all(|b| b.is_ascii_whitespace() || *b == b'}');
             let mut out = Vec::with_capacity(body.len() + name.len() + 10);
             out.extend_from_slice(&body[..=open]);
             out.extend_from_slice(b"\"model\":");
@@ -39,9 +53,48 @@ pub(super) fn named<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
     }
 }
 
+/// Where the values of the top-level `model` keys are in `body`, in order; `None` when `body` is
+/// not one JSON object.
+fn model_spans(body: &[u8]) -> Option<Vec<Range<usize>>> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let spans = de.deserialize_map(Spans(body)).ok()?;
+    de.end().ok()?;
+    Some(spans)
+}
+
+struct Spans<'a>(&'a [u8]);
+
+impl<'de> Visitor<'de> for Spans<'_> {
+    type Value = Vec<Range<usize>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut spans = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "model" {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            // Borrowed from `body` itself (`from_slice`), so its place is its address.
+            let raw = map.next_value::<&'de RawValue>()?.get();
+            let start = (raw.as_ptr() as usize).wrapping_sub(self.0.as_ptr() as usize);
+            let span = start..start + raw.len();
+            if self.0.get(span.clone()) != Some(raw.as_bytes()) {
+                return Err(serde::de::Error::custom("raw value not in the body"));
+            }
+            spans.push(span);
+        }
+        Ok(spans)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[track_caller]
     fn check(body: &str, model: &str, want: &str) {
@@ -71,6 +124,29 @@ mod tests {
         let renamed: Value = serde_json::from_slice(&renamed).unwrap();
         assert_eq!(renamed["model"], "Qwen2.5-Coder-32B");
         assert_eq!(renamed["x"], 1);
+    }
+
+    /// Review (issue 15): a rename re-serialised the whole body through `Value`, which turned
+    /// `123456789012345678901234567890` into `1.2345678901234568e29`, reordered keys, and built
+    /// 32 bytes per value of a 16 MiB body. Only the model's value changes now.
+    #[test]
+    fn a_rename_changes_the_models_value_and_no_other_byte() {
+        check(
+            r#"{"t":1.10, "seed":123456789012345678901234567890,"model" : "coder","m":[{"b":1,"a":2}]}"#,
+            "Q\"x",
+            r#"{"t":1.10, "seed":123456789012345678901234567890,"model" : "Q\"x","m":[{"b":1,"a":2}]}"#,
+        );
+        check(
+            r#"{"model":{"a":[1]},"x":null,"model":7}"#,
+            "Q",
+            r#"{"model":"Q","x":null,"model":"Q"}"#,
+        );
+        let many = format!(
+            r#"{{"model":"coder","p":[{}]}}"#,
+            vec!["0"; 100_000].join(",")
+        );
+        let renamed = named(many.as_bytes(), "Q");
+        assert_eq!(renamed.len(), many.len() - 4);
     }
 
     #[test]

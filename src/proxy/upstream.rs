@@ -1,12 +1,13 @@
-//! The upstream client: one ureq 3 agent per forwarded request, whose TCP transport is watched
+//! The upstream client: one ureq agent per forwarded request, whose TCP transport is watched
 //! while it waits for upstream. A request can wait minutes for its first byte (prefill); if the
 //! client leaves meanwhile, the wait ends within [`GONE_CHECK`], the upstream connection closes
 //! (llama-server cancels the task and frees its slot) and the request is recorded as 499.
 //!
-//! Why ureq 3 here: its `Connector` lets crossbar wrap the transport it reads from, so the waiting
-//! worker itself can look at its client between bounded waits — no thread per request, no second
-//! thread reaching into a socket. ureq 2 has no such hook. The hook lives in ureq's
-//! `unversioned` module, so the version is pinned to 3.5 in Cargo.toml.
+//! How: ureq 3's `Connector` lets crossbar wrap the transport it reads from, so the waiting worker
+//! itself can look at its client between bounded waits — no thread per request, no second thread
+//! reaching into a socket (ureq 2 had no such hook). The hook lives in ureq's `unversioned`
+//! module, so the version is pinned to 3.5 in Cargo.toml. The context guard's count calls use the
+//! same settings on one shared agent without the watch (`Gateway::agent`).
 
 use std::io;
 use std::net::TcpStream;
@@ -14,12 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ureq3::config::Config as AgentConfig;
-use ureq3::unversioned::resolver::DefaultResolver;
-use ureq3::unversioned::transport::{
+use ureq::config::Config as AgentConfig;
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
 };
-use ureq3::{Agent, Error};
+use ureq::{Agent, Error};
 
 use crate::config::Config;
 use crate::limiter::GONE_CHECK;

@@ -40,6 +40,9 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         Fault::Loading => return reply_error(sock, 503, "Loading model", req.keep_alive),
         _ => {}
     }
+    if req.method == "POST" && counting(&path) {
+        sh.count_gate();
+    }
     let public = matches!(
         path.as_str(),
         "/health" | "/v1/health" | "/models" | "/v1/models"
@@ -117,6 +120,13 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         }
         _ => reply_error(sock, 404, "File Not Found", req.keep_alive),
     }
+}
+
+/// Whether `path` is a tokenizer or count endpoint (what `Sim::hold_counts` holds).
+fn counting(path: &str) -> bool {
+    matches!(path, "/tokenize" | "/apply-template")
+        || path.ends_with("/input_tokens")
+        || path.ends_with("/count_tokens")
 }
 
 /// Writes a JSON answer; true when the connection may be reused.

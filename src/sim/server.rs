@@ -44,6 +44,8 @@ pub(super) struct Control {
     pub(super) fault: Fault,
     pub(super) lockstep: bool,
     pub(super) permits: usize,
+    /// Token-count and tokenizer requests wait while this is set (`Sim::hold_counts`).
+    pub(super) counts_held: bool,
 }
 
 /// Invariant: once `closed`, no slot is handed out (waiters give up). `models` holds a router's
@@ -244,6 +246,14 @@ impl Shared {
             self.control_cv.wait(&mut c);
         }
         false
+    }
+
+    /// Holds a count or tokenizer request unanswered while a test holds them.
+    pub(super) fn count_gate(&self) {
+        let mut c = self.control.lock();
+        while c.counts_held && !self.stopping.load(Ordering::SeqCst) {
+            self.control_cv.wait(&mut c);
+        }
     }
 
     /// Holds a request unanswered while the fault is `Hang`.

@@ -19,45 +19,81 @@ fn sim() -> Sim {
     Sim::start(SimConfig::default())
 }
 
-/// A ureq answer; the error is boxed because `ureq::Error` is large.
-type Answer = Result<ureq::Response, Box<ureq::Error>>;
+/// An answer read whole; every status is an answer, only a transport failure is an error.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: ureq::http::HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn content_type(&self) -> &str {
+        self.header("content-type").unwrap_or("")
+    }
+}
+
+type Answer = Result<Reply, ureq::Error>;
 
 fn get(sim: &Sim, path: &str) -> Answer {
-    ureq::get(&format!("{}{path}", sim.url()))
-        .call()
-        .map_err(Box::new)
+    let request = ureq::http::Request::get(format!("{}{path}", sim.url())).body(());
+    run(request.expect("a request"))
 }
 
 fn post(sim: &Sim, path: &str, body: &Value) -> Answer {
-    send(ureq::post(&format!("{}{path}", sim.url())), body)
+    send(&format!("{}{path}", sim.url()), &[], body)
 }
 
-/// ureq is built without its `json` feature.
-fn send(req: ureq::Request, body: &Value) -> Answer {
-    req.set("Content-Type", "application/json")
-        .send_string(&body.to_string())
-        .map_err(Box::new)
+fn send(url: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
+    let mut request = ureq::http::Request::post(url).header("Content-Type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    run(request.body(body.to_string()).expect("a request"))
+}
+
+fn run(request: ureq::http::Request<impl ureq::AsSendBody>) -> Answer {
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(SAFETY))
+        .build();
+    let (head, body) = ureq::Agent::new_with_config(config)
+        .run(request)?
+        .into_parts();
+    let body = body.into_with_config().limit(1 << 20).read_to_string()?;
+    Ok(Reply {
+        status: head.status.as_u16(),
+        headers: head.headers,
+        body,
+    })
+}
+
+/// A 200 answer.
+#[track_caller]
+fn ok(answer: Answer) -> Reply {
+    let reply = answer.expect("an answer");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply
 }
 
 /// The status and JSON body of an answer, whether 2xx or not.
 #[track_caller]
 fn json_of(res: Answer) -> (u16, Value) {
-    let resp = match res.map_err(|e| *e) {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("transport error: {e}"),
-    };
-    let status = resp.status();
-    let body = resp.into_string().expect("body");
-    let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
-    (status, v)
+    let resp = res.unwrap_or_else(|e| panic!("transport error: {e}"));
+    let v = serde_json::from_str(&resp.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", resp.body));
+    (resp.status, v)
 }
 
 /// The `data:` payloads of a streamed answer.
 #[track_caller]
-fn events(resp: ureq::Response) -> Vec<String> {
-    let body = resp.into_string().expect("body");
-    body.split("\n\n")
+fn events(resp: Reply) -> Vec<String> {
+    resp.body
+        .split("\n\n")
         .filter(|e| !e.is_empty())
         .map(|e| e.strip_prefix("data: ").expect("data: prefix").to_string())
         .collect()
@@ -223,10 +259,8 @@ fn a_prompt_over_the_per_slot_context_is_a_plain_400_even_when_streamed() {
     });
     let long = "word ".repeat(40);
     let body = json!({"messages": [{"role": "user", "content": long}], "stream": true});
-    let resp = match post(&sim, "/v1/chat/completions", &body).map_err(|e| *e) {
-        Err(ureq::Error::Status(400, r)) => r,
-        other => panic!("expected 400, got {other:?}"),
-    };
+    let resp = post(&sim, "/v1/chat/completions", &body).expect("an answer");
+    assert_eq!(resp.status, 400, "{}", resp.body);
     assert!(resp.content_type().starts_with("application/json"));
     let (_, err) = json_of(Ok(resp));
     assert_eq!(err["error"]["type"], "exceed_context_size_error");
@@ -238,7 +272,7 @@ fn a_prompt_over_the_per_slot_context_is_a_plain_400_even_when_streamed() {
 fn streamed_chat_has_role_first_timings_on_finish_and_done_last() {
     let sim = sim();
     let body = json!({"messages": convo("hi"), "stream": true, "max_tokens": 3});
-    let resp = post(&sim, "/v1/chat/completions", &body).expect("200");
+    let resp = ok(post(&sim, "/v1/chat/completions", &body));
     assert_eq!(resp.content_type(), "text/event-stream");
     assert_eq!(resp.header("x-accel-buffering"), Some("no"));
     assert_eq!(resp.header("transfer-encoding"), Some("chunked"));
@@ -270,7 +304,7 @@ fn include_usage_moves_timings_to_an_extra_usage_event() {
     let sim = sim();
     let body = json!({"messages": convo("hi"), "stream": true, "max_tokens": 2,
                       "stream_options": {"include_usage": true}});
-    let ev = events(post(&sim, "/v1/chat/completions", &body).expect("200"));
+    let ev = events(ok(post(&sim, "/v1/chat/completions", &body)));
     assert_eq!(ev.len(), 1 + 2 + 2 + 1, "{ev:?}");
     let finish = parse(&ev[3]);
     assert_eq!(finish["choices"][0]["finish_reason"], "length");
@@ -290,7 +324,7 @@ fn include_usage_moves_timings_to_an_extra_usage_event() {
 fn native_completion_streams_without_done_and_v1_completions_with_it() {
     let sim = sim();
     let body = json!({"prompt": "Once upon a time", "n_predict": 2, "stream": true});
-    let ev = events(post(&sim, "/completion", &body).expect("200"));
+    let ev = events(ok(post(&sim, "/completion", &body)));
     assert_eq!(ev.len(), 3, "{ev:?}");
     assert_eq!(parse(&ev[0])["stop"], false);
     let last = parse(&ev[2]);
@@ -301,7 +335,7 @@ fn native_completion_streams_without_done_and_v1_completions_with_it() {
     assert!(last.get("tokens_cached").is_some());
 
     let body = json!({"prompt": "Once upon a time", "max_tokens": 2, "stream": true});
-    let ev = events(post(&sim, "/v1/completions", &body).expect("200"));
+    let ev = events(ok(post(&sim, "/v1/completions", &body)));
     assert_eq!(ev.len(), 4, "{ev:?}");
     let last = parse(&ev[2]);
     assert_eq!(last["choices"][0]["finish_reason"], "length");

@@ -3,11 +3,12 @@
 //! charge; metadata takes the route-level lease that new conversations inherit; a host's down
 //! reason says what is wrong with it.
 
-use crossbar::sim::{Counts, SimConfig};
+use crossbar::proxy::COUNTS_PER_HOST;
+use crossbar::sim::{Counts, SimConfig, SimEvent};
 use serde_json::{json, Value};
 
 use crate::guard::{chats, sim_count};
-use crate::support::{chat, request, wait_until, Harness, HostSpec};
+use crate::support::{chat, request, wait_event, wait_until, Harness, HostSpec};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -32,6 +33,14 @@ fn prompt_of(tokens: u64) -> Value {
     let rendered = (tokens * 4) as usize;
     let content = "a".repeat(rendered - "user: \nassistant:".len());
     json!({"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 1})
+}
+
+/// [`prompt_of`] with its first byte made `tag`'s, so each tag is its own conversation.
+fn tagged_prompt(tokens: u64, tag: char) -> Value {
+    let mut body = prompt_of(tokens);
+    let content = body["messages"][0]["content"].as_str().unwrap();
+    body["messages"][0]["content"] = json!(format!("{tag}{}", &content[1..]));
+    body
 }
 
 fn estimate(body: &Value) -> u64 {
@@ -206,4 +215,51 @@ fn a_host_refusing_crossbars_key_is_down_with_a_reason_that_says_so_issue_11() {
     assert_eq!(status["hosts"][0]["reason"], want, "{status:#}");
     let page = request(admin, "GET", "/", &[], b"").text();
     assert!(page.contains(want), "{page}");
+}
+
+/// A client flooding crossbar with large bodies cannot make each one a tokenizer call on a host:
+/// at most `COUNTS_PER_HOST` requests count there at once; the others wait their turn (a count takes
+/// milliseconds) instead of being refused on the estimate, so every prompt that fits is served.
+#[test]
+fn a_flood_of_oversized_prompts_asks_a_host_for_at_most_a_few_counts_at_once_issue_11() {
+    const COUNT: &str = "/v1/chat/completions/input_tokens";
+    let h = Harness::start(vec![host("small", 1024, Counts::Exact)], "");
+    let sim = h.sim("small");
+    let events = sim.events();
+    sim.hold_counts(true);
+    let (addr, tags) = (h.addr(), ['b', 'c', 'd', 'e', 'f', 'g', 'h']);
+    assert!(tags.len() > 2 * COUNTS_PER_HOST);
+    let answers: Vec<_> = tags
+        .iter()
+        .map(|&tag| {
+            let body = tagged_prompt(1000, tag).to_string();
+            std::thread::spawn(move || request(addr, "POST", CHAT, &[], body.as_bytes()))
+        })
+        .collect();
+    for n in 1..=COUNTS_PER_HOST {
+        wait_event(
+            &events,
+            &format!("count call {n} is held"),
+            |e| matches!(e, SimEvent::Request { path } if path == COUNT),
+        );
+    }
+    let counter = h.server().gateway().counter();
+    let waiting = tags.len() - COUNTS_PER_HOST;
+    wait_until("the others wait for a turn", || {
+        counter.waiting() == waiting
+    });
+    let asked = |path: &str| sim.requests().iter().filter(|r| r.path == path).count();
+    assert_eq!(
+        asked(COUNT),
+        COUNTS_PER_HOST,
+        "only the held calls reached the host"
+    );
+
+    sim.hold_counts(false);
+    for answer in answers {
+        check(&answer.join().unwrap(), 200, "small", None);
+    }
+    assert_eq!(asked(COUNT), tags.len(), "each was counted in its turn");
+    let exact: Vec<Option<i64>> = h.rows().iter().map(|r| r.ctx_exact).collect();
+    assert!(exact.iter().all(|e| *e == Some(1000)), "{exact:?}");
 }

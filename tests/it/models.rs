@@ -65,3 +65,24 @@ fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_model_not_fou
     assert_eq!(refused.len(), 51, "one accounting row each");
     assert!(refused.iter().all(|r| r.status == 404 && r.host.is_empty()));
 }
+
+/// Issue 13 (review): the model of a refused request went whole into the 404 (twice: `model` and
+/// the hint), the accounting row and the log line, so one 16 MiB body named a 16 MiB model in the
+/// db. What crossbar keeps or echoes of a name it refuses is bounded, and cut on a char boundary.
+#[test]
+fn a_megabyte_model_name_is_refused_without_being_stored_or_echoed_whole() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let mut body = chat("hello", 0, false);
+    body["model"] = "é".repeat(512 * 1024).into();
+    let answer = h.post(CHAT, &body);
+    assert_eq!(answer.status, 404, "{}", answer.text());
+    assert!(answer.body.len() < 4096, "{} bytes", answer.body.len());
+    let json = answer.json();
+    assert_eq!(json["error"], "model_not_found");
+    let shown = json["model"].as_str().unwrap();
+    assert!(shown.starts_with("éé") && shown.len() < 1024, "{shown}");
+    let rows = h.rows();
+    let row = rows.last().unwrap();
+    assert_eq!(row.status, 404);
+    assert!(row.model.starts_with("éé") && row.model.len() < 1024);
+}

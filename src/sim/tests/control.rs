@@ -80,8 +80,8 @@ fn a_request_beyond_the_slots_waits_instead_of_failing() {
     let url = sim.url();
     let second = std::thread::spawn(move || {
         let body = json!({"messages": convo("other"), "max_tokens": 1});
-        send(ureq::post(&format!("{url}/v1/chat/completions")), &body)
-            .map(|r| r.status())
+        send(&format!("{url}/v1/chat/completions"), &[], &body)
+            .map(|r| r.status)
             .map_err(|e| e.to_string())
     });
     wait_for(&sim_events, |e| matches!(e, SimEvent::Request { .. }));
@@ -106,12 +106,12 @@ fn api_key_guards_everything_but_health_and_models() {
     assert_eq!(json_of(get(&sim, "/health")).0, 200);
     assert_eq!(json_of(get(&sim, "/v1/models")).0, 200);
     let url = format!("{}/v1/chat/completions", sim.url());
-    let bearer = ureq::post(&url).set("Authorization", "Bearer sekrit");
-    assert_eq!(json_of(send(bearer, &chat)).0, 200);
-    let x_api_key = ureq::post(&url).set("X-Api-Key", "sekrit");
-    assert_eq!(json_of(send(x_api_key, &chat)).0, 200);
-    let wrong = ureq::post(&url).set("Authorization", "Bearer nope");
-    assert_eq!(json_of(send(wrong, &chat)).0, 401);
+    let bearer = [("Authorization", "Bearer sekrit")];
+    assert_eq!(json_of(send(&url, &bearer, &chat)).0, 200);
+    let x_api_key = [("X-Api-Key", "sekrit")];
+    assert_eq!(json_of(send(&url, &x_api_key, &chat)).0, 200);
+    let wrong = [("Authorization", "Bearer nope")];
+    assert_eq!(json_of(send(&url, &wrong, &chat)).0, 401);
 }
 
 #[test]
@@ -183,8 +183,8 @@ fn loading_garbage_and_status_faults() {
     assert_eq!(json_of(get(&sim, "/v1/models")).0, 503);
 
     sim.set_fault(Fault::Garbage);
-    let props = get(&sim, "/props").expect("200");
-    assert!(serde_json::from_str::<Value>(&props.into_string().expect("body")).is_err());
+    let props = ok(get(&sim, "/props"));
+    assert!(serde_json::from_str::<Value>(&props.body).is_err());
     assert_eq!(json_of(get(&sim, "/health")).0, 200);
 
     sim.set_fault(Fault::Status(500));
