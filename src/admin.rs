@@ -336,6 +336,7 @@ pub fn leases(gw: &Gateway) -> Value {
 /// `GET /admin/status`: hosts, routes with their pins, and the lease count.
 pub fn status(gw: &Gateway) -> Value {
     let config = gw.config();
+    let per_host = gw.leases.per_host();
     let snapshot = gw.leases.snapshot();
     let slots = gw.limiter.snapshot();
     let hosts: Vec<Value> = config
@@ -365,7 +366,7 @@ pub fn status(gw: &Gateway) -> Value {
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),
                 "in_flight": mine.clone().map(|s| s.in_flight).sum::<usize>(),
                 "queued": mine.map(|s| s.queued).sum::<usize>(),
-                "leases": snapshot.iter().filter(|l| l.host == host.name).count(),
+                "leases": per_host.get(&host.name).copied().unwrap_or(0),
                 "models": models,
             })
         })
@@ -390,13 +391,17 @@ pub fn status(gw: &Gateway) -> Value {
         .map(|h| gw.metrics.hour(h, now))
         .collect();
     let (tokens, seconds) = crate::metrics::recent::saved(&hours);
+    let store = gw.store.status();
     json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
-            "prefill_saved": { "tokens": tokens, "seconds": seconds } })
+            "prefill_saved": { "tokens": tokens, "seconds": seconds },
+            "store": { "ok": store.ok, "since": store.since, "cause": store.cause,
+                       "write_errors": store.write_errors, "db": config.db } })
 }
 
 fn gauges(gw: &Gateway) -> Gauges {
     let config = gw.config();
-    let snapshot = gw.leases.snapshot();
+    let per_host = gw.leases.per_host();
+    let store = gw.store.status();
     Gauges {
         hosts: config
             .hosts
@@ -412,7 +417,9 @@ fn gauges(gw: &Gateway) -> Gauges {
         leases: config
             .hosts
             .keys()
-            .map(|h| (h.clone(), snapshot.iter().filter(|l| &l.host == h).count()))
+            .map(|h| (h.clone(), per_host.get(h).copied().unwrap_or(0)))
             .collect(),
+        store_ok: store.ok,
+        store_write_errors: store.write_errors,
     }
 }
