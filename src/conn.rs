@@ -10,6 +10,7 @@
 //! routes, leases or upstreams (handlers do), hold a lock across socket I/O, or size an allocation by
 //! a number a client sent.
 
+mod accept;
 mod body;
 mod head;
 mod inbound;

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TrySendError};
 
+use super::accept::busy;
 use super::head::HeadError;
 use super::inbound::Fill;
 use super::peers::PeerSlot;
-use super::pool::{busy, refuse_head, Conn, Shared};
+use super::pool::{refuse_head, Conn, Shared};
 use super::MAX_HEAD;
 
 /// How often held connections are looked at.

@@ -1,24 +1,24 @@
-//! The accept thread and the fixed workers of one listener, and how they stop.
+//! A listener's threads — the accept thread (`accept`), the poller (`park`) and the fixed workers —
+//! how they start and stop, and what a worker does with a connection.
 //!
-//! The accept thread counts each socket against its peer (over `max_connections_per_peer` → `503
-//! busy`, closed at once) and puts it on a bounded queue (full → `503 busy`) while the queue is
-//! empty; when connections already wait, a new one goes to `park`'s poller, which queues it once
-//! its head is whole, so only whole requests wait for a worker. A worker takes one and serves its
-//! requests one after another (keep-alive, pipelining). A head that is not whole within
-//! [`HEAD_STEP`], and an idle connection while someone waits in the queue, go to the poller too:
-//! no worker waits on a slow client's head. Stop: the stop channel is dropped and the accept thread woken by a
-//! connection to itself; workers finish the connections already accepted, then exit.
+//! The accept thread puts a socket on the bounded queue while the queue is empty, else hands it to
+//! `park`'s poller, which queues it once its head is whole, so only whole requests wait for a
+//! worker. A worker takes one and serves its requests one after another (keep-alive, pipelining).
+//! A head that is not whole within [`HEAD_STEP`], and an idle connection while someone waits in
+//! the queue, go to the poller too: no worker waits on a slow client's head. Stop: the stop channel
+//! is dropped and the accept thread woken by a connection to itself; workers finish the connections
+//! already accepted, then exit.
 
-use std::io::Read;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 
+use super::accept::{accept, Burst};
 use super::head::HeadError;
 use super::inbound::{Fill, Inbound};
 use super::park::{self, Parked};
@@ -33,8 +33,6 @@ const IDLE_STEP: Duration = Duration::from_millis(100);
 /// connection to the poller. A head sent in one write is whole at once; this only spares the
 /// poller's tick to a head split over a few packets.
 const HEAD_STEP: Duration = Duration::from_millis(50);
-/// Longest pause after failed accepts (EMFILE and the like), doubling from 5 ms.
-const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
 /// What a listener serves, and where it counts what it refused.
 pub struct Service {
@@ -91,7 +89,7 @@ pub(super) struct Conn {
     /// No request yet: the head's deadline counts from the accept.
     pub(super) fresh: bool,
     /// Its place in its peer's count, given back when the socket closes.
-    peer: PeerSlot,
+    pub(super) peer: PeerSlot,
 }
 
 impl Conn {
@@ -100,39 +98,18 @@ impl Conn {
     }
 }
 
-/// Refusals logged at most once a second, with how many there were since the last line.
-#[derive(Debug, Default)]
-struct Burst {
-    since_log: AtomicU64,
-    logged: parking_lot::Mutex<Option<Instant>>,
-}
-
-impl Burst {
-    /// Counts one; `Some(n)` when a line is due (`n` refusals since the last).
-    fn hit(&self) -> Option<u64> {
-        let n = self.since_log.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut logged = self.logged.lock();
-        if logged.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
-            return None;
-        }
-        *logged = Some(Instant::now());
-        self.since_log.store(0, Ordering::Relaxed);
-        Some(n)
-    }
-}
-
 pub(super) struct Shared {
-    service: Service,
+    pub(super) service: Service,
     pub(super) settings: Settings,
-    stopping: AtomicBool,
+    pub(super) stopping: AtomicBool,
     pub(super) queue: Receiver<Conn>,
     pub(super) parked: parking_lot::Mutex<Vec<Parked>>,
     pub(super) wake_poller: Sender<()>,
     /// What the poller holds: heads being read, idle connections, lingering closes.
     pub(super) held: [AtomicUsize; 3],
-    peers: Arc<Peers>,
-    busy_burst: Burst,
-    per_peer_burst: Burst,
+    pub(super) peers: Arc<Peers>,
+    pub(super) busy_burst: Burst,
+    pub(super) per_peer_burst: Burst,
 }
 
 /// A running listener: accept thread, poller and workers.
@@ -260,111 +237,6 @@ impl Pool {
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
     thread::Builder::new().name(name).spawn(f)
-}
-
-fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
-    let mut failures: u64 = 0;
-    let mut backoff = Duration::from_millis(5);
-    loop {
-        let accepted = listener.accept();
-        if sh.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let (sock, from) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => {
-                if failures == 0 {
-                    log::warn!(
-                        "accept failed listener={} error={} backoff_ms={}",
-                        sh.service.name,
-                        crate::logfmt::val(&err.to_string()),
-                        backoff.as_millis()
-                    );
-                }
-                failures += 1;
-                thread::sleep(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        if failures > 0 {
-            log::warn!(
-                "accept works again listener={} failed_accepts={failures}",
-                sh.service.name
-            );
-            failures = 0;
-            backoff = Duration::from_millis(5);
-        }
-        let Some(peer) = sh.peers.enter(from.ip()) else {
-            per_peer(sh, sock, from.ip());
-            continue;
-        };
-        let _ = sock.set_nodelay(true);
-        let _ = sock.set_write_timeout(Some(sh.settings.write_timeout));
-        let head_by = Instant::now() + sh.settings.header_timeout;
-        let conn = Conn {
-            inb: Inbound::new(sock),
-            idle_until: head_by,
-            head_by: Some(head_by),
-            scanned: 0,
-            fresh: true,
-            peer,
-        };
-        // Connections already wait for a worker: this one waits for its whole head off the
-        // workers, so the queue holds only requests a worker can serve at once.
-        if !sh.queue.is_empty() {
-            park::park(sh, conn);
-            continue;
-        }
-        match queue.try_send(conn) {
-            Ok(()) => {}
-            Err(TrySendError::Full(conn)) => busy(sh, conn),
-            Err(TrySendError::Disconnected(_)) => return,
-        }
-    }
-}
-
-/// `503 busy` to a connection no worker can take; logged at most once a second.
-pub(super) fn busy(sh: &Shared, conn: Conn) {
-    let sock = conn.inb.wire();
-    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
-    (sh.service.refused)(Refused::Busy);
-    refuse(sock, 503, "busy", None, Some(1));
-    if let Some(n) = sh.busy_burst.hit() {
-        log::warn!(
-            "refused listener={} status=503 reason=busy connections={n}",
-            sh.service.name
-        );
-    }
-    park::linger(sh, conn);
-}
-
-/// `503 busy` to a connection from a peer that holds `max_connections_per_peer` already, and
-/// closed at once: it never reaches the queue or the poller. What the peer already sent is read
-/// first (once, without waiting) so the close does not reset the answer away. Logged at most once
-/// a second.
-fn per_peer(sh: &Shared, mut sock: TcpStream, ip: IpAddr) {
-    (sh.service.refused)(Refused::PerPeer);
-    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
-    let detail = "too many connections from this address";
-    refuse(&sock, 503, "busy", Some(detail), Some(1));
-    if sock.set_nonblocking(true).is_ok() {
-        let mut scratch = [0u8; 4096];
-        for _ in 0..16 {
-            if !matches!(sock.read(&mut scratch), Ok(n) if n > 0) {
-                break;
-            }
-        }
-    }
-    let _ = sock.shutdown(std::net::Shutdown::Both);
-    if let Some(n) = sh.per_peer_burst.hit() {
-        log::warn!(
-            "refused listener={} status=503 reason=per_peer peer={ip} max={} connections={n}",
-            sh.service.name,
-            sh.settings.max_per_peer
-        );
-    }
 }
 
 fn work(sh: &Shared, stopped: &Receiver<()>) {
