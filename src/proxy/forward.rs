@@ -3,7 +3,7 @@
 
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ureq::{http, Body};
 
@@ -51,12 +51,16 @@ pub(super) fn exchange(
     let agent = gw.upstream();
     let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     let bodyless = plan.body.is_empty() && incoming.bodyless();
-    let mut result = send(agent, incoming, plan, bodyless).map_err(bad)?;
+    // A listing crossbar renames is read whole before it is sent: one deadline for all of it,
+    // so a host trickling it cannot hold the worker read by read (issue 15).
+    let whole = super::listing::renames(incoming, plan)
+        .then(|| super::listing::deadline(gw.config().first_byte_timeout));
+    let mut result = send(agent, incoming, plan, bodyless, whole).map_err(bad)?;
     // A pooled connection the host had closed, found before anything was written: once more on
     // a fresh one (the pool holds at most one connection per worker, probed before reuse).
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
-        result = send(agent, incoming, plan, bodyless).map_err(bad)?;
+        result = send(agent, incoming, plan, bodyless, whole).map_err(bad)?;
     }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
@@ -106,6 +110,7 @@ fn send(
     incoming: &Incoming,
     plan: &Plan<'_>,
     bodyless: bool,
+    whole: Option<Duration>,
 ) -> Result<Result<http::Response<Body>, ureq::Error>, http::Error> {
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
     let mut request = http::Request::builder()
@@ -131,10 +136,24 @@ fn send(
         request = request.header("Authorization", format!("Bearer {key}"));
     }
     Ok(if bodyless {
-        agent.run(request.body(())?)
+        agent.run(bounded(agent, request.body(())?, whole))
     } else {
-        agent.run(request.body(plan.body.as_slice())?)
+        agent.run(bounded(agent, request.body(plan.body.as_slice())?, whole))
     })
+}
+
+/// `request` with one deadline for its whole exchange, answer body included, when `whole` says so.
+fn bounded<S: ureq::AsSendBody>(
+    agent: &ureq::Agent,
+    request: http::Request<S>,
+    whole: Option<Duration>,
+) -> http::Request<S> {
+    match whole {
+        Some(limit) => (agent.configure_request(request))
+            .timeout_global(Some(limit))
+            .build(),
+        None => request,
+    }
 }
 
 /// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value
