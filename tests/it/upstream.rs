@@ -1,5 +1,8 @@
 //! Upstream connections (issue 12): plain answers leave their connection for the next request,
-//! streamed ones never go back (llama-server closes after a stream while advertising keep-alive).
+//! streamed ones never go back (llama-server closes after a stream while advertising keep-alive),
+//! and a pooled connection found closed is retried once on a fresh one.
+
+use crossbar::sim::Fault;
 
 use crate::support::{chat, host, Harness};
 
@@ -39,4 +42,22 @@ fn a_streamed_answer_never_leaves_its_connection_for_the_next_request() {
     // The first stream used the pooled connection; each plain answer after a stream a new one.
     assert_eq!(sim.connections() - before, 3);
     assert!(h.rows().iter().all(|r| r.status == 200 && r.err.is_empty()));
+}
+
+/// Issue 12: a pooled connection that ends before any byte of an answer (the host had closed it)
+/// is tried once more on a fresh connection; a fresh one that does the same is the host's failure.
+#[test]
+fn a_pooled_connection_that_ends_unanswered_is_retried_once_on_a_fresh_one() {
+    let h = Harness::start(vec![host("titan", 1)], "health_interval = \"1h\"");
+    let sim = &h.sims[0].1;
+    let warm = h.post(CHAT, &chat("retry", 0, false));
+    assert_eq!(warm.status, 200, "{}", warm.text());
+    let (connections, requests) = (sim.connections(), sim.stats().requests);
+    // Every non-streamed answer now closes without a byte.
+    sim.set_fault(Fault::DieMidStream { after_events: 0 });
+    let failed = h.post(CHAT, &chat("retry", 1, false));
+    assert_eq!(failed.status, 502, "{}", failed.text());
+    // Sent on the pooled connection, then once more on one fresh connection, and no more.
+    assert_eq!(sim.stats().requests - requests, 2);
+    assert_eq!(sim.connections() - connections, 1);
 }
