@@ -67,7 +67,10 @@ fn a_per_peer_cap_of_zero_is_refused_by_its_key() {
     let text = format!("max_body_readers_per_peer = 0\n{MINIMAL}");
     check_problem(&text, "max_body_readers_per_peer: must be at least 1");
     let text = format!("max_body_readers_per_peer = 3\n{MINIMAL}");
-    assert_eq!(Config::from_toml(&text).unwrap().front.max_bodies_per_peer, 3);
+    assert_eq!(
+        Config::from_toml(&text).unwrap().front.max_bodies_per_peer,
+        3
+    );
 }
 
 #[test]

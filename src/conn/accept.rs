@@ -129,7 +129,9 @@ pub(super) fn per_peer_bodies(sh: &Shared, conn: Conn) {
     let detail = "too many request bodies being sent from this address";
     refuse(sock, 503, "busy", Some(detail), Some(1));
     if let Some(n) = sh.bodies_burst.hit() {
-        let peer = sock.peer_addr().map_or_else(|_| "-".into(), |a| a.ip().to_string());
+        let peer = sock
+            .peer_addr()
+            .map_or_else(|_| "-".into(), |a| a.ip().to_string());
         log::warn!(
             "refused listener={} status=503 reason=per_peer_bodies peer={peer} max={} requests={n}",
             sh.service.name,

@@ -197,7 +197,9 @@ mod tests {
         let a2 = peers.enter([10, 0, 0, 1].into()).unwrap();
         let b = peers.enter([10, 0, 0, 2].into()).unwrap();
         let first = a.body().unwrap();
-        let _second = a2.body().expect("two per peer, over any of its connections");
+        let _second = a2
+            .body()
+            .expect("two per peer, over any of its connections");
         assert!(a.body().is_none(), "a third body from the same peer");
         let _other = b.body().expect("another peer is not affected");
         assert_eq!(peers.bodies(), 3);

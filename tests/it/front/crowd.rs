@@ -141,7 +141,9 @@ fn a_peer_trickling_request_bodies_holds_no_more_than_its_share_of_workers() {
     let extra = "workers = 4\nclient_body_timeout = \"8s\"\nmax_body_readers_per_peer = 2";
     let h = Harness::start(vec![host("titan", 1)], extra);
     let whole = post_head(CHAT, "", &chat("slow", 0, false).to_string());
-    let part = &whole.as_bytes()[..whole.find("\r\n\r\n").unwrap() + 4 + 10];
+    let (part, rest) = whole
+        .as_bytes()
+        .split_at(whole.find("\r\n\r\n").unwrap() + 4 + 10);
     let trickle = |n: usize| -> Vec<Conn> {
         (0..n)
             .map(|_| {
@@ -164,7 +166,7 @@ fn a_peer_trickling_request_bodies_holds_no_more_than_its_share_of_workers() {
     // The rest of every body: the two read are served, the six refused were told to retry.
     let mut statuses = Vec::new();
     for conn in &mut slow {
-        let _ = conn.reader.get_mut().write_all(&whole.as_bytes()[part.len()..]);
+        let _ = conn.reader.get_mut().write_all(rest);
         let answer = conn.read_answer();
         if answer.status == 503 {
             check_error(&answer, 503, "busy");
@@ -188,7 +190,7 @@ fn a_peer_trickling_request_bodies_holds_no_more_than_its_share_of_workers() {
     wait_until("the next body is read", || {
         h.server().client_connections().reading_body == 2
     });
-    next.reader.get_mut().write_all(&whole.as_bytes()[part.len()..]).unwrap();
+    next.reader.get_mut().write_all(rest).unwrap();
     assert_eq!(next.read_answer().status, 200);
     assert_eq!(refused(&h, "clients", "per_peer_bodies"), 6);
 }
