@@ -33,7 +33,7 @@ static:
 	scripts/static.sh
 
 bench:
-	$(CARGO) bench --bench overhead
+	scripts/bench.sh
 
 bench-affinity:
 	scripts/bench-affinity.sh

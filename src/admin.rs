@@ -10,10 +10,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 mod guard;
+mod verbs;
 
-use crate::config::{Config, Route};
 use crate::conn::{BodyError, Request};
-use crate::lease::LeaseError;
 use crate::logfmt::val;
 use crate::metrics::Gauges;
 use crate::page;
@@ -129,10 +128,12 @@ fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> An
         ("GET", "/admin/status") => Answer::json(200, status(gw)),
         ("GET", "/admin/leases") => Answer::json(200, leases(gw)),
         ("GET", "/admin/events") => events(gw, query),
-        ("POST", "/admin/pin") => parse(body).map_or_else(|e| e, |r| pin(gw, r, now)),
-        ("POST", "/admin/unpin") => parse(body).map_or_else(|e| e, |r| unpin(gw, r, now)),
-        ("POST", "/admin/release") => parse(body).map_or_else(|e| e, |r| release(gw, r, now)),
-        ("POST", "/admin/drain") => parse(body).map_or_else(|e| e, |r| drain(gw, r)),
+        ("POST", "/admin/pin") => parse(body).map_or_else(|e| e, |r| verbs::pin(gw, r, now)),
+        ("POST", "/admin/unpin") => parse(body).map_or_else(|e| e, |r| verbs::unpin(gw, r, now)),
+        ("POST", "/admin/release") => {
+            parse(body).map_or_else(|e| e, |r| verbs::release(gw, r, now))
+        }
+        ("POST", "/admin/drain") => parse(body).map_or_else(|e| e, |r| verbs::drain(gw, r)),
         (_, "/" | "/metrics" | "/admin/status" | "/admin/leases" | "/admin/events") => {
             Answer::error(405, "method not allowed")
         }
@@ -157,134 +158,6 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Answer> {
         };
         Answer::error(400, message)
     })
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PinRequest {
-    route: String,
-    host: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RouteRequest {
-    route: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DrainRequest {
-    host: String,
-    on: bool,
-}
-
-/// The route as `config` has it. Callers pass one snapshot and look nothing up in another: a
-/// reload between two `gw.config()` calls could remove what the first one found.
-fn known_route<'c>(config: &'c Config, route: &str) -> Result<&'c Route, Answer> {
-    config
-        .routes
-        .get(route)
-        .ok_or_else(|| Answer::error(404, format!("unknown route {route:?}")))
-}
-
-fn known_host(config: &Config, host: &str) -> Result<(), Answer> {
-    if config.hosts.contains_key(host) {
-        Ok(())
-    } else {
-        Err(Answer::error(404, format!("unknown host {host:?}")))
-    }
-}
-
-fn lease_failure(err: LeaseError) -> Answer {
-    match err {
-        LeaseError::UnknownHost { host } => {
-            Answer::error(404, format!("unknown host {host:?} for this route"))
-        }
-        other => Answer::error(500, other.to_string()),
-    }
-}
-
-fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
-    let config = gw.config();
-    let route = match known_route(&config, &req.route) {
-        Ok(route) => route,
-        Err(answer) => return answer,
-    };
-    if let Err(answer) = known_host(&config, &req.host) {
-        return answer;
-    }
-    if !route.hosts.contains(&req.host) {
-        return Answer::error(
-            404,
-            format!(
-                "host {:?} is not a candidate of route {:?}",
-                req.host, req.route
-            ),
-        );
-    }
-    match gw.leases.pin(&req.route, &req.host, now) {
-        Ok(dropped) => {
-            log::info!(
-                "pin route={} host={} leases_dropped={dropped}",
-                req.route,
-                req.host
-            );
-            Answer::json(
-                200,
-                json!({ "route": req.route, "host": req.host, "dropped": dropped }),
-            )
-        }
-        Err(err) => lease_failure(err),
-    }
-}
-
-fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(&gw.config(), &req.route) {
-        return answer;
-    }
-    match gw.leases.unpin(&req.route, now) {
-        Ok(was) => {
-            log::info!("unpin route={} was_pinned={was}", req.route);
-            Answer::json(200, json!({ "route": req.route, "was_pinned": was }))
-        }
-        Err(err) => lease_failure(err),
-    }
-}
-
-fn release(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {
-    if let Err(answer) = known_route(&gw.config(), &req.route) {
-        return answer;
-    }
-    match gw.leases.release(&req.route, now) {
-        Ok(dropped) => {
-            log::info!("release route={} leases_dropped={dropped}", req.route);
-            Answer::json(200, json!({ "route": req.route, "dropped": dropped }))
-        }
-        Err(err) => lease_failure(err),
-    }
-}
-
-fn drain(gw: &Gateway, req: DrainRequest) -> Answer {
-    if let Err(answer) = known_host(&gw.config(), &req.host) {
-        return answer;
-    }
-    let changed = gw.drains.set(&req.host, req.on);
-    let remaining = gw
-        .leases
-        .snapshot()
-        .iter()
-        .filter(|l| l.host == req.host)
-        .count();
-    log::info!(
-        "drain host={} on={} changed={changed} leases_remaining={remaining}",
-        req.host,
-        req.on
-    );
-    Answer::json(
-        200,
-        json!({ "host": req.host, "draining": req.on, "changed": changed, "leases": remaining }),
-    )
 }
 
 fn events(gw: &Gateway, query: &str) -> Answer {
@@ -336,6 +209,7 @@ pub fn leases(gw: &Gateway) -> Value {
 /// `GET /admin/status`: hosts, routes with their pins, and the lease count.
 pub fn status(gw: &Gateway) -> Value {
     let config = gw.config();
+    let per_host = gw.leases.per_host();
     let snapshot = gw.leases.snapshot();
     let slots = gw.limiter.snapshot();
     let hosts: Vec<Value> = config
@@ -365,7 +239,7 @@ pub fn status(gw: &Gateway) -> Value {
                 "per_slot_ctx": gw.health.per_slot_ctx(&host.name),
                 "in_flight": mine.clone().map(|s| s.in_flight).sum::<usize>(),
                 "queued": mine.map(|s| s.queued).sum::<usize>(),
-                "leases": snapshot.iter().filter(|l| l.host == host.name).count(),
+                "leases": per_host.get(&host.name).copied().unwrap_or(0),
                 "models": models,
             })
         })
@@ -390,13 +264,17 @@ pub fn status(gw: &Gateway) -> Value {
         .map(|h| gw.metrics.hour(h, now))
         .collect();
     let (tokens, seconds) = crate::metrics::recent::saved(&hours);
+    let store = gw.store.status();
     json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
-            "prefill_saved": { "tokens": tokens, "seconds": seconds } })
+            "prefill_saved": { "tokens": tokens, "seconds": seconds },
+            "store": { "ok": store.ok, "since": store.since, "cause": store.cause,
+                       "write_errors": store.write_errors, "db": config.db } })
 }
 
 fn gauges(gw: &Gateway) -> Gauges {
     let config = gw.config();
-    let snapshot = gw.leases.snapshot();
+    let per_host = gw.leases.per_host();
+    let store = gw.store.status();
     Gauges {
         hosts: config
             .hosts
@@ -412,7 +290,9 @@ fn gauges(gw: &Gateway) -> Gauges {
         leases: config
             .hosts
             .keys()
-            .map(|h| (h.clone(), snapshot.iter().filter(|l| &l.host == h).count()))
+            .map(|h| (h.clone(), per_host.get(h).copied().unwrap_or(0)))
             .collect(),
+        store_ok: store.ok,
+        store_write_errors: store.write_errors,
     }
 }

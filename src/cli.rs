@@ -1,4 +1,4 @@
-//! The command line: `crossbar serve|check|status|leases|pin|unpin|release|drain|report`.
+//! The command line: `crossbar serve|check|status|leases|pin|unpin|release|drain|report|backup`.
 //!
 //! This module parses arguments, sets up logging (once, here), and runs a verb. Operator verbs talk
 //! to the admin API (`ops`) or read the database (`report`). Errors come back to `main` as one
@@ -18,6 +18,7 @@ use lexopt::prelude::*;
 use crate::config::{self, Config, ConfigError};
 use crate::report;
 use crate::server::Server;
+use crate::store::{self, DbLock};
 
 /// Where a config is looked for when `-c` is not given, in order.
 pub const DEFAULT_CONFIGS: &[&str] = &["crossbar.toml", "/etc/crossbar/crossbar.toml"];
@@ -164,11 +165,12 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
         "unpin" => expect(1, "ROUTE").and_then(|_| ops::unpin(&args)),
         "release" => expect(1, "ROUTE").and_then(|_| ops::release(&args)),
         "drain" => expect(1, "HOST").and_then(|_| ops::drain(&args)),
+        "backup" => expect(1, "FILE").and_then(|_| backup(&args)),
         "report" => expect(0, "no arguments").and_then(|_| {
             let config = args.load_config()?;
             let since = args.since.unwrap_or(Duration::from_secs(24 * 3600));
             let text = report::run(&config.db, since, args.route.as_deref(), args.json)
-                .map_err(|e| CliError::Failed(e.to_string()))?;
+                .map_err(|e| CliError::Failed(chain(&e)))?;
             print!("{text}");
             Ok(())
         }),
@@ -177,9 +179,28 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
 }
 
 /// `crossbar check`: prints `ok`, or every problem on its own line. A config that works but
-/// leaves the admin API open beyond this machine gets a warning on stderr.
+/// leaves the admin API open beyond this machine gets a warning on stderr. A db whose directory
+/// crossbar cannot write is a problem; a db a running crossbar holds is a note (checking before a
+/// reload must keep working).
 fn check(args: &Args) -> Result<(), CliError> {
     let config = args.load_config()?;
+    let dir = match config.db.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if let Err(err) = writable(&dir) {
+        return Err(CliError::Failed(format!(
+            "db: directory {} is not writable ({err}); crossbar keeps its db, WAL and lock files there",
+            dir.display()
+        )));
+    }
+    if let Some(pid) = DbLock::holder(&config.db) {
+        let who = pid.map_or_else(String::new, |pid| format!(" (pid {pid})"));
+        println!(
+            "note: database {} is in use by a running crossbar{who}; a reload (SIGHUP) keeps it",
+            config.db.display()
+        );
+    }
     if !config.admin_listen.ip().is_loopback() && config.admin_token.is_none() {
         eprintln!(
             "warning: admin_listen {} is not loopback and no admin_token is set: anyone who can \
@@ -189,6 +210,41 @@ fn check(args: &Args) -> Result<(), CliError> {
     }
     println!("ok");
     Ok(())
+}
+
+/// Whether a file can be created in `dir` (the real test: permissions, read-only mounts, ACLs).
+fn writable(dir: &std::path::Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".crossbar-check-{}", std::process::id()));
+    std::fs::File::create(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// `crossbar backup FILE`: copies the db (while serve runs, too) and verifies the copy.
+fn backup(args: &Args) -> Result<(), CliError> {
+    let config = args.load_config()?;
+    let dest = PathBuf::from(&args.positional[0]);
+    let report = store::backup(&config.db, &dest).map_err(|e| CliError::Failed(chain(&e)))?;
+    println!(
+        "backup ok: {} (schema {}, {} leases, {} requests, integrity_check {})",
+        report.path.display(),
+        report.schema,
+        report.leases,
+        report.requests,
+        report.integrity
+    );
+    Ok(())
+}
+
+/// An error and its sources, joined with ": ".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }
 
 /// `crossbar serve`: runs until SIGTERM or SIGINT; SIGHUP re-reads the config.
@@ -205,7 +261,7 @@ fn serve(args: &Args) -> Result<(), CliError> {
     // Register before starting so a signal during start-up is not lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| CliError::Failed(format!("cannot handle signals: {e}")))?;
-    let server = Server::start(config).map_err(|e| CliError::Failed(e.to_string()))?;
+    let server = Server::start(config).map_err(|e| CliError::Failed(chain(&e)))?;
     for signal in signals.forever() {
         if signal != SIGHUP {
             log::info!(

@@ -22,6 +22,11 @@ pub struct Config {
     pub db: PathBuf,
     pub workers: usize,
     pub lease_idle: Duration,
+    /// Most leases kept; beyond it the least recently used idle one is evicted.
+    pub max_leases: usize,
+    /// How long accounting rows and lease events are kept before background pruning.
+    pub keep_requests: Duration,
+    pub keep_events: Duration,
     pub health_interval: Duration,
     pub queue_max: usize,
     pub queue_timeout: Duration,

@@ -7,25 +7,32 @@
 //! that is down is an error, never a silent move.
 //!
 //! The table does no I/O of its own and never looks at a clock (`now` is a parameter, unix ms).
-//! Every change is written through a [`Persister`] first and applied to memory only after the
-//! write succeeded, so memory never holds what the database does not. It must not do network I/O:
-//! health and choice come in through [`HostView`] and [`Chooser`], which must answer from memory
-//! and must never call back into the table (the table's lock is held while they run).
+//! Every change is queued to a [`Persister`] (the store's writer thread) and applied to memory only
+//! after its commit; a request waits for that commit with the table's lock released, holding a
+//! reservation for its key so that a concurrent first turn of the same conversation waits for it
+//! and the chooser counts it. A reused lease's `last_used` is written behind (not waited for).
+//! Per-host lease counts and a last-used index are kept as leases come and go, so no request walks
+//! the whole table; `max_leases` bounds it (least recently used idle lease evicted). Health and
+//! choice come in through [`HostView`] and [`Chooser`], which must answer from memory and must
+//! never call back into the table (the table's lock is held while they run).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::logfmt::val;
-use crate::store::{LeaseEvent, LeaseRow, LeaseState, Reason, Store, StoreError};
+use crate::store::{LeaseRow, LeaseState, Reason, Store, StoreError, Ticket, Write};
+use index::Inner;
 
 mod acquire;
+mod index;
 mod operator;
 #[cfg(test)]
 mod tests;
+mod view;
 
 /// What a lease is for. `model` is never empty for a real lease: the row `(route, "", "")` is the
 /// route's pin in the store.
@@ -65,12 +72,11 @@ pub enum LeaseError {
     Store(StoreError),
 }
 
-/// Where leases are written through to. [`Store`] is the real one.
+/// Where leases are written through to: the store's writer thread is the real one.
 pub trait Persister: Send + Sync {
-    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError>;
-    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError>;
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError>;
-    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError>;
+    /// Queues `writes` after every earlier submission; the ticket answers at their commit.
+    fn submit(&self, writes: Vec<Write>) -> Ticket;
 }
 
 /// What the table needs to know about hosts, answered from memory.
@@ -99,21 +105,37 @@ pub struct Table {
     persister: Arc<dyn Persister>,
     hosts: Arc<dyn HostView>,
     chooser: Arc<dyn Chooser>,
-    inner: Mutex<Inner>,
+    shared: Arc<Shared>,
 }
 
-/// Invariants:
-/// - `leases` and `pins` equal what the persister holds (as of this table's own writes): each is
-///   changed only after the matching write succeeded.
-/// - `leases` never holds a pin; a key's lease is on exactly one host.
-/// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
-///   minus hosts dropped by [`Table::drop_host`]. It is knowledge, not persisted state.
-struct Inner {
-    leases: BTreeMap<Key, Lease>,
-    pins: BTreeMap<String, String>,
-    seen: BTreeMap<String, BTreeSet<String>>,
-    idle: Duration,
+/// The lock, and the condvar a request waits on while another holds its key's reservation.
+struct Shared {
+    inner: Mutex<Inner>,
+    settled: Condvar,
 }
+
+/// A request's claim on its lease: while held, eviction passes the lease by.
+pub struct Hold {
+    shared: Arc<Shared>,
+    key: Arc<Key>,
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold").field("key", &self.key).finish()
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(e) = self.shared.inner.lock().leases.get_mut(&self.key) {
+            e.in_flight = e.in_flight.saturating_sub(1);
+        }
+    }
+}
+
+/// The default for `max_leases`.
+pub const MAX_LEASES: usize = 100_000;
 
 impl Table {
     /// Loads the persisted leases and pins. Rows with `fp == model == ""` and state pinned are pins;
@@ -125,10 +147,15 @@ impl Table {
         idle: Duration,
     ) -> Result<Table, StoreError> {
         let mut inner = Inner {
-            leases: BTreeMap::new(),
+            leases: HashMap::new(),
+            by_use: BTreeSet::new(),
+            counts: HashMap::new(),
+            pending: HashMap::new(),
+            touched: HashSet::new(),
             pins: BTreeMap::new(),
             seen: BTreeMap::new(),
             idle,
+            max_leases: MAX_LEASES,
         };
         for row in persister.list_leases()? {
             inner.see(&row.route, &row.host);
@@ -149,20 +176,21 @@ impl Table {
                 fp: row.fp,
                 model: row.model,
             };
-            let lease = Lease {
-                key: key.clone(),
-                host: row.host,
-                created: row.created,
-                last_used: row.last_used,
-            };
-            inner.leases.insert(key, lease);
+            inner.insert(key, row.host, row.created, row.last_used);
         }
         Ok(Table {
             persister,
             hosts,
             chooser,
-            inner: Mutex::new(inner),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                settled: Condvar::new(),
+            }),
         })
+    }
+
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.shared.inner.lock()
     }
 
     /// The host for `key` (seed 000, rules in order): the route's pin; the key's own lease on a
@@ -196,9 +224,9 @@ impl Table {
         now: i64,
         inherit: bool,
     ) -> Result<Acquired, LeaseError> {
-        let mut inner = self.inner.lock();
-        let result = self.acquire_locked(&mut inner, key, candidates, now, inherit);
+        let result = self.acquire_inner(key, candidates, now, inherit);
         if !matches!(result, Err(LeaseError::Store(_))) {
+            let mut inner = self.lock();
             for host in candidates {
                 inner.see(&key.route, host);
             }
@@ -210,25 +238,25 @@ impl Table {
     /// health, tokenizer): the pin, the key's own lease, or the chooser's pick — without creating or
     /// touching anything, so a chat UI listing models keeps no route-level lease alive.
     pub fn lookup(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         self.lookup_locked(&inner, key, candidates)
     }
 
     /// The host for a stateless request (embeddings, rerank): the pin, else the chooser's pick
     /// among the usable candidates; no lease is read, created or touched.
     pub fn place(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         self.place_locked(&inner, key, candidates)
     }
 
     /// The host `route` is pinned to, if any.
     pub fn pinned(&self, route: &str) -> Option<String> {
-        self.inner.lock().pins.get(route).cloned()
+        self.lock().pins.get(route).cloned()
     }
 
     /// Every pin as `(route, host)`, sorted.
     pub fn pins(&self) -> Vec<(String, String)> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner
             .pins
             .iter()
@@ -239,22 +267,21 @@ impl Table {
     /// Re-leases `key` onto `host` (the context guard: the prompt no longer fits where it was).
     /// Records a `ctx` event from the previous host ("" if none). Fails only on a write.
     pub fn move_to(&self, key: &Key, host: &str, now: i64) -> Result<(), LeaseError> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let from = inner
             .leases
             .get(key)
             .map(|l| l.host.clone())
             .unwrap_or_default();
-        self.put(&mut inner, Lease::fresh(key, host, now))?;
+        self.put(&mut inner, key, host, now, Reason::Ctx, &from)?;
         inner.see(&key.route, host);
-        self.note(now, key, Reason::Ctx, &from, host);
         Ok(())
     }
 
     /// Remembers `hosts` as candidates of `route` (a config's route list, at start or reload), so
     /// an operator can pin to them before any traffic arrived.
     pub fn add_candidates(&self, route: &str, hosts: &[String]) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         for host in hosts {
             inner.see(route, host);
         }
@@ -262,50 +289,24 @@ impl Table {
 
     /// Changes the idle time used by [`Table::expire_idle`] (config reload).
     pub fn set_idle(&self, idle: Duration) {
-        self.inner.lock().idle = idle;
+        self.lock().idle = idle;
     }
 
-    /// Copies of every lease, sorted by key; pins are not leases and are not included.
-    pub fn snapshot(&self) -> Vec<Lease> {
-        self.inner.lock().leases.values().cloned().collect()
-    }
-}
-
-impl Lease {
-    fn fresh(key: &Key, host: &str, now: i64) -> Lease {
-        Lease {
-            key: key.clone(),
-            host: host.to_string(),
-            created: now,
-            last_used: now,
-        }
-    }
-
-    fn row(&self) -> LeaseRow {
-        LeaseRow {
-            route: self.key.route.clone(),
-            fp: self.key.fp.clone(),
-            model: self.key.model.clone(),
-            host: self.host.clone(),
-            state: LeaseState::Active,
-            created: self.created,
-            last_used: self.last_used,
-        }
+    /// Changes the lease cap (config); the next new lease evicts down to it.
+    pub fn set_max_leases(&self, max: usize) {
+        self.lock().max_leases = max.max(1);
     }
 }
 
-impl Inner {
-    fn see(&mut self, route: &str, host: &str) {
-        if !self.seen.get(route).is_some_and(|s| s.contains(host)) {
-            self.seen
-                .entry(route.to_string())
-                .or_default()
-                .insert(host.to_string());
-        }
-    }
-
-    fn route_leases<'a>(&'a self, route: &'a str) -> impl Iterator<Item = &'a Lease> + 'a {
-        self.leases.values().filter(move |l| l.key.route == route)
+fn lease_row(key: &Key, host: &str, created: i64, last_used: i64) -> LeaseRow {
+    LeaseRow {
+        route: key.route.clone(),
+        fp: key.fp.clone(),
+        model: key.model.clone(),
+        host: host.to_string(),
+        state: LeaseState::Active,
+        created,
+        last_used,
     }
 }
 
@@ -331,23 +332,17 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 impl Persister for Store {
-    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
-        Store::save_lease(self, row)
-    }
-    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
-        Store::delete_lease(self, route, fp, model)
-    }
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         Store::list_leases(self)
     }
-    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
-        Store::record_event(self, ev)
+    fn submit(&self, writes: Vec<Write>) -> Ticket {
+        Store::submit(self, writes)
     }
 }
 
 impl fmt::Debug for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         f.debug_struct("Table")
             .field("leases", &inner.leases.len())
             .field("pins", &inner.pins)

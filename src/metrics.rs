@@ -41,6 +41,8 @@ struct Inner {
     /// Time waiting for a slot, by (route, host).
     queue_wait: BTreeMap<(String, String), Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// Accounting rows the store could not write.
+    rows_lost: u64,
     /// (listener, reason) → connections answered before a request was routed (no accounting row).
     refused: BTreeMap<(&'static str, &'static str), u64>,
     /// The last hour, per host.
@@ -74,6 +76,9 @@ pub struct Gauges {
     pub slots: Vec<(String, String, usize, usize)>,
     /// (host, leases)
     pub leases: Vec<(String, usize)>,
+    /// Whether the store's last commit succeeded, and its failed commits since start.
+    pub store_ok: bool,
+    pub store_write_errors: u64,
 }
 
 impl Metrics {
@@ -192,6 +197,10 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    pub fn observe_row_lost(&self) {
+        self.inner.lock().rows_lost += 1;
+    }
+
     /// The exposition text.
     pub fn render(&self, gauges: &Gauges) -> String {
         let inner = self.inner.lock();
@@ -280,6 +289,13 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_store_rows_lost_total",
+            "counter",
+            "Accounting rows the store could not write.",
+        );
+        let _ = writeln!(out, "crossbar_store_rows_lost_total {}", inner.rows_lost);
+        header(
+            &mut out,
             "crossbar_refused_total",
             "counter",
             "Connections answered before their request was routed (no accounting row), by listener and reason.",
@@ -318,6 +334,24 @@ impl Metrics {
             }
         }
         drop(inner);
+        header(
+            &mut out,
+            "crossbar_store_up",
+            "gauge",
+            "1 when the store's last commit succeeded; 0 while writes fail (disk full, read-only).",
+        );
+        let _ = writeln!(out, "crossbar_store_up {}", u8::from(gauges.store_ok));
+        header(
+            &mut out,
+            "crossbar_store_write_errors_total",
+            "counter",
+            "Failed store commits since start.",
+        );
+        let _ = writeln!(
+            out,
+            "crossbar_store_write_errors_total {}",
+            gauges.store_write_errors
+        );
         header(
             &mut out,
             "crossbar_host_up",

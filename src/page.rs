@@ -43,6 +43,16 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         config.routes.len(),
         snapshot.len()
     );
+    let store = gw.store.status();
+    if !store.ok {
+        let _ = write!(
+            out,
+            "<p><span class=down>store failing</span> since {}: {} — new conversations get 503 \
+             until a write succeeds</p>",
+            esc(&ago(now - store.since)),
+            esc(&store.cause)
+        );
+    }
     let hours: Vec<(&str, HourView)> = config
         .hosts
         .keys()
@@ -292,7 +302,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

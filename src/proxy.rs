@@ -87,6 +87,8 @@ struct Plan<'a> {
     /// without one, so it must not wait behind generations here).
     slot: bool,
     ctx_moved: Option<String>,
+    /// Keeps the lease from eviction while the request runs.
+    _hold: Option<crate::lease::Hold>,
 }
 
 /// What a request did with the lease table, as `X-Crossbar-Lease` and the log line say it.
@@ -246,6 +248,7 @@ fn prepare<'c>(
             lease,
             slot,
             ctx_moved,
+            _hold: None,
         };
         return Ok((plan, key));
     }
@@ -255,6 +258,7 @@ fn prepare<'c>(
     } else {
         gw.leases.acquire(&key, &route.hosts, now)?
     };
+    let hold = gw.leases.hold(&key);
     row.host = acquired.host.clone();
     let moved = if metadata {
         None
@@ -284,6 +288,7 @@ fn prepare<'c>(
         },
         slot: !metadata,
         ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
+        _hold: hold,
     };
     Ok((plan, key))
 }
@@ -309,6 +314,7 @@ fn lookup_plan<'c>(
         lease: LeaseUse::None,
         slot: false,
         ctx_moved: None,
+        _hold: None,
     };
     Ok((plan, key))
 }

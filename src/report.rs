@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::store::{unix_ms, RequestRow, Store, StoreError};
+use crate::store::{unix_ms, Reader, RequestRow, StoreError};
 
 /// Figures for one route, host and API over the window.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
@@ -53,7 +53,7 @@ impl std::fmt::Display for ReportError {
 impl std::error::Error for ReportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ReportError::Store(err) => Some(err),
+            ReportError::Store(err) => err.source(),
             ReportError::NoDb(_) => None,
         }
     }
@@ -75,7 +75,7 @@ pub fn run(
     if !db.exists() {
         return Err(ReportError::NoDb(db.to_path_buf()));
     }
-    let store = Store::open(db)?;
+    let store = Reader::open(db)?;
     let from = unix_ms(SystemTime::now()) - since.as_millis() as i64;
     let lines = summarize(&store.requests_since(from, route)?);
     Ok(if json {

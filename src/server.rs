@@ -19,7 +19,7 @@ use crate::conn::{Pool, Request, Service};
 use crate::health::Poller;
 use crate::proxy;
 use crate::state::Gateway;
-use crate::store::{unix_ms, Store, StoreError};
+use crate::store::{unix_ms, DbLock, LockError, Store, StoreError, Write};
 
 /// Threads serving the admin listener: operators and scrapers, never many at once.
 const ADMIN_WORKERS: usize = 2;
@@ -28,6 +28,8 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug)]
 pub enum StartError {
+    /// Another crossbar serves from the same database.
+    Lock(LockError),
     Store(StoreError),
     Bind {
         what: &'static str,
@@ -40,6 +42,7 @@ impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StartError::Store(err) => write!(f, "{err}"),
+            StartError::Lock(err) => write!(f, "{err}"),
             StartError::Bind { what, addr, detail } => {
                 write!(f, "cannot listen for {what} on {addr}: {detail}")
             }
@@ -51,6 +54,7 @@ impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StartError::Store(err) => Some(err),
+            StartError::Lock(err) => err.source(),
             StartError::Bind { .. } => None,
         }
     }
@@ -63,11 +67,14 @@ pub struct Server {
     admin: Pool,
     sweeper: Option<(Sender<()>, JoinHandle<()>)>,
     poller: Mutex<Option<Poller>>,
+    /// Held for the server's life: one database, one gateway. Declared last, dropped last.
+    _lock: DbLock,
 }
 
 impl Server {
     /// Opens the store, loads the leases, binds the listeners and starts all threads.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        let lock = DbLock::acquire(&config.db).map_err(StartError::Lock)?;
         let store = Store::open(&config.db).map_err(StartError::Store)?;
         let bind = |what, addr: SocketAddr| {
             listener(addr).map_err(|err| StartError::Bind {
@@ -121,6 +128,7 @@ impl Server {
             admin,
             sweeper,
             poller,
+            _lock: lock,
         })
     }
 
@@ -180,6 +188,7 @@ impl Server {
         if let Some(poller) = self.poller.lock().take() {
             poller.stop();
         }
+        self.gateway.leases.flush_touches();
         log::info!("stopped");
     }
 }
@@ -214,23 +223,54 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .expect("the OS refused to start a thread")
 }
 
-/// Expires idle leases often enough that none outlives `lease_idle` by more than a second.
+/// Writes touched leases' `last_used` behind, expires idle leases often enough that none outlives
+/// `lease_idle` by more than a second, and every [`PRUNE_EVERY`] deletes a small batch of
+/// accounting rows and events older than `keep_requests` / `keep_events`.
 fn start_sweeper(gateway: Arc<Gateway>) -> (Sender<()>, JoinHandle<()>) {
     let (stop, stopped) = bounded::<()>(0);
-    let handle = spawn("lease-sweeper".to_string(), move || loop {
-        let idle = gateway.config().lease_idle;
-        let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        match stopped.recv_timeout(every) {
-            Err(RecvTimeoutError::Timeout) => {
-                let expired = gateway.leases.expire_idle(unix_ms(SystemTime::now()));
-                if expired > 0 {
-                    gateway.prune_last_prompt();
-                }
+    let handle = spawn("lease-sweeper".to_string(), move || {
+        let mut next_prune = Instant::now();
+        loop {
+            let idle = gateway.config().lease_idle;
+            let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+            match stopped.recv_timeout(every) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
             }
-            _ => return,
+            let now = unix_ms(SystemTime::now());
+            gateway.leases.flush_touches();
+            if gateway.leases.expire_idle(now) > 0 {
+                gateway.prune_last_prompt();
+            }
+            if Instant::now() >= next_prune {
+                next_prune = Instant::now() + PRUNE_EVERY;
+                prune(&gateway, now);
+            }
         }
     });
     (stop, handle)
+}
+
+/// Rows pruned per table per round: small, so a round is one short transaction.
+const PRUNE_BATCH: usize = 500;
+const PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+fn prune(gateway: &Gateway, now: i64) {
+    let config = gateway.config();
+    let before =
+        |keep: Duration| now.saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX));
+    let writes = vec![
+        Write::PruneRequests {
+            before: before(config.keep_requests),
+            limit: PRUNE_BATCH,
+        },
+        Write::PruneEvents {
+            before: before(config.keep_events),
+            limit: PRUNE_BATCH,
+        },
+    ];
+    // A failure is the store's to log (once per burst); the next round tries again.
+    let _ = gateway.store.submit(writes).wait();
 }
 
 fn start_poller(gateway: &Gateway) -> Poller {

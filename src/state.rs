@@ -17,7 +17,7 @@ use crate::lease::{self, Key};
 use crate::limiter::Limiter;
 use crate::logfmt::val;
 use crate::metrics::Metrics;
-use crate::store::{unix_ms, LeaseEvent, LeaseRow, Store, StoreError};
+use crate::store::{unix_ms, LeaseRow, Store, StoreError, Ticket, Write};
 
 /// Everything a request needs, shared by all threads.
 pub struct Gateway {
@@ -92,6 +92,7 @@ impl Gateway {
             metrics: metrics.clone(),
         });
         let leases = lease::Table::new(persister, view.clone(), view, idle)?;
+        leases.set_max_leases(config.read().max_leases);
         // Hosts edited out of the config while crossbar was stopped: their stored leases and
         // pins go now, as a reload would have dropped them (a pin on one would 503 its route).
         let stored: BTreeSet<String> = leases
@@ -145,6 +146,7 @@ impl Gateway {
         self.limiter.retain(|host, model| new.serves(host, model));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
         self.leases.set_idle(new.lease_idle);
+        self.leases.set_max_leases(new.max_leases);
         for route in new.routes.values() {
             self.leases.add_candidates(&route.name, &route.hosts);
         }
@@ -172,8 +174,14 @@ impl Gateway {
 
     /// Forgets prompt sizes of conversations that no longer hold a lease.
     pub fn prune_last_prompt(&self) {
-        let live: BTreeSet<Key> = self.leases.snapshot().into_iter().map(|l| l.key).collect();
-        self.last_prompt.lock().retain(|k, _| live.contains(k));
+        let known: Vec<Key> = self.last_prompt.lock().keys().cloned().collect();
+        let gone: Vec<Key> = (known.into_iter())
+            .filter(|k| !self.leases.contains(k))
+            .collect();
+        let mut last = self.last_prompt.lock();
+        for key in &gone {
+            last.remove(key);
+        }
     }
 }
 
@@ -240,22 +248,24 @@ struct Counted {
 }
 
 impl lease::Persister for Counted {
-    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
-        self.store.save_lease(row)
-    }
-
-    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
-        self.store.delete_lease(route, fp, model)
-    }
-
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         self.store.list_leases()
     }
 
-    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
-        let id = self.store.record_event(ev)?;
-        self.metrics.observe_lease_event(ev.reason.as_str());
-        Ok(id)
+    fn submit(&self, writes: Vec<Write>) -> Ticket {
+        self.count(&writes);
+        self.store.submit(writes)
+    }
+}
+
+impl Counted {
+    /// Counts lease events as they are queued (a failed commit is counted as a store error).
+    fn count(&self, writes: &[Write]) {
+        for write in writes {
+            if let Write::Event(ev) = write {
+                self.metrics.observe_lease_event(ev.reason.as_str());
+            }
+        }
     }
 }
 

@@ -4,17 +4,33 @@
 //! by `PRAGMA user_version`, in the manner of cargo's `util/sqlite.rs`) and the row types the rest of
 //! the crate reads and writes. It makes no decisions: which lease lives where is `lease`'s business,
 //! what a request row contains is the proxy's. It does no network I/O and holds its connection
-//! lock only for its own SQL; every call is a short local-file read or write.
+//! lock only for its own SQL. Writes go through one writer thread (`writer`), reads through a
+//! read-only connection (`reader`); `lock` keeps a second `serve` off the file, `backup` copies it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
-use rusqlite::{params, Connection};
+use std::sync::Arc;
 
+use rusqlite::Connection;
+
+mod backup;
+mod checkpoint;
+mod health;
+mod lock;
+mod reader;
 mod requests;
 mod schema;
+mod writer;
+
+pub use backup::{backup, BackupReport};
+use checkpoint::Checkpointer;
+pub use health::{StoreHealth, StoreStatus};
+pub use lock::{lock_path, DbLock, LockError};
+pub use reader::{Reader, Table};
+use writer::Writer;
+pub use writer::{Ticket, Write};
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -56,6 +72,8 @@ pub enum Reason {
     Ctx,
     /// A config reload removed the lease's host.
     Removed,
+    /// The table was at `max_leases`: the least recently used idle lease made room.
+    Evicted,
 }
 
 /// One row of the `lease_events` table; `id` is 0 until stored.
@@ -100,11 +118,16 @@ pub struct RequestRow {
     pub ctx_exact: Option<i64>,
 }
 
-/// The database. Cheap calls on one connection behind a mutex; every call is a short local write
-/// or read.
+/// The database as `serve` uses it: writes go to the one writer thread ([`Write`], [`Ticket`]),
+/// reads to a separate read-only connection ([`Reader`]), so an admin read never waits behind a
+/// commit and a commit never waits behind a page render.
 #[derive(Debug)]
 pub struct Store {
-    conn: Mutex<Connection>,
+    reader: Reader,
+    writer: Writer,
+    /// Declared after the writer: the writer's last commits land before it stops.
+    _checkpointer: Checkpointer,
+    health: Arc<StoreHealth>,
 }
 
 /// Everything that can go wrong talking to the database.
@@ -115,8 +138,16 @@ pub enum StoreError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    /// A reader was pointed at a file that does not exist.
+    Missing(PathBuf),
     /// The file was written by a newer crossbar whose schema this one does not know.
     TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    /// A reader found a schema older than this crossbar's (only `serve` migrates).
+    TooOld {
         path: PathBuf,
         found: i64,
         known: i64,
@@ -127,7 +158,17 @@ pub enum StoreError {
         version: usize,
         source: rusqlite::Error,
     },
-    /// Any other SQLite failure.
+    /// The writer thread could not commit (disk full, read-only file, I/O error).
+    Write(Arc<rusqlite::Error>),
+    /// The writer thread did not answer in time.
+    Stalled,
+    /// The writer thread is gone (the store is shutting down).
+    Stopped,
+    /// `backup` will not overwrite a file.
+    BackupExists(PathBuf),
+    /// The copy could not be made or did not verify.
+    BackupFailed { path: PathBuf, detail: String },
+    /// Any other SQLite failure (reads).
     Sqlite(rusqlite::Error),
 }
 
@@ -140,135 +181,101 @@ pub fn unix_ms(t: SystemTime) -> i64 {
 }
 
 impl Store {
-    /// Opens (creating if missing) the database at `path`, sets WAL mode and runs migrations.
-    /// A file that cannot be opened or written fails here, not at the first lease.
+    /// Opens (creating if missing) the database at `path`, sets WAL mode, runs migrations and
+    /// starts the writer thread. A file that cannot be opened or written fails here, not at the
+    /// first lease. Dropping the store commits what is queued and joins the writer.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let conn = Connection::open(path).map_err(|source| open_err(path, source))?;
-        Store::setup(path, conn)
-    }
-
-    /// A private database that lives as long as the `Store` (tests, `crossbar check`).
-    pub fn open_in_memory() -> Result<Store, StoreError> {
-        let path = Path::new(":memory:");
-        let conn = Connection::open_in_memory().map_err(|source| open_err(path, source))?;
-        Store::setup(path, conn)
-    }
-
-    /// The schema version of the open database (the number of migrations applied).
-    pub fn schema_version(&self) -> Result<i64, StoreError> {
-        let conn = self.conn.lock();
-        Ok(user_version(&conn)?)
-    }
-
-    /// Inserts or replaces the lease keyed by `route`, `fp`, `model`.
-    pub fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO leases (route, fp, model, host, state, created, last_used)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (route, fp, model) DO UPDATE SET
-               host = excluded.host, state = excluded.state,
-               created = excluded.created, last_used = excluded.last_used",
-        )?;
-        stmt.execute(params![
-            row.route,
-            row.fp,
-            row.model,
-            row.host,
-            row.state,
-            row.created,
-            row.last_used
-        ])?;
-        Ok(())
-    }
-
-    /// Deletes one lease (or pin); deleting a missing one is not an error.
-    pub fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt =
-            conn.prepare_cached("DELETE FROM leases WHERE route = ?1 AND fp = ?2 AND model = ?3")?;
-        stmt.execute(params![route, fp, model])?;
-        Ok(())
-    }
-
-    /// All leases and pins, ordered by key.
-    pub fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT route, fp, model, host, state, created, last_used FROM leases
-             ORDER BY route, fp, model",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(LeaseRow {
-                route: r.get(0)?,
-                fp: r.get(1)?,
-                model: r.get(2)?,
-                host: r.get(3)?,
-                state: r.get(4)?,
-                created: r.get(5)?,
-                last_used: r.get(6)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// Appends an event (its `id` is ignored) and returns the id it was stored under.
-    pub fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn.prepare_cached(
-            "INSERT INTO lease_events (at, route, fp, model, reason, from_host, to_host)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        stmt.execute(params![
-            ev.at,
-            ev.route,
-            ev.fp,
-            ev.model,
-            ev.reason,
-            ev.from_host,
-            ev.to_host
-        ])?;
-        Ok(conn.last_insert_rowid())
-    }
-
-    /// The latest `limit` events, newest first.
-    pub fn recent_events(&self, limit: usize) -> Result<Vec<LeaseEvent>, StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, at, route, fp, model, reason, from_host, to_host FROM lease_events
-             ORDER BY id DESC LIMIT ?1",
-        )?;
-        let rows = stmt.query_map([sql_limit(limit)], |r| {
-            Ok(LeaseEvent {
-                id: r.get(0)?,
-                at: r.get(1)?,
-                route: r.get(2)?,
-                fp: r.get(3)?,
-                model: r.get(4)?,
-                reason: r.get(5)?,
-                from_host: r.get(6)?,
-                to_host: r.get(7)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn setup(path: &Path, conn: Connection) -> Result<Store, StoreError> {
-        let err = |source| open_err(path, source);
-        conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
-        // In-memory databases answer "memory" and stay that way; files switch to WAL so that the
-        // sqlite3 shell can read them while crossbar writes.
-        let _mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(err)?;
-        let mut conn = conn;
-        schema::migrate(path, &mut conn)?;
+        let conn = setup(path, conn)?;
+        // Checkpoints run on their own thread (`checkpoint`), never inside a group commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|source| open_err(path, source))?;
+        let health = Arc::new(StoreHealth::new(path));
+        let checkpointer = Checkpointer::start(path)?;
+        let writer = Writer::start(conn, health.clone());
         Ok(Store {
-            conn: Mutex::new(conn),
+            reader: Reader::open(path)?,
+            writer,
+            _checkpointer: checkpointer,
+            health,
         })
     }
+
+    /// The read side.
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    /// Whether writes are going through, for status and metrics.
+    pub fn status(&self) -> StoreStatus {
+        self.health.status()
+    }
+
+    /// Queues `writes` (one job, after every earlier one); the ticket answers at its commit.
+    pub fn submit(&self, writes: Vec<Write>) -> Ticket {
+        self.writer.submit(writes)
+    }
+
+    /// Writes and waits: one lease (or pin) saved.
+    pub fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
+        self.submit(vec![Write::SaveLease(row.clone())]).wait()
+    }
+
+    /// Writes and waits: one lease (or pin) deleted; deleting a missing one is not an error.
+    pub fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
+        let (route, fp, model) = (route.to_string(), fp.to_string(), model.to_string());
+        self.submit(vec![Write::DeleteLease { route, fp, model }])
+            .wait()
+    }
+
+    /// Writes and waits: one event appended (its `id` is ignored).
+    pub fn record_event(&self, ev: &LeaseEvent) -> Result<(), StoreError> {
+        self.submit(vec![Write::Event(ev.clone())]).wait()
+    }
+
+    /// Writes and waits: one accounting row appended (its `id` is ignored).
+    pub fn record_request(&self, row: &RequestRow) -> Result<(), StoreError> {
+        self.submit(vec![Write::Request(row.clone())]).wait()
+    }
+
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.reader.schema_version()
+    }
+
+    pub fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        self.reader.list_leases()
+    }
+
+    pub fn recent_events(&self, limit: usize) -> Result<Vec<LeaseEvent>, StoreError> {
+        self.reader.recent_events(limit)
+    }
+
+    pub fn recent_requests(&self, limit: usize) -> Result<Vec<RequestRow>, StoreError> {
+        self.reader.recent_requests(limit)
+    }
+
+    pub fn requests_since(
+        &self,
+        since_ms: i64,
+        route: Option<&str>,
+    ) -> Result<Vec<RequestRow>, StoreError> {
+        self.reader.requests_since(since_ms, route)
+    }
+}
+
+/// WAL (so readers and the sqlite3 shell read beside the writer), `synchronous=NORMAL`, a busy
+/// timeout, then the migrations.
+fn setup(path: &Path, conn: Connection) -> Result<Connection, StoreError> {
+    let err = |source| open_err(path, source);
+    conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
+    let _mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(err)?;
+    let mut conn = conn;
+    schema::migrate(path, &mut conn)?;
+    Ok(conn)
 }
 
 fn sql_limit(limit: usize) -> i64 {
@@ -307,10 +314,11 @@ impl Reason {
             Reason::Pin => "pin",
             Reason::Ctx => "ctx",
             Reason::Removed => "removed",
+            Reason::Evicted => "evicted",
         }
     }
 
-    pub(crate) const ALL: [Reason; 7] = [
+    pub(crate) const ALL: [Reason; 8] = [
         Reason::New,
         Reason::Unhealthy,
         Reason::Idle,
@@ -318,6 +326,7 @@ impl Reason {
         Reason::Pin,
         Reason::Ctx,
         Reason::Removed,
+        Reason::Evicted,
     ];
 }
 
@@ -338,6 +347,29 @@ impl fmt::Display for StoreError {
         match self {
             StoreError::Open { path, .. } => {
                 write!(f, "cannot open or write database {}", path.display())
+            }
+            StoreError::Missing(path) => write!(
+                f,
+                "no database at {}: `crossbar serve` creates it (check `db` in the config)",
+                path.display()
+            ),
+            StoreError::TooOld { path, found, known } => write!(
+                f,
+                "database {} has schema version {found}, this crossbar reads version {known}; \
+                 readers never migrate: start this crossbar's `serve` on it once, or use the \
+                 crossbar that wrote it",
+                path.display()
+            ),
+            StoreError::Write(_) => f.write_str("store unavailable"),
+            StoreError::Stalled => f.write_str("store unavailable: no commit within 30s"),
+            StoreError::Stopped => f.write_str("store unavailable: the store is shutting down"),
+            StoreError::BackupExists(path) => write!(
+                f,
+                "{} exists; backup never overwrites, name a new file",
+                path.display()
+            ),
+            StoreError::BackupFailed { path, detail } => {
+                write!(f, "backup to {} failed: {detail}", path.display())
             }
             StoreError::TooNew { path, found, known } => write!(
                 f,
@@ -362,7 +394,8 @@ impl std::error::Error for StoreError {
         match self {
             StoreError::Open { source, .. } | StoreError::Migrate { source, .. } => Some(source),
             StoreError::Sqlite(e) => Some(e),
-            StoreError::TooNew { .. } => None,
+            StoreError::Write(e) => Some(&**e),
+            _ => None,
         }
     }
 }

@@ -138,7 +138,7 @@ fn main() {
     let mut rows = Vec::new();
     let chosen = SCENARIOS
         .iter()
-        .filter(|s| opts.only.as_deref().map_or(true, |o| o == s.name));
+        .filter(|s| opts.only.as_deref().is_none_or(|o| o == s.name));
     for &scenario in chosen {
         for kind in Kind::ALL {
             let mut sum = Sample::default();

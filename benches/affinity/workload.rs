@@ -176,7 +176,7 @@ fn converse(
         .timeout_per_read(Some(Duration::from_secs(120)))
         .build();
     let agent = ureq::Agent::new_with_config(config);
-    let system = if conv % 2 == 0 {
+    let system = if conv.is_multiple_of(2) {
         words(&mut Rng::with_seed(shape.seed), shape.shared_system_tokens)
     } else {
         words(rng, shape.own_system_tokens)

@@ -11,9 +11,16 @@
 //! `fresh-conn` = straight to the sim but a new connection per request, which is what crossbar
 //! itself does upstream (no pooling), so it isolates that part of the cost.
 //!
-//! `overhead added_p50_ms=.. added_p99_ms=.. event_added_p50_ms=.. rps_ratio=..` (32-client figures).
+//! `overhead added_p50_ms=.. added_p99_ms=.. event_added_p50_ms=.. rps_ratio=.. over_nginx_p50=..
+//! over_nginx_p50_c32=.. rps_ratio_c32=.. nginx_rps_ratio_c32=..` (added/rps at 32 clients;
+//! `over_nginx_*` = crossbar's added p50 / nginx's added p50, at 1 and 32 clients). The line before
+//! it is the `leases` line (see `leases.rs`). nginx (upstream keepalive) runs as a second front end
+//! on the same sim, interleaved with crossbar and direct in every round.
 
 mod conn;
+mod leases;
+mod nginx;
+mod sse;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,16 +30,20 @@ use std::time::{Duration, Instant};
 
 use crossbar::config::Config;
 use crossbar::server::Server;
-use crossbar::sim::{Sim, SimConfig, SimEvent};
+use crossbar::sim::{Sim, SimConfig};
 use parking_lot::Mutex;
 
 use conn::Conn;
+use nginx::Nginx;
+use sse::stream_added;
 
 /// Requests per client per phase, and the most time one phase may take.
 const REQUESTS_1: usize = 3000;
 const REQUESTS_32: usize = 300;
 const PHASE_DEADLINE: Duration = Duration::from_secs(8);
 const WARMUP: usize = 200;
+/// Each front end's phases run in this many interleaved rounds; figures are the rounds' medians.
+const ROUNDS: usize = 5;
 /// Streamed runs per side, tokens per stream, and the sim's decode cost per token.
 const STREAM_RUNS: usize = 25;
 const STREAM_TOKENS: u64 = 200;
@@ -67,31 +78,76 @@ fn main() {
     run_phase(sim, "/v1/chat/completions", 32, WARMUP / 32 + 1);
     run_phase(gw, CHAT_VIA, 32, WARMUP / 32 + 1);
 
+    let nginx = match Nginx::start(sim, &dir) {
+        Ok(nginx) => Some(nginx),
+        Err(err) => {
+            println!("nginx: not measured: {err}");
+            None
+        }
+    };
+    if let Some(nginx) = &nginx {
+        run_phase(nginx.addr, "/v1/chat/completions", 32, WARMUP / 32 + 1);
+    }
     println!(
-        "{:<10} {:>8} {:>9} {:>9} {:>9} {:>10}",
+        "{:<10} {:>8} {:>9} {:>9} {:>9} {:>10}   (medians of {ROUNDS} interleaved rounds)",
         "path", "clients", "requests", "p50 ms", "p99 ms", "req/s"
     );
     let mut rows = Vec::new();
     for (clients, per) in [(1, REQUESTS_1), (32, REQUESTS_32)] {
-        let direct = run_phase(sim, "/v1/chat/completions", clients, per);
-        let via = run_phase(gw, CHAT_VIA, clients, per);
+        let (mut direct, mut via, mut proxy) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            direct.push(run_phase(
+                sim,
+                "/v1/chat/completions",
+                clients,
+                per / ROUNDS,
+            ));
+            via.push(run_phase(gw, CHAT_VIA, clients, per / ROUNDS));
+            if let Some(nginx) = &nginx {
+                proxy.push(run_phase(
+                    nginx.addr,
+                    "/v1/chat/completions",
+                    clients,
+                    per / ROUNDS,
+                ));
+            }
+        }
         // Crossbar's own upstream pattern (no pooling): a fresh sim connection per request.
-        let fresh = run_phase_with(sim, "/v1/chat/completions", clients, per, true);
+        let fresh = Figures::of(&[run_phase_with(
+            sim,
+            "/v1/chat/completions",
+            clients,
+            per / ROUNDS,
+            true,
+        )]);
+        let (direct, via) = (Figures::of(&direct), Figures::of(&via));
+        let proxy = (!proxy.is_empty()).then(|| Figures::of(&proxy));
         print_row("direct", clients, &direct);
         print_row("crossbar", clients, &via);
+        if let Some(proxy) = &proxy {
+            print_row("nginx", clients, proxy);
+        }
         print_row("fresh-conn", clients, &fresh);
-        rows.push((clients, direct, via));
+        rows.push((clients, direct, via, proxy));
     }
     println!();
-    for (clients, direct, via) in &rows {
+    for (clients, direct, via, proxy) in &rows {
         println!(
-            "{clients:>2} clients: added p50 {:.3} ms, added p99 {:.3} ms, latency ratio p50 {:.2}x, \
-             throughput ratio {:.2}",
-            via.p(50.0) - direct.p(50.0),
-            via.p(99.0) - direct.p(99.0),
-            via.p(50.0) / direct.p(50.0),
-            via.rps() / direct.rps(),
+            "{clients:>2} clients: crossbar added p50 {:.3} ms, added p99 {:.3} ms, throughput ratio {:.3}",
+            via.p50 - direct.p50,
+            via.p99 - direct.p99,
+            via.rps / direct.rps,
         );
+        if let Some(proxy) = proxy {
+            println!(
+                "{clients:>2} clients: nginx    added p50 {:.3} ms, added p99 {:.3} ms, throughput ratio {:.3}; \
+                 crossbar/nginx added p50 {:.2}x",
+                proxy.p50 - direct.p50,
+                proxy.p99 - direct.p99,
+                proxy.rps / direct.rps,
+                (via.p50 - direct.p50) / (proxy.p50 - direct.p50),
+            );
+        }
     }
 
     let events = stream_added(&slow, gw);
@@ -108,16 +164,51 @@ fn main() {
     );
 
     server.stop(Duration::from_secs(5));
+    drop(nginx);
+    let leases = leases::run(&dir.join("leases.db"));
+    println!("{leases}");
     drop((fast, slow));
     let _ = std::fs::remove_dir_all(&dir);
-    let (_, direct, via) = &rows[1];
+    let (_, d1, v1, n1) = &rows[0];
+    let (_, direct, via, n32) = &rows[1];
+    let over = |v: &Figures, d: &Figures, n: &Option<Figures>| {
+        n.as_ref()
+            .map_or(f64::NAN, |n| (v.p50 - d.p50) / (n.p50 - d.p50))
+    };
     println!(
-        "overhead added_p50_ms={:.3} added_p99_ms={:.3} event_added_p50_ms={:.3} rps_ratio={:.3}",
-        via.p(50.0) - direct.p(50.0),
-        via.p(99.0) - direct.p(99.0),
+        "overhead added_p50_ms={:.3} added_p99_ms={:.3} event_added_p50_ms={:.3} rps_ratio={:.3} \
+         over_nginx_p50={:.2} over_nginx_p50_c32={:.2} rps_ratio_c32={:.3} nginx_rps_ratio_c32={:.3}",
+        via.p50 - direct.p50,
+        via.p99 - direct.p99,
         events.added.p(50.0),
-        via.rps() / direct.rps()
+        via.rps / direct.rps,
+        over(v1, d1, n1),
+        over(via, direct, n32),
+        via.rps / direct.rps,
+        n32.as_ref().map_or(f64::NAN, |n| n.rps / direct.rps),
     );
+}
+
+/// One front end's figures at one client count: medians over the interleaved rounds.
+struct Figures {
+    p50: f64,
+    p99: f64,
+    rps: f64,
+}
+
+impl Figures {
+    fn of(rounds: &[Sample]) -> Figures {
+        let median = |f: &dyn Fn(&Sample) -> f64| {
+            let mut v: Vec<f64> = rounds.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        Figures {
+            p50: median(&|s| s.p(50.0)),
+            p99: median(&|s| s.p(99.0)),
+            rps: median(&|s| s.rps()),
+        }
+    }
 }
 
 const CHAT_VIA: &str = "/projA/v1/chat/completions";
@@ -167,13 +258,10 @@ impl Sample {
     }
 }
 
-fn print_row(path: &str, clients: usize, s: &Sample) {
+fn print_row(path: &str, clients: usize, f: &Figures) {
     println!(
         "{path:<10} {clients:>8} {:>9} {:>9.3} {:>9.3} {:>10.0}",
-        s.ms.len(),
-        s.p(50.0),
-        s.p(99.0),
-        s.rps()
+        "", f.p50, f.p99, f.rps
     );
 }
 
@@ -240,111 +328,4 @@ fn chat_body(client: usize, stream: bool, max_tokens: u64) -> Vec<u8> {
     })
     .to_string()
     .into_bytes()
-}
-
-struct EventFigures {
-    direct_p50: f64,
-    via_p50: f64,
-    /// Per matched event: (through delay of event k) - (direct delay of event k), ms.
-    added: Sample,
-}
-
-/// The delay crossbar adds to each SSE event.
-///
-/// Method: the slow sim emits `SimEvent::EventSent { index }` right after writing each event to
-/// its socket; an observer thread timestamps those on receipt. The client timestamps each event
-/// when its terminating blank line arrives. Delay of event k = arrival_k - sent_k. Streams run one
-/// at a time, alternating direct and through crossbar, so the sim's events belong to the one
-/// stream in flight. The observer's wake-up latency is in both sides' `sent_k` alike, so it cancels
-/// in the difference; what remains is crossbar's read-from-upstream, tee and write-to-client per
-/// event. Run i direct is matched with run i through, event k with event k; the figure is the p50
-/// over all matched pairs. (Measuring arrival offsets relative to the first event instead would
-/// cancel any constant per-event delay and report ~0 — not honest.)
-fn stream_added(slow: &Sim, gw: SocketAddr) -> EventFigures {
-    let rx = slow.events();
-    let sent: Arc<Mutex<Vec<(usize, Instant)>>> = Arc::default();
-    let observer = {
-        let sent = sent.clone();
-        thread::spawn(move || {
-            while let Ok(event) = rx.recv() {
-                if let SimEvent::EventSent { index } = event {
-                    sent.lock().push((index, Instant::now()));
-                }
-            }
-        })
-    };
-    let direct_addr = slow.addr();
-    let one = |addr: SocketAddr, path: &str| -> Vec<f64> {
-        sent.lock().clear();
-        let arrivals = stream_once(addr, path);
-        // Let the observer drain the last events of this stream.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while sent.lock().len() < arrivals.len() && Instant::now() < deadline {
-            thread::yield_now();
-        }
-        let sent = std::mem::take(&mut *sent.lock());
-        arrivals
-            .iter()
-            .enumerate()
-            .filter_map(|(k, at)| {
-                let (_, s) = sent.iter().find(|(i, _)| *i == k)?;
-                Some(signed_ms(*at, *s))
-            })
-            .collect()
-    };
-    one(direct_addr, "/v1/chat/completions");
-    one(gw, STREAM_VIA);
-    let (mut all_direct, mut all_via, mut added) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..STREAM_RUNS {
-        let d = one(direct_addr, "/v1/chat/completions");
-        let v = one(gw, STREAM_VIA);
-        added.extend(d.iter().zip(&v).map(|(d, v)| v - d));
-        all_direct.extend(d);
-        all_via.extend(v);
-    }
-    let p50 = |ms: Vec<f64>| {
-        Sample {
-            ms,
-            wall: Duration::from_secs(1),
-        }
-        .p(50.0)
-    };
-    let figures = EventFigures {
-        direct_p50: p50(all_direct),
-        via_p50: p50(all_via),
-        added: Sample {
-            ms: added,
-            wall: Duration::from_secs(1),
-        },
-    };
-    // Detached: the observer exits when the sim is dropped and its channel disconnects.
-    drop(observer);
-    figures
-}
-
-/// `arrival - sent` in ms, negative if the client saw it before the observer woke.
-fn signed_ms(arrival: Instant, sent: Instant) -> f64 {
-    match arrival.checked_duration_since(sent) {
-        Some(d) => d.as_secs_f64() * 1e3,
-        None => -(sent.duration_since(arrival).as_secs_f64() * 1e3),
-    }
-}
-
-/// One streamed request on a fresh connection; the arrival time of each SSE event, in order.
-fn stream_once(addr: SocketAddr, path: &str) -> Vec<Instant> {
-    let mut conn = Conn::open(addr);
-    conn.send(path, &chat_body(0, true, STREAM_TOKENS));
-    let head = conn.head();
-    assert_eq!(head.status, 200, "{path}: stream failed");
-    assert!(head.chunked, "{path}: stream is not chunked");
-    let (mut pending, mut arrivals) = (Vec::new(), Vec::new());
-    while let Some(data) = conn.chunk() {
-        let now = Instant::now();
-        pending.extend_from_slice(&data);
-        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
-            arrivals.push(now);
-            pending.drain(..end + 2);
-        }
-    }
-    arrivals
 }

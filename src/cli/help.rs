@@ -30,7 +30,8 @@ const COMMANDS: &[Command] = &[
         args: "",
         summary: "validate the config; prints ok or every problem",
         about: "Reads the config as `serve` would and prints `ok`, or one line per problem naming its\n\
-                key (exit 1). Polls no host.",
+                key (exit 1). Also fails when the db's directory is not writable, and notes a db\n\
+                that a running crossbar holds. Polls no host.",
         options: &[CONFIG],
     },
     Command {
@@ -89,6 +90,15 @@ const COMMANDS: &[Command] = &[
             "--route R             only route R",
             "--json                JSON instead of a table",
         ],
+    },
+    Command {
+        name: "backup",
+        args: " FILE",
+        summary: "a verified copy of the db, safe while serve runs",
+        about: "Copies the db named in the config to FILE with SQLite's online backup API (while\n\
+                `serve` runs, too), checks the copy (integrity_check, lease and request counts) and\n\
+                only then gives it its name. Never overwrites FILE.",
+        options: &[CONFIG],
     },
 ];
 

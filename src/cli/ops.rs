@@ -191,6 +191,15 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             crate::metrics::recent::in_words(seconds)
         );
     }
+    let store = &status["store"];
+    if store["ok"].as_bool() == Some(false) {
+        println!(
+            "\nSTORE FAILING since {} ms ago: {} (new conversations get 503 until a write succeeds)",
+            crate::store::unix_ms(std::time::SystemTime::now())
+                - store["since"].as_i64().unwrap_or(0),
+            text(&store["cause"])
+        );
+    }
     Ok(())
 }
 

@@ -20,6 +20,9 @@ pub(super) struct RawConfig {
     db: Option<PathBuf>,
     workers: Option<usize>,
     lease_idle: Option<String>,
+    max_leases: Option<usize>,
+    keep_requests: Option<String>,
+    keep_events: Option<String>,
     health_interval: Option<String>,
     queue_max: Option<usize>,
     queue_timeout: Option<String>,
@@ -82,6 +85,8 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         }
     };
     let lease_idle = duration("lease_idle", raw.lease_idle, "2h");
+    let keep_requests = duration("keep_requests", raw.keep_requests, "90d");
+    let keep_events = duration("keep_events", raw.keep_events, "90d");
     let health_interval = duration("health_interval", raw.health_interval, "5s");
     let queue_timeout = duration("queue_timeout", raw.queue_timeout, "10m");
     let connect_timeout = duration("connect_timeout", raw.connect_timeout, "3s");
@@ -127,6 +132,10 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             "admin_listen",
             format!("overlaps listen ({listen}): same port, and an unspecified address takes every address"),
         ));
+    }
+    let max_leases = raw.max_leases.unwrap_or(crate::lease::MAX_LEASES);
+    if max_leases == 0 {
+        problems.push(Problem::new("max_leases", "must be at least 1"));
     }
     let workers = raw.workers.unwrap_or(64);
     if workers == 0 {
@@ -179,6 +188,9 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         db: raw.db.unwrap_or_else(|| PathBuf::from("crossbar.db")),
         workers,
         lease_idle,
+        max_leases,
+        keep_requests,
+        keep_events,
         health_interval,
         queue_max: raw.queue_max.unwrap_or(16),
         queue_timeout,

@@ -257,7 +257,7 @@ fn busy(sh: &Shared, conn: Conn) {
     refuse(sock, 503, "busy", None, Some(1));
     let n = sh.busy_since_log.fetch_add(1, Ordering::Relaxed) + 1;
     let mut logged = sh.busy_logged.lock();
-    if logged.map_or(true, |at| at.elapsed() >= Duration::from_secs(1)) {
+    if logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
         *logged = Some(Instant::now());
         drop(logged);
         sh.busy_since_log.store(0, Ordering::Relaxed);

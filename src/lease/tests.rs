@@ -9,7 +9,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::*;
+use crate::store::LeaseEvent;
 
+mod bounded;
+mod failures;
 mod lookup;
 mod operator;
 
@@ -89,34 +92,50 @@ impl MemPersister {
     }
 }
 
+impl MemPersister {
+    /// All or nothing, as one commit of the writer thread is.
+    fn apply(&self, writes: &[Write]) -> Result<(), StoreError> {
+        let has_event = writes.iter().any(|w| matches!(w, Write::Event(_)));
+        if self.fail.load(Ordering::SeqCst)
+            || (has_event && self.fail_events.load(Ordering::SeqCst))
+        {
+            return Err(MemPersister::refuse());
+        }
+        let mut rows = self.rows.lock();
+        for write in writes {
+            match write {
+                Write::SaveLease(row) => {
+                    let k = (row.route.clone(), row.fp.clone(), row.model.clone());
+                    rows.insert(k, row.clone());
+                }
+                Write::DeleteLease { route, fp, model } => {
+                    rows.remove(&(route.clone(), fp.clone(), model.clone()));
+                }
+                Write::Touch {
+                    route,
+                    fp,
+                    model,
+                    last_used,
+                } => {
+                    let k = (route.clone(), fp.clone(), model.clone());
+                    if let Some(row) = rows.get_mut(&k) {
+                        row.last_used = row.last_used.max(*last_used);
+                    }
+                }
+                Write::Event(ev) => self.events.lock().push(ev.clone()),
+                other => panic!("the lease table wrote {other:?}"),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Persister for MemPersister {
-    fn save_lease(&self, row: &LeaseRow) -> Result<(), StoreError> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(MemPersister::refuse());
-        }
-        let k = (row.route.clone(), row.fp.clone(), row.model.clone());
-        self.rows.lock().insert(k, row.clone());
-        Ok(())
-    }
-    fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(MemPersister::refuse());
-        }
-        self.rows
-            .lock()
-            .remove(&(route.into(), fp.into(), model.into()));
-        Ok(())
-    }
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         Ok(self.rows())
     }
-    fn record_event(&self, ev: &LeaseEvent) -> Result<i64, StoreError> {
-        if self.fail.load(Ordering::SeqCst) || self.fail_events.load(Ordering::SeqCst) {
-            return Err(MemPersister::refuse());
-        }
-        let mut evs = self.events.lock();
-        evs.push(ev.clone());
-        Ok(evs.len() as i64)
+    fn submit(&self, writes: Vec<Write>) -> Ticket {
+        Ticket::ready(self.apply(&writes))
     }
 }
 
@@ -233,6 +252,7 @@ fn a_lease_on_an_unhealthy_host_moves_and_stays_moved_when_it_recovers() {
     f.hosts.up("titan");
     check(&f.table, &k, 20, "mini", true);
     assert_eq!(f.p.events().len(), 2, "staying is not an event");
+    f.table.flush_touches();
     let row = &f.p.rows()[0];
     assert_eq!(
         (row.host.as_str(), row.created, row.last_used),
@@ -300,94 +320,4 @@ fn no_usable_candidate_is_an_error_and_nothing_is_created() {
     assert!(matches!(err, LeaseError::NoHost), "{err:?}");
     assert_eq!(hosts_of(&f.table), pairs(&[("projA/c1", "titan")]));
     assert_eq!(f.p.events(), vec![ev(Reason::New, "", "titan")]);
-}
-
-#[test]
-fn a_persister_that_fails_leaves_memory_exactly_as_it_was() {
-    let f = fix();
-    check(&f.table, &key("projA", ""), 0, "titan", false);
-    check(&f.table, &key("projA", "c1"), 0, "titan", true);
-    check(&f.table, &key("projB", "c1"), 0, "titan", false);
-    f.table.pin("projB", "titan", 0).unwrap();
-    let (before, pins, rows) = (f.table.snapshot(), f.table.pins(), f.p.rows());
-    let seen = f.table.inner.lock().seen.clone();
-
-    f.p.fail.store(true, Ordering::SeqCst);
-    let is_store = |r: Result<Acquired, LeaseError>| matches!(r, Err(LeaseError::Store(_)));
-    assert!(
-        is_store(f.table.acquire(&key("projA", "c1"), &both(), 10)),
-        "touch"
-    );
-    assert!(
-        is_store(f.table.acquire(&key("projA", "c2"), &both(), 10)),
-        "inherit"
-    );
-    assert!(
-        is_store(
-            f.table
-                .acquire(&key("projC", "c1"), &["gpu3".to_string()], 10)
-        ),
-        "new"
-    );
-    f.hosts.down("titan");
-    assert!(
-        is_store(f.table.acquire(&key("projA", "c1"), &both(), 10)),
-        "unhealthy move"
-    );
-    f.hosts.up("titan");
-    assert!(matches!(
-        f.table.pin("projA", "mini", 10),
-        Err(LeaseError::Store(_))
-    ));
-    assert!(matches!(
-        f.table.unpin("projB", 10),
-        Err(LeaseError::Store(_))
-    ));
-    assert!(matches!(
-        f.table.release("projA", 10),
-        Err(LeaseError::Store(_))
-    ));
-    assert!(matches!(
-        f.table.move_to(&key("projA", "c1"), "mini", 10),
-        Err(LeaseError::Store(_))
-    ));
-    assert!(matches!(
-        f.table.drop_host("titan", 10),
-        Err(LeaseError::Store(_))
-    ));
-    assert_eq!(
-        f.table.expire_idle(100 * HOUR),
-        0,
-        "a lease that cannot be deleted is kept"
-    );
-
-    assert_eq!(f.table.snapshot(), before);
-    assert_eq!(f.table.pins(), pins);
-    assert_eq!(f.p.rows(), rows);
-    assert_eq!(
-        f.table.inner.lock().seen,
-        seen,
-        "not even the candidates of a failed acquire"
-    );
-    assert_eq!(
-        f.table
-            .pin("projC", "gpu3", 10)
-            .map_err(|e| e.to_string())
-            .unwrap_err(),
-        "unknown host gpu3"
-    );
-
-    // Back to normal, the table carries on from where it was.
-    f.p.fail.store(false, Ordering::SeqCst);
-    check(&f.table, &key("projA", "c1"), 20, "titan", true);
-}
-
-#[test]
-fn an_event_that_cannot_be_recorded_does_not_undo_the_change() {
-    let f = fix();
-    f.p.fail_events.store(true, Ordering::SeqCst);
-    check(&f.table, &key("projA", "c1"), 0, "titan", false);
-    assert_eq!(hosts_of(&f.table), pairs(&[("projA/c1", "titan")]));
-    assert_eq!(f.p.rows().len(), 1, "memory and rows agree");
-    assert!(f.p.events().is_empty());
 }

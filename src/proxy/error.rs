@@ -40,6 +40,8 @@ pub enum ProxyError {
     QueueFull,
     QueueTimeout,
     ShuttingDown,
+    /// The lease could not be written: the store fails (disk full, read-only file).
+    StoreUnavailable,
     Upstream {
         host: String,
         detail: String,
@@ -79,6 +81,7 @@ impl ProxyError {
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
             | ProxyError::QueueTimeout
+            | ProxyError::StoreUnavailable
             | ProxyError::ShuttingDown => 503,
             ProxyError::Upstream { .. } => 502,
             ProxyError::Internal(_) => 500,
@@ -148,7 +151,7 @@ impl ProxyError {
         match self {
             ProxyError::NoHealthyHost | ProxyError::PinnedDown(_) => Some(health_interval_s.max(1)),
             ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
-            ProxyError::QueueTimeout => Some(5),
+            ProxyError::QueueTimeout | ProxyError::StoreUnavailable => Some(5),
             _ => None,
         }
     }
@@ -169,6 +172,7 @@ impl fmt::Display for ProxyError {
             ProxyError::QueueFull => "queue full",
             ProxyError::QueueTimeout => "queue timeout",
             ProxyError::ShuttingDown => "shutting down",
+            ProxyError::StoreUnavailable => "store unavailable",
             ProxyError::Upstream { .. } => "upstream error",
             ProxyError::BadBody(_) => "unreadable body",
             ProxyError::BadRequest(_) => "bad request",
@@ -206,6 +210,8 @@ impl From<LeaseError> for ProxyError {
         match err {
             LeaseError::NoHost => ProxyError::NoHealthyHost,
             LeaseError::PinnedDown { host } => ProxyError::PinnedDown(host),
+            // The store logged the cause once for the burst; the client learns it may retry.
+            LeaseError::Store(_) => ProxyError::StoreUnavailable,
             other => ProxyError::Internal(other.to_string()),
         }
     }

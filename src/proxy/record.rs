@@ -6,16 +6,21 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::RequestRow;
 
-/// Writes the accounting row; a failure is logged, never shown to the client.
+/// Writes the accounting row and waits for its commit (shared with concurrent requests), so it
+/// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
+/// client; the store logs its cause once per burst (here only at debug).
 pub(super) fn record(gw: &Gateway, row: &RequestRow) {
     gw.metrics.observe_request(row);
-    if let Err(err) = gw.store.record_request(row) {
-        log::error!(
-            "accounting row lost route={} host={} error={}",
-            val(&row.route),
-            val(&row.host),
-            val(&err.to_string())
-        );
+    match gw.store.record_request(row) {
+        Ok(()) => {}
+        Err(err) => {
+            gw.metrics.observe_row_lost();
+            log::debug!(
+                "accounting row lost route={} error={}",
+                val(&row.route),
+                val(&err.to_string())
+            );
+        }
     }
 }
 

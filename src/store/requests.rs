@@ -1,49 +1,16 @@
-//! The `requests` table: one accounting row per proxied request, written by the proxy as each
-//! request ends and read by the admin page and `crossbar report`. Token counts the upstream did not
-//! report are NULL, never 0.
+//! The `requests` table's columns: one accounting row per proxied request, inserted by the writer
+//! thread and read back by [`super::Reader`]. Token counts the upstream did not report are NULL,
+//! never 0.
 
 use rusqlite::{params, Connection, Row};
 
-use super::{sql_limit, RequestRow, Store, StoreError};
+use super::RequestRow;
 
-impl Store {
-    /// Appends one accounting row (its `id` is ignored) and returns its id.
-    pub fn record_request(&self, row: &RequestRow) -> Result<i64, StoreError> {
-        let conn = self.conn.lock();
-        insert_request(&conn, row)
-    }
-
-    /// The latest `limit` accounting rows, newest first.
-    pub fn recent_requests(&self, limit: usize) -> Result<Vec<RequestRow>, StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {REQUEST_COLUMNS} FROM requests ORDER BY id DESC LIMIT ?1"
-        ))?;
-        let rows = stmt.query_map([sql_limit(limit)], request_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// Accounting rows that started at or after `since_ms`, of one route or all, oldest first.
-    pub fn requests_since(
-        &self,
-        since_ms: i64,
-        route: Option<&str>,
-    ) -> Result<Vec<RequestRow>, StoreError> {
-        let conn = self.conn.lock();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {REQUEST_COLUMNS} FROM requests
-             WHERE started >= ?1 AND (?2 IS NULL OR route = ?2)
-             ORDER BY started, id"
-        ))?;
-        let rows = stmt.query_map(params![since_ms, route], request_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-}
-
-const REQUEST_COLUMNS: &str = "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
+pub(super) const REQUEST_COLUMNS: &str =
+    "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
      status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact, api";
 
-fn insert_request(conn: &Connection, row: &RequestRow) -> Result<i64, StoreError> {
+pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
            status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est,
@@ -69,10 +36,10 @@ fn insert_request(conn: &Connection, row: &RequestRow) -> Result<i64, StoreError
         row.ctx_exact,
         row.api
     ])?;
-    Ok(conn.last_insert_rowid())
+    Ok(())
 }
 
-fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
+pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
     Ok(RequestRow {
         id: r.get(0)?,
         started: r.get(1)?,

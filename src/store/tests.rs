@@ -214,7 +214,8 @@ fn the_file_is_in_wal_mode_and_readable_by_another_connection_while_open() {
 
 #[test]
 fn leases_upsert_by_key_and_delete() {
-    let store = Store::open_in_memory().unwrap();
+    let db = TempDb::new("rows");
+    let store = Store::open(&db.path).unwrap();
     store
         .save_lease(&lease("projA", "fp1", "titan", 5))
         .unwrap();
@@ -245,13 +246,13 @@ fn leases_upsert_by_key_and_delete() {
 
 #[test]
 fn an_unknown_state_in_the_file_is_an_error_not_a_panic() {
-    let store = Store::open_in_memory().unwrap();
+    let db = TempDb::new("rows");
+    let store = Store::open(&db.path).unwrap();
     store
         .save_lease(&lease("projA", "fp1", "titan", 5))
         .unwrap();
-    store
-        .conn
-        .lock()
+    Connection::open(&db.path)
+        .unwrap()
         .execute("UPDATE leases SET state = 'frozen'", [])
         .unwrap();
     let err = store.list_leases().unwrap_err();
@@ -260,18 +261,18 @@ fn an_unknown_state_in_the_file_is_an_error_not_a_panic() {
 
 #[test]
 fn events_come_back_newest_first_with_their_ids() {
-    let store = Store::open_in_memory().unwrap();
-    let a = store
-        .record_event(&event(10, Reason::New, "", "titan"))
-        .unwrap();
-    let b = store
-        .record_event(&event(20, Reason::Unhealthy, "titan", "mini"))
-        .unwrap();
-    let c = store
-        .record_event(&event(30, Reason::Removed, "mini", ""))
-        .unwrap();
-    assert!(a < b && b < c);
+    let db = TempDb::new("rows");
+    let store = Store::open(&db.path).unwrap();
+    for ev in [
+        event(10, Reason::New, "", "titan"),
+        event(20, Reason::Unhealthy, "titan", "mini"),
+        event(30, Reason::Removed, "mini", ""),
+    ] {
+        store.record_event(&ev).unwrap();
+    }
     let got = store.recent_events(2).unwrap();
+    let (c, b) = (got[0].id, got[1].id);
+    assert!(b < c);
     let want = vec![
         LeaseEvent {
             id: c,
@@ -292,7 +293,8 @@ fn events_come_back_newest_first_with_their_ids() {
 
 #[test]
 fn requests_round_trip_and_unknown_tokens_stay_null() {
-    let store = Store::open_in_memory().unwrap();
+    let db = TempDb::new("rows");
+    let store = Store::open(&db.path).unwrap();
     let full = RequestRow {
         streamed: true,
         prompt_tokens: Some(18_211),
@@ -304,8 +306,16 @@ fn requests_round_trip_and_unknown_tokens_stay_null() {
         err: "upstream error".into(),
         ..request(200, "projB", 502)
     };
-    let id1 = store.record_request(&full).unwrap();
-    let id2 = store.record_request(&bare).unwrap();
+    store.record_request(&full).unwrap();
+    store.record_request(&bare).unwrap();
+    let ids: Vec<i64> = store
+        .recent_requests(10)
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    let (id2, id1) = (ids[0], ids[1]);
+    assert!(id1 < id2);
     assert_eq!(
         store.recent_requests(10).unwrap(),
         vec![
@@ -319,9 +329,8 @@ fn requests_round_trip_and_unknown_tokens_stay_null() {
             }
         ]
     );
-    let nulls: i64 = store
-        .conn
-        .lock()
+    let nulls: i64 = Connection::open(&db.path)
+        .unwrap()
         .query_row(
             "SELECT count(*) FROM requests WHERE prompt_tokens IS NULL
                AND cached_tokens IS NULL AND completion_tokens IS NULL",
@@ -334,7 +343,8 @@ fn requests_round_trip_and_unknown_tokens_stay_null() {
 
 #[test]
 fn requests_since_filters_by_time_and_route_oldest_first() {
-    let store = Store::open_in_memory().unwrap();
+    let db = TempDb::new("rows");
+    let store = Store::open(&db.path).unwrap();
     // Inserted out of time order: rows are written when requests end, not when they start.
     for row in [
         request(300, "projA", 200),

@@ -16,4 +16,5 @@ mod proxy;
 mod restart;
 mod router;
 mod signals;
+mod store;
 mod support;

@@ -30,12 +30,13 @@ fn row(fp: &str, model: &str, state: LeaseState) -> LeaseRow {
 fn a_restart_drops_the_pin_and_leases_of_a_host_no_longer_configured() {
     let mut harness = Harness::start(vec![host("titan", 1)], "");
     // The db as an older config with a host "gone" left it: a pin and two leases on it.
-    let db = harness.db();
+    let db = harness.server().gateway().store.clone();
     db.save_lease(&row("", "", LeaseState::Pinned)).unwrap();
     db.save_lease(&row("00aa", "m", LeaseState::Active))
         .unwrap();
     db.save_lease(&row("00bb", "m", LeaseState::Active))
         .unwrap();
+    drop(db);
     harness.server.take().unwrap().stop(Duration::from_secs(5));
 
     let text = format!(

@@ -14,12 +14,14 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbar::sim::{Sim, SimConfig, SimEvent};
-use crossbar::store::Store;
+use crossbar::store::Reader;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::support::{chat, request, temp_dir, wait_event, Answer, Conn};
 
 const CHAT: &str = "/projA/v1/chat/completions";
+
+mod lock;
 
 /// A `crossbar serve` child process; killed on drop if still running.
 struct Crossbar {
@@ -46,25 +48,7 @@ impl Crossbar {
         );
         let path = dir.join("crossbar.toml");
         std::fs::write(&path, config(&head)).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_crossbar"))
-            .args(["serve", "-c"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run the crossbar binary");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, log) = crossbeam_channel::unbounded();
-        // Ends by itself when the child closes stderr (it exits or is killed).
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let (child, log) = spawn_serve(&path);
         let mut crossbar = Crossbar {
             child,
             log,
@@ -75,6 +59,14 @@ impl Crossbar {
         };
         crossbar.wait_log("crossbar listening");
         crossbar
+    }
+
+    /// Starts `crossbar serve` again on the same config (after the first one ended).
+    fn respawn(&mut self) {
+        let (child, log) = spawn_serve(&self.config);
+        self.child = child;
+        self.log = log;
+        self.wait_log("crossbar listening");
     }
 
     fn signal(&self, name: &str) {
@@ -136,8 +128,8 @@ impl Crossbar {
         request(self.addr, "POST", path, &[], body.to_string().as_bytes())
     }
 
-    fn db(&self) -> Store {
-        Store::open(&self.dir.join("crossbar.db")).unwrap()
+    fn db(&self) -> Reader {
+        Reader::open(&self.dir.join("crossbar.db")).unwrap()
     }
 }
 
@@ -149,6 +141,30 @@ impl Drop for Crossbar {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `crossbar serve -c path` as a child, its stderr lines on a channel.
+fn spawn_serve(path: &Path) -> (Child, Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .args(["serve", "-c"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run the crossbar binary");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, log) = crossbeam_channel::unbounded();
+    // Ends by itself when the child closes stderr (it exits or is killed).
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, log)
 }
 
 /// A loopback port that was free a moment ago.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbar::config::Config;
 use crossbar::server::Server;
 use crossbar::sim::{Sim, SimConfig};
-use crossbar::store::{RequestRow, Store};
+use crossbar::store::{Reader, RequestRow};
 use serde_json::Value;
 
 /// A crossbar in front of named simulated hosts, with its own db in a fresh directory.
@@ -96,8 +96,8 @@ impl Harness {
     }
 
     /// A second store handle on crossbar's db, as an operator's sqlite3 shell would have.
-    pub fn db(&self) -> Store {
-        Store::open(&self.dir.join("crossbar.db")).unwrap()
+    pub fn db(&self) -> Reader {
+        Reader::open(&self.dir.join("crossbar.db")).unwrap()
     }
 
     /// The accounting rows so far, oldest first.

@@ -175,13 +175,13 @@ fn a_table_reloaded_from_a_sqlite_file_carries_on_where_it_was() {
         t.acquire(&key("projC", "c1"), &["gpu3".to_string()], 11)
             .unwrap();
         t.pin("projC", "gpu3", 12).unwrap();
-        let seen = t.inner.lock().seen.clone();
+        let seen = t.lock().seen.clone();
         (t.snapshot(), t.pins(), seen)
     };
     let t = open();
     assert_eq!(t.snapshot(), snapshot);
     assert_eq!(t.pins(), pins);
-    assert_eq!(t.inner.lock().seen, seen);
+    assert_eq!(t.lock().seen, seen);
     // And it behaves the same: the reloaded leases are reused, a better host is ignored.
     chooser.prefer("mini");
     check(&t, &key("projA", "c1"), 20, "titan", true);

@@ -93,7 +93,8 @@ fn a_client_that_leaves_while_queued_is_never_forwarded_issue_10() {
         "{:?}",
         left.elapsed()
     );
-    // The queue count drops as the waiter leaves; its row is written just after.
+    // The queue count drops as the waiter leaves; its row is committed just after (by the
+    // store's writer thread).
     wait_until("the leaver's row", || {
         h.rows().iter().any(|r| r.status == 499)
     });

@@ -116,7 +116,8 @@ fn the_listener_survives_running_out_of_file_descriptors_issue_10() {
     let failures = crossbar
         .seen
         .iter()
-        .filter(|l| l.contains("accept failed"))
+        // The admin listener's accept may meet the same empty descriptor table (its own line).
+        .filter(|l| l.contains("accept failed listener=clients"))
         .count();
     assert_eq!(
         failures,

@@ -1,0 +1,128 @@
+//! The lease table's memory: the leases with their last-used index and per-host counts, the
+//! reservations of pending writes, the touched set, pins and what hosts each route has seen. Pure
+//! bookkeeping under the table's lock: no I/O, no clock, no calls out.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Key;
+
+/// One lease as the table keeps it (the key is the map's).
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) host: String,
+    pub(super) created: i64,
+    pub(super) last_used: i64,
+    /// Requests holding a [`super::Hold`] on this lease; only leases with none are evicted.
+    pub(super) in_flight: u32,
+}
+
+/// Invariants:
+/// - `leases` and `pins` equal what the persister holds as of this table's committed writes.
+/// - `leases` never holds a pin; a key's lease is on exactly one host.
+/// - `by_use` holds `(last_used, key)` for exactly the entries of `leases`.
+/// - `counts[model][host]` = leases of `model` on `host` plus pending reservations there.
+/// - a key in `pending` has a write in flight; only its writer changes its entry.
+/// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
+///   minus hosts dropped by [`super::Table::drop_host`]. It is knowledge, not persisted state.
+pub(super) struct Inner {
+    pub(super) leases: HashMap<Arc<Key>, Entry>,
+    pub(super) by_use: BTreeSet<(i64, Arc<Key>)>,
+    pub(super) counts: HashMap<String, HashMap<String, usize>>,
+    pub(super) pending: HashMap<Key, String>,
+    /// Leases whose `last_used` in memory is ahead of the db's, until the next flush.
+    pub(super) touched: HashSet<Arc<Key>>,
+    pub(super) pins: BTreeMap<String, String>,
+    pub(super) seen: BTreeMap<String, BTreeSet<String>>,
+    pub(super) idle: Duration,
+    pub(super) max_leases: usize,
+}
+
+impl Inner {
+    pub(super) fn see(&mut self, route: &str, host: &str) {
+        if !self.seen.get(route).is_some_and(|s| s.contains(host)) {
+            self.seen
+                .entry(route.to_string())
+                .or_default()
+                .insert(host.to_string());
+        }
+    }
+
+    /// Puts a lease in memory (replacing the key's previous one), keeping index and counts.
+    pub(super) fn insert(&mut self, key: Key, host: String, created: i64, last_used: i64) {
+        self.remove(&key);
+        let key = Arc::new(key);
+        self.count(&key.model, &host, 1);
+        self.by_use.insert((last_used, key.clone()));
+        let entry = Entry {
+            host,
+            created,
+            last_used,
+            in_flight: 0,
+        };
+        self.leases.insert(key, entry);
+    }
+
+    /// Takes a lease out of memory, keeping index and counts.
+    pub(super) fn remove(&mut self, key: &Key) -> Option<Entry> {
+        let (k, entry) = self.leases.remove_entry(key)?;
+        self.touched.remove(&k);
+        self.by_use.remove(&(entry.last_used, k));
+        self.count(&key.model, &entry.host, -1);
+        Some(entry)
+    }
+
+    /// Moves a lease's `last_used` forward (never back: `now`s may arrive out of order).
+    pub(super) fn touch(&mut self, key: &Key, now: i64) -> Option<i64> {
+        let (k, entry) = self.leases.get_key_value(key)?;
+        let (k, before) = (k.clone(), entry.last_used);
+        if now > before {
+            self.by_use.remove(&(before, k.clone()));
+            self.by_use.insert((now, k.clone()));
+            self.touched.insert(k);
+            self.leases.get_mut(key)?.last_used = now;
+        }
+        Some(now.max(before))
+    }
+
+    pub(super) fn count(&mut self, model: &str, host: &str, delta: isize) {
+        let hosts = match self.counts.get_mut(model) {
+            Some(hosts) => hosts,
+            None => self.counts.entry(model.to_string()).or_default(),
+        };
+        match hosts.get_mut(host) {
+            Some(n) => *n = n.saturating_add_signed(delta),
+            None if delta > 0 => {
+                hosts.insert(host.to_string(), delta.unsigned_abs());
+            }
+            None => {}
+        }
+    }
+
+    /// Leases (and reservations) of `model` on `host`.
+    pub(super) fn leases_of(&self, model: &str, host: &str) -> usize {
+        (self.counts.get(model))
+            .and_then(|hosts| hosts.get(host))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The models `host` holds leases (or reservations) for, sorted: one look per model, not per
+    /// lease.
+    pub(super) fn models_on(&self, host: &str) -> Vec<String> {
+        let mut models: Vec<String> = (self.counts.iter())
+            .filter(|(_, hosts)| hosts.get(host).is_some_and(|n| *n > 0))
+            .map(|(model, _)| model.clone())
+            .collect();
+        models.sort();
+        models
+    }
+
+    pub(super) fn route_keys(&self, route: &str) -> Vec<Key> {
+        (self.leases.keys())
+            .filter(|k| k.route == route)
+            .map(|k| Key::clone(k))
+            .collect()
+    }
+}

@@ -1,0 +1,138 @@
+//! Issue 12: writes without the lock (a reservation holds the key), the lease cap, batched expiry.
+
+use std::thread;
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+
+use super::*;
+
+/// Where the test answers a pending commit.
+type Answer = Sender<Result<(), StoreError>>;
+
+/// Answers the first submission only when the test says so; every other one at once.
+struct Gated {
+    mem: MemPersister,
+    first: Mutex<Option<Sender<Answer>>>,
+    sizes: Mutex<Vec<usize>>,
+}
+
+impl Persister for Gated {
+    fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        self.mem.list_leases()
+    }
+    fn submit(&self, writes: Vec<Write>) -> Ticket {
+        self.sizes.lock().push(writes.len());
+        let result = self.mem.apply(&writes);
+        match self.first.lock().take() {
+            Some(gate) => {
+                let (answer, ticket) = Ticket::promise();
+                gate.send(answer).unwrap();
+                ticket
+            }
+            None => Ticket::ready(result),
+        }
+    }
+}
+
+fn gated() -> (Table, Arc<Gated>, Receiver<Answer>) {
+    let (tx, rx) = unbounded();
+    let p = Arc::new(Gated {
+        mem: MemPersister::default(),
+        first: Mutex::new(Some(tx)),
+        sizes: Mutex::new(Vec::new()),
+    });
+    let table = Table::new(
+        p.clone(),
+        Arc::new(FakeHosts::default()),
+        Arc::new(FakeChooser::default()),
+        idle(),
+    )
+    .unwrap();
+    (table, p, rx)
+}
+
+#[test]
+fn issue12_a_pending_lease_holds_its_key_but_not_the_table() {
+    let (table, p, gate) = gated();
+    let k = key("projA", "c1");
+    thread::scope(|s| {
+        let first = s.spawn(|| table.acquire(&k, &both(), 0).unwrap());
+        let answer = gate.recv().unwrap();
+        // The first turn's write is pending: the table is free for others...
+        check(&table, &key("projA", "c2"), 1, "titan", false);
+        // ...and counts the reservation.
+        assert_eq!(table.per_host().get("titan"), Some(&2));
+        let second = s.spawn(|| table.acquire(&k, &both(), 2).unwrap());
+        answer.send(Ok(())).unwrap();
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        assert_eq!((a.host.as_str(), a.reused), ("titan", false));
+        assert_eq!((b.host.as_str(), b.reused), ("titan", true));
+    });
+    let news = p.mem.events().iter().filter(|e| e.0 == Reason::New).count();
+    assert_eq!(news, 2, "one lease for c1, one for c2");
+    assert_eq!(table.len(), 2);
+}
+
+#[test]
+fn issue12_a_failed_pending_write_leaves_nothing_behind() {
+    let (table, _p, gate) = gated();
+    let k = key("projA", "c1");
+    thread::scope(|s| {
+        let first = s.spawn(|| table.acquire(&k, &both(), 0));
+        gate.recv().unwrap().send(Err(StoreError::Stalled)).unwrap();
+        assert!(matches!(first.join().unwrap(), Err(LeaseError::Store(_))));
+    });
+    assert!(table.is_empty());
+    assert_eq!(table.per_host().get("titan"), Some(&0));
+}
+
+#[test]
+fn issue12_over_max_leases_the_least_recently_used_idle_lease_is_evicted() {
+    let f = fix();
+    f.table.set_max_leases(3);
+    for (i, fp) in ["a", "b", "c"].into_iter().enumerate() {
+        f.table.acquire(&key("p", fp), &both(), i as i64).unwrap();
+    }
+    let held = f.table.hold(&key("p", "a")).unwrap();
+    f.table.acquire(&key("p", "d"), &both(), 10).unwrap();
+    let fps: Vec<String> = f.table.snapshot().into_iter().map(|l| l.key.fp).collect();
+    assert_eq!(
+        fps,
+        ["a", "c", "d"],
+        "a is in flight, b was the oldest idle one"
+    );
+    drop(held);
+    f.table.acquire(&key("p", "b2"), &both(), 11).unwrap();
+    let fps: Vec<String> = f.table.snapshot().into_iter().map(|l| l.key.fp).collect();
+    assert_eq!(fps, ["b2", "c", "d"]);
+    let evicted = (f.p.events().into_iter())
+        .filter(|e| e.0 == Reason::Evicted)
+        .count();
+    assert_eq!(evicted, 2);
+    assert_eq!(f.p.rows().len(), 3, "the evictions reached the store");
+}
+
+#[test]
+fn issue12_the_idle_sweep_commits_in_batches_of_at_most_a_thousand() {
+    let (table, p, gate) = gated();
+    drop(gate);
+    // The first submission's gate is gone: answer it by hand.
+    *p.first.lock() = None;
+    for i in 0..2_500 {
+        table
+            .acquire(&key("p", &format!("{i}")), &both(), i)
+            .unwrap();
+    }
+    table
+        .acquire(&key("p", "fresh"), &both(), 100 * HOUR)
+        .unwrap();
+    p.sizes.lock().clear();
+    assert_eq!(table.expire_idle(100 * HOUR), 2_500);
+    assert_eq!(
+        *p.sizes.lock(),
+        vec![2_000, 2_000, 1_000],
+        "delete + event each"
+    );
+    assert_eq!(table.len(), 1);
+    assert_eq!(table.per_host().get("titan"), Some(&1));
+}

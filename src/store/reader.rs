@@ -1,0 +1,166 @@
+//! Read-only access: the admin API's and status page's reads while `serve` runs, and the whole of
+//! `crossbar report` and `crossbar backup`.
+//!
+//! A reader opens the file read-only and never migrates it, so a newer crossbar's `report` cannot
+//! change a file under an older running `serve`; a schema version it does not know is refused with
+//! a message that says what to do. WAL lets it read while the writer thread commits.
+
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OpenFlags};
+
+use super::requests::{request_from_row, REQUEST_COLUMNS};
+use super::schema::MIGRATIONS;
+use super::{sql_limit, user_version, LeaseEvent, LeaseRow, RequestRow, StoreError};
+
+/// One read-only connection behind a mutex; every call is a short local read.
+#[derive(Debug)]
+pub struct Reader {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl Reader {
+    /// Opens `path` read-only. A missing file, or a schema other than the one this crossbar
+    /// writes, is an error that names the file and the versions.
+    pub fn open(path: &Path) -> Result<Reader, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::Missing(path.to_path_buf()));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let open_err = |source| super::open_err(path, source);
+        let conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(open_err)?;
+        let found = user_version(&conn).map_err(open_err)?;
+        let known = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+        if found > known {
+            return Err(StoreError::TooNew {
+                path: path.to_path_buf(),
+                found,
+                known,
+            });
+        }
+        if found < known {
+            return Err(StoreError::TooOld {
+                path: path.to_path_buf(),
+                found,
+                known,
+            });
+        }
+        Ok(Reader {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the file (the number of migrations applied).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(user_version(&self.conn.lock())?)
+    }
+
+    /// All leases and pins, ordered by key.
+    pub fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT route, fp, model, host, state, created, last_used FROM leases
+             ORDER BY route, fp, model",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(LeaseRow {
+                route: r.get(0)?,
+                fp: r.get(1)?,
+                model: r.get(2)?,
+                host: r.get(3)?,
+                state: r.get(4)?,
+                created: r.get(5)?,
+                last_used: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How many rows `table` (leases, lease_events or requests) holds.
+    pub fn count(&self, table: Table) -> Result<i64, StoreError> {
+        let sql = format!("SELECT count(*) FROM {}", table.name());
+        Ok(self.conn.lock().query_row(&sql, [], |r| r.get(0))?)
+    }
+
+    /// The latest `limit` events, newest first.
+    pub fn recent_events(&self, limit: usize) -> Result<Vec<LeaseEvent>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, at, route, fp, model, reason, from_host, to_host FROM lease_events
+             ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([sql_limit(limit)], |r| {
+            Ok(LeaseEvent {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                route: r.get(2)?,
+                fp: r.get(3)?,
+                model: r.get(4)?,
+                reason: r.get(5)?,
+                from_host: r.get(6)?,
+                to_host: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The latest `limit` accounting rows, newest first.
+    pub fn recent_requests(&self, limit: usize) -> Result<Vec<RequestRow>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM requests ORDER BY id DESC LIMIT ?1"
+        ))?;
+        let rows = stmt.query_map([sql_limit(limit)], request_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Accounting rows that started at or after `since_ms`, of one route or all, oldest first.
+    pub fn requests_since(
+        &self,
+        since_ms: i64,
+        route: Option<&str>,
+    ) -> Result<Vec<RequestRow>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM requests
+             WHERE started >= ?1 AND (?2 IS NULL OR route = ?2)
+             ORDER BY started, id"
+        ))?;
+        let rows = stmt.query_map(params![since_ms, route], request_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The connection, for `backup`.
+    pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> T) -> T {
+        f(&self.conn.lock())
+    }
+}
+
+/// The tables [`Reader::count`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Leases,
+    LeaseEvents,
+    Requests,
+}
+
+impl Table {
+    fn name(self) -> &'static str {
+        match self {
+            Table::Leases => "leases",
+            Table::LeaseEvents => "lease_events",
+            Table::Requests => "requests",
+        }
+    }
+}
