@@ -1,18 +1,21 @@
 //! crossbar's own connection layer, in the design card's shape: one accept thread hands sockets to a
 //! fixed pool of workers through a bounded queue, and each worker serves one connection at a time.
 //!
-//! Owns: accepting (errors logged once per burst, brief backoff, the listener never dies), the
-//! bounded accept queue (full → `503 busy` with `Retry-After`, then close), request heads and bodies
-//! under limits and deadlines (`head`, `body`, `inbound`), keep-alive and pipelining, parking idle
-//! keep-alive connections off the workers (`park`), and answering what is refused before a handler
+//! Owns: accepting (errors logged once per burst, brief backoff, the listener never dies), open
+//! connections per peer (`peers`: over the cap → `503 busy`, closed at once), the bounded accept
+//! queue (full → `503 busy` with `Retry-After`, then close), request heads and bodies under limits
+//! and deadlines (`head`, `body`, `inbound`), keep-alive and pipelining, reading slow heads and
+//! holding idle keep-alive connections off the workers (`park`), and answering what is refused before a handler
 //! sees it (431, 400, 408, 503 — a log line and a counter, no accounting row). Must not: know about
 //! routes, leases or upstreams (handlers do), hold a lock across socket I/O, or size an allocation by
 //! a number a client sent.
 
+mod accept;
 mod body;
 mod head;
 mod inbound;
 mod park;
+mod peers;
 mod pool;
 mod request;
 
@@ -43,6 +46,22 @@ pub struct Settings {
     pub write_timeout: Duration,
     /// Accepted connections waiting for a worker; beyond it, `503 busy` (`accept_queue`).
     pub accept_queue: usize,
+    /// Open connections one peer address (an IPv6 /64) may hold; beyond it, `503 busy` and
+    /// closed at once (`max_connections_per_peer`).
+    pub max_per_peer: usize,
+}
+
+/// A listener's connections, for tests and operators: all open ones (per-peer accounting), and
+/// those the poller holds, as of its last look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub open: usize,
+    /// Part of a head received, the rest awaited off the workers.
+    pub reading_head: usize,
+    /// Waiting for the first byte of a (next) head off the workers.
+    pub idle: usize,
+    /// Answered and closing.
+    pub lingering: usize,
 }
 
 impl Settings {
@@ -63,6 +82,7 @@ impl Default for Settings {
             keepalive_idle: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
             accept_queue: 128,
+            max_per_peer: 64,
         }
     }
 }

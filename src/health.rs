@@ -263,7 +263,7 @@ impl Health {
                         known(status.per_slot_ctx),
                         known(status.total_slots),
                         entry.parallel,
-                        crate::logfmt::val(&status.loaded.join(","))
+                        val(&shown_loaded(&status.loaded))
                     );
                 }
                 flipped
@@ -356,6 +356,30 @@ impl Entry {
         status.reason = Some(reason);
         true
     }
+}
+
+/// Names a log line shows of a host's loaded list.
+const SHOWN_NAMES: usize = 8;
+/// Bytes a log line shows of one name.
+const SHOWN_NAME_BYTES: usize = 64;
+
+/// The first [`SHOWN_NAMES`] of `names`, each cut to [`SHOWN_NAME_BYTES`] on a char boundary
+/// (marked `...`), then `+N more`: a host's listing sizes no log line.
+fn shown_loaded(names: &[String]) -> String {
+    let mut shown: Vec<String> = (names.iter().take(SHOWN_NAMES))
+        .map(|name| {
+            let mut cut = name.len().min(SHOWN_NAME_BYTES);
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let more = if cut < name.len() { "..." } else { "" };
+            format!("{}{more}", &name[..cut])
+        })
+        .collect();
+    if names.len() > SHOWN_NAMES {
+        shown.push(format!("+{} more", names.len() - SHOWN_NAMES));
+    }
+    shown.join(",")
 }
 
 #[cfg(test)]

@@ -140,6 +140,11 @@ impl Server {
         self.admin.addr()
     }
 
+    /// The client listener's open connections and what its poller holds.
+    pub fn client_connections(&self) -> crate::conn::Counts {
+        self.client.counts()
+    }
+
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
     }

@@ -15,8 +15,11 @@
 //!   named error event (`event: error`, `response.failed`, `response.incomplete`) is an upstream
 //!   error. A line longer than [`MAX_LINE`] is dropped (and its event with it) rather than
 //!   buffered; [`Tee::overflowed`] tells.
-//! - `application/json`: the body is kept, up to [`MAX_BODY`]; past that no tokens are reported.
-//!   It is parsed when asked ([`Tee::usage`], [`Tee::upstream_error`]), once. Always finished.
+//! - `application/json`: the body is kept, up to [`MAX_BODY`], and parsed when asked
+//!   ([`Tee::usage`], [`Tee::upstream_error`]), once. Past that bound only its first and last
+//!   [`MAX_TAIL`] bytes are kept, and the whole `usage` and `timings` objects in them count
+//!   (`tee/json.rs`: b11434 puts an embeddings batch's `usage` first, a key-sorting server last).
+//!   Always finished.
 //! - anything else: ignored; no tokens, always finished.
 //!
 //! Token rules. A `usage` object is read in the API's field names ([`Api::counts`]) wherever the
@@ -34,11 +37,12 @@
 //! fields). Feeding the same bytes split at any points gives the same result.
 
 mod event;
+mod json;
 
-use std::cell::OnceCell;
 use std::fmt;
 
 use event::Seen;
+use json::Json;
 
 use crate::api::{Api, Ending};
 
@@ -48,6 +52,8 @@ const MAX_NAME: usize = 64;
 pub const MAX_LINE: usize = 1 << 20;
 /// Largest non-streamed JSON body parsed for tokens, in bytes.
 pub const MAX_BODY: usize = 1 << 20;
+/// The bytes at each end of a JSON body over [`MAX_BODY`] searched for `usage` and `timings`.
+pub const MAX_TAIL: usize = 64 << 10;
 
 /// Token counts of one response; `None` when the upstream did not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -80,7 +86,7 @@ impl Tee {
         let mode = if essence.eq_ignore_ascii_case("text/event-stream") {
             Mode::Sse(Sse::new(MAX_LINE, api))
         } else if essence.eq_ignore_ascii_case("application/json") {
-            Mode::Json(Json::new(MAX_BODY, api))
+            Mode::Json(Json::new(MAX_BODY, MAX_TAIL, api))
         } else {
             Mode::Ignore
         };
@@ -100,7 +106,7 @@ impl Tee {
     pub fn usage(&self) -> Usage {
         match &self.mode {
             Mode::Sse(s) => s.seen.usage(),
-            Mode::Json(j) => j.seen().map(Seen::usage).unwrap_or_default(),
+            Mode::Json(j) => j.seen().usage(),
             Mode::Ignore => Usage::default(),
         }
     }
@@ -110,7 +116,7 @@ impl Tee {
     pub fn prefill(&self) -> Option<(u64, u64)> {
         match &self.mode {
             Mode::Sse(s) => s.seen.prefill(),
-            Mode::Json(j) => j.seen().and_then(Seen::prefill),
+            Mode::Json(j) => j.seen().prefill(),
             Mode::Ignore => None,
         }
     }
@@ -129,7 +135,7 @@ impl Tee {
     pub fn upstream_error(&self) -> Option<String> {
         match &self.mode {
             Mode::Sse(s) => s.seen.error.clone(),
-            Mode::Json(j) => j.seen().and_then(|s| s.error.clone()),
+            Mode::Json(j) => j.seen().error.clone(),
             Mode::Ignore => None,
         }
     }
@@ -342,53 +348,6 @@ fn mentions_key(data: &[u8]) -> bool {
         }
     }
     false
-}
-
-/// Non-streamed JSON body state. Invariant: `body.len() <= max_body`, and empty once `overflowed`.
-struct Json {
-    api: Api,
-    /// [`MAX_BODY`]; smaller in tests.
-    max_body: usize,
-    body: Vec<u8>,
-    overflowed: bool,
-    /// The parse of `body`, made on first demand; reset by every feed.
-    parsed: OnceCell<Seen>,
-}
-
-impl Json {
-    fn new(max_body: usize, api: Api) -> Json {
-        Json {
-            api,
-            max_body,
-            body: Vec::new(),
-            overflowed: false,
-            parsed: OnceCell::new(),
-        }
-    }
-
-    fn feed(&mut self, chunk: &[u8]) {
-        if self.overflowed || chunk.is_empty() {
-            return;
-        }
-        self.parsed.take();
-        if self.body.len() + chunk.len() > self.max_body {
-            self.overflowed = true;
-            self.body = Vec::new();
-        } else {
-            self.body.extend_from_slice(chunk);
-        }
-    }
-
-    fn seen(&self) -> Option<&Seen> {
-        if self.overflowed {
-            return None;
-        }
-        Some(self.parsed.get_or_init(|| {
-            let mut seen = Seen::new(self.api);
-            seen.absorb(&self.body);
-            seen
-        }))
-    }
 }
 
 #[cfg(test)]

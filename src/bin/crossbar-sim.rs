@@ -27,7 +27,7 @@ OPTIONS:
   --api-key KEY            require this API key (Bearer or X-Api-Key)
   --max-tokens N           tokens generated when a request sets no limit [default: 8]
   --faults-from-stdin      read fault commands from stdin, one per line, each answered on stdout
-                           with `fault set NAME` or `fault error: ...`:
+                           with `fault set NAME` or `fault error: ...`; exit when stdin closes:
                              fault none | hang | refuse | loading | garbage
                              fault die-mid-stream N | cut-mid-chunk N | end-early N | cut-body N
                              fault status CODE
@@ -44,7 +44,10 @@ fn main() -> ExitCode {
             Ok(sim) => {
                 println!("sim listening on {}", sim.url());
                 if control {
+                    // The controlling process holds stdin: when it closes (the controller ended,
+                    // however it ended), nobody will stop this sim, so it stops itself.
                     obey_stdin(&sim);
+                    return ExitCode::SUCCESS;
                 }
                 // Serve until the process is killed (SIGTERM / Ctrl-C end it).
                 loop {

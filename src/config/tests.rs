@@ -41,6 +41,8 @@ fn minimal_config_gets_every_default() {
     assert_eq!(cfg.queue_max, 16);
     assert_eq!(cfg.queue_timeout, Duration::from_secs(600));
     assert_eq!(cfg.log_level, log::LevelFilter::Info);
+    assert_eq!(cfg.front, crate::conn::Settings::default());
+    assert_eq!(cfg.front.max_per_peer, 64);
     let titan = &cfg.hosts["titan"];
     assert_eq!(
         titan.url, "http://10.0.0.1:8080",
@@ -53,6 +55,14 @@ fn minimal_config_gets_every_default() {
     assert!(!cfg.serves("titan", "llama"));
     assert_eq!(cfg.parallel("titan", "qwen"), 2);
     assert_eq!(cfg.parallel("mini", "qwen"), 0);
+}
+
+#[test]
+fn a_per_peer_cap_of_zero_is_refused_by_its_key() {
+    let text = format!("max_connections_per_peer = 0\n{MINIMAL}");
+    check_problem(&text, "max_connections_per_peer: must be at least 1");
+    let text = format!("max_connections_per_peer = 8\n{MINIMAL}");
+    assert_eq!(Config::from_toml(&text).unwrap().front.max_per_peer, 8);
 }
 
 #[test]

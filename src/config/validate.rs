@@ -35,6 +35,7 @@ pub(super) struct RawConfig {
     keepalive_idle: Option<String>,
     client_write_timeout: Option<String>,
     accept_queue: Option<usize>,
+    max_connections_per_peer: Option<usize>,
     log_level: Option<String>,
     #[serde(default)]
     hosts: BTreeMap<String, RawHost>,
@@ -99,6 +100,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         keepalive_idle: duration("keepalive_idle", raw.keepalive_idle, "15s"),
         write_timeout: duration("client_write_timeout", raw.client_write_timeout, "60s"),
         accept_queue: raw.accept_queue.unwrap_or(128),
+        max_per_peer: raw.max_connections_per_peer.unwrap_or(64),
     };
     if front.body_min_rate == 0 {
         problems.push(Problem::new(
@@ -110,6 +112,13 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
     if front.accept_queue == 0 {
         problems.push(Problem::new("accept_queue", "must be at least 1"));
         front.accept_queue = 1;
+    }
+    if front.max_per_peer == 0 {
+        problems.push(Problem::new(
+            "max_connections_per_peer",
+            "must be at least 1",
+        ));
+        front.max_per_peer = 1;
     }
 
     let listen = socket_addr(

@@ -89,6 +89,28 @@ impl<W: Wire> Inbound<W> {
     }
 }
 
+impl<W: Wire> Inbound<W> {
+    /// Whether a whole head is pending, without reading: for the poller, which collects heads
+    /// off the workers. `scanned` is how much of the pending bytes earlier calls searched. Over
+    /// [`MAX_HEAD`] without its end is [`HeadError::TooLarge`].
+    pub(super) fn head_ready(&mut self, scanned: &mut usize) -> Result<bool, HeadError> {
+        let before = self.pending().len();
+        self.skip_leading_newlines();
+        if self.pending().len() != before {
+            *scanned = 0;
+        }
+        let pending = self.pending();
+        if head_end(pending, *scanned).is_some() {
+            return Ok(true);
+        }
+        *scanned = pending.len();
+        if pending.len() >= MAX_HEAD {
+            return Err(HeadError::TooLarge);
+        }
+        Ok(false)
+    }
+}
+
 /// The end (exclusive) of a head in `bytes`: just past the first empty line. `from` is how much was
 /// already searched, so a head arriving a byte at a time is scanned once, not once per byte.
 fn head_end(bytes: &[u8], from: usize) -> Option<usize> {

@@ -126,6 +126,31 @@ impl<W: Wire> Inbound<W> {
         }
     }
 
+    /// One read on a non-blocking wire: `Timeout` when nothing was waiting. Same bound as
+    /// [`Inbound::fill`].
+    pub fn fill_now(&mut self, cap: usize) -> Fill {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        let room = READ_PIECE.min(cap.saturating_sub(self.buf.len()).max(1));
+        loop {
+            let start = self.buf.len();
+            self.buf.resize(start + room, 0);
+            let read = self.wire.read(&mut self.buf[start..]);
+            self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
+            return match read {
+                Ok(0) => Fill::Eof,
+                Ok(_) => Fill::Data,
+                Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+                Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    Fill::Timeout
+                }
+                Err(err) => Fill::Failed(err),
+            };
+        }
+    }
+
     /// Takes up to `n` pending bytes into `out`, reading when none are pending.
     pub fn take_into(
         &mut self,

@@ -1,48 +1,59 @@
-//! Connections no worker holds: idle keep-alive connections parked while others wait for a worker,
-//! and closing connections lingering so an answer sent before unread request bytes is not lost to a
-//! reset. One poller thread per listener looks at them every few milliseconds with non-blocking
-//! reads; a parked connection whose next request starts to arrive goes back on the accept queue.
-//! Both lists are capped; nothing here blocks on a socket.
+//! Connections no worker holds: new and idle keep-alive connections whose next head has not
+//! arrived whole, and closing connections lingering so an answer sent before unread request bytes
+//! is not lost to a reset. One poller thread per listener reads them every few milliseconds with
+//! non-blocking reads, collecting head bytes (up to 64 KiB) the way nginx and HAProxy do: a
+//! connection goes back on the accept queue only once its head is complete, so a client dribbling
+//! its head (slowloris) never holds a worker. A head not complete by its deadline is answered 408
+//! here. Everything held is capped; nothing here blocks on a socket.
 
 use std::io::{ErrorKind, Read};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TrySendError};
 
-use super::inbound::Inbound;
-use super::pool::{Conn, Shared};
+use super::accept::busy;
+use super::head::HeadError;
+use super::inbound::Fill;
+use super::peers::PeerSlot;
+use super::pool::{refuse_head, Conn, Shared};
+use super::MAX_HEAD;
 
-/// How often parked connections are looked at.
+/// How often held connections are looked at.
 const TICK: Duration = Duration::from_millis(10);
-/// Most connections parked or lingering per listener; past it the oldest is closed.
+/// Most connections held per listener; past it the one nearest its deadline is closed.
 const MAX_PARKED: usize = 1024;
 /// How long a closing connection's unread bytes are drained before it is closed anyway.
 const LINGER: Duration = Duration::from_secs(2);
+/// Reads per connection per tick (each up to 16 KiB): a head of 64 KiB fits in one tick.
+const READS_PER_TICK: usize = 5;
 
 /// A connection the poller holds.
 #[derive(Debug)]
 pub(super) enum Parked {
-    /// Idle between requests; back to the queue when bytes arrive.
-    Idle(Conn),
-    /// Answered and half-closed; dropped at EOF or when `until` passes.
-    Linger(TcpStream, Instant),
+    /// Waiting for its next head, or for the rest of it; back to the queue once it is whole.
+    Conn(Conn),
+    /// Answered and half-closed; dropped at EOF or when the instant passes. Still counts for its
+    /// peer.
+    Linger(TcpStream, PeerSlot, Instant),
 }
 
-/// Hands an idle connection to the poller.
+/// Hands a connection whose head has not arrived whole (or at all) to the poller.
 pub(super) fn park(sh: &Shared, conn: Conn) {
     if conn.inb.wire().set_nonblocking(true).is_ok() {
-        add(sh, Parked::Idle(conn));
+        add(sh, Parked::Conn(conn));
     }
 }
 
 /// Closes a connection once its peer has read the answer: our side is shut for writing now (the
 /// client sees the end), bytes it still sends are read and dropped for up to [`LINGER`].
-pub(super) fn linger(sh: &Shared, inb: Inbound<TcpStream>) {
+pub(super) fn linger(sh: &Shared, conn: Conn) {
+    let (inb, peer) = conn.into_parts();
     let sock = inb.into_wire();
     let _ = sock.shutdown(Shutdown::Write);
     if sock.set_nonblocking(true).is_ok() {
-        add(sh, Parked::Linger(sock, Instant::now() + LINGER));
+        add(sh, Parked::Linger(sock, peer, Instant::now() + LINGER));
     }
 }
 
@@ -65,8 +76,8 @@ fn add(sh: &Shared, parked: Parked) {
 
 fn until(p: &Parked) -> Instant {
     match p {
-        Parked::Idle(conn) => conn.idle_until,
-        Parked::Linger(_, until) => *until,
+        Parked::Conn(conn) => until_conn(conn),
+        Parked::Linger(_, _, until) => *until,
     }
 }
 
@@ -95,56 +106,118 @@ pub(super) fn poll(
         let now = Instant::now();
         let mut kept = Vec::new();
         for parked in list {
-            if until(&parked) <= now {
-                continue;
-            }
             match parked {
-                Parked::Idle(conn) => {
-                    if let Some(conn) = look(sh, conn, queue) {
-                        kept.push(Parked::Idle(conn));
+                Parked::Conn(conn) => {
+                    if let Some(conn) = look(sh, conn, queue, now) {
+                        kept.push(Parked::Conn(conn));
                     }
                 }
-                Parked::Linger(mut sock, until) => {
-                    if drain(&mut sock, &mut scratch) {
-                        kept.push(Parked::Linger(sock, until));
+                Parked::Linger(mut sock, peer, until) => {
+                    if until > now && drain(&mut sock, &mut scratch) {
+                        kept.push(Parked::Linger(sock, peer, until));
                     }
                 }
             }
         }
-        if !kept.is_empty() {
-            sh.parked.lock().extend(kept);
+        let mut list = sh.parked.lock();
+        list.extend(kept);
+        count(sh, &list);
+    }
+}
+
+/// Publishes what the poller holds, for `Pool::counts`.
+fn count(sh: &Shared, list: &[Parked]) {
+    let (mut heads, mut idle, mut lingering) = (0, 0, 0);
+    for parked in list {
+        match parked {
+            Parked::Conn(conn) if conn.inb.pending().is_empty() => idle += 1,
+            Parked::Conn(_) => heads += 1,
+            Parked::Linger(..) => lingering += 1,
+        }
+    }
+    sh.held[0].store(heads, Ordering::Relaxed);
+    sh.held[1].store(idle, Ordering::Relaxed);
+    sh.held[2].store(lingering, Ordering::Relaxed);
+}
+
+/// A held connection: reads what has arrived; back on the queue once its head is whole, answered
+/// when its head is refused or late, dropped when the peer left or an idle one timed out;
+/// otherwise returned to stay held.
+fn look(sh: &Shared, mut conn: Conn, queue: &Sender<Conn>, now: Instant) -> Option<Conn> {
+    for _ in 0..READS_PER_TICK {
+        if conn.inb.pending().len() >= MAX_HEAD {
+            break;
+        }
+        match conn.inb.fill_now(MAX_HEAD) {
+            Fill::Data => {
+                // The first byte of a kept connection's next head starts its deadline.
+                let timeout = sh.settings.header_timeout;
+                conn.head_by.get_or_insert(now + timeout);
+            }
+            Fill::Timeout => break,
+            Fill::Eof => {
+                let mut scanned = conn.scanned;
+                match conn.inb.head_ready(&mut scanned) {
+                    // A whole head followed by EOF is still served (the answer may be read).
+                    Ok(true) => break,
+                    Ok(false) if conn.inb.pending().is_empty() => return None,
+                    _ => {
+                        let ended = HeadError::Bad("connection ended inside the head".into());
+                        refuse_head(sh, conn, ended);
+                        return None;
+                    }
+                }
+            }
+            Fill::Failed(e) => {
+                log::debug!(
+                    "parked connection failed listener={} error={}",
+                    sh.name(),
+                    crate::logfmt::val(&e.to_string())
+                );
+                return None;
+            }
+        }
+    }
+    let mut scanned = conn.scanned;
+    let ready = conn.inb.head_ready(&mut scanned);
+    conn.scanned = scanned;
+    match ready {
+        Err(err) => {
+            refuse_head(sh, conn, err);
+            None
+        }
+        Ok(true) => hand(sh, conn, queue, now),
+        Ok(false) if until_conn(&conn) > now => Some(conn),
+        // Nothing of a head by the deadline: closed quietly, as an idle connection is.
+        Ok(false) if conn.inb.pending().is_empty() => None,
+        Ok(false) => {
+            refuse_head(sh, conn, HeadError::Timeout);
+            None
         }
     }
 }
 
-/// An idle connection: back on the queue when its next request has started to arrive, dropped
-/// when the peer left; otherwise returned to stay parked.
-fn look(sh: &Shared, conn: Conn, queue: &Sender<Conn>) -> Option<Conn> {
-    let mut b = [0u8; 1];
-    match conn.inb.wire().peek(&mut b) {
-        Ok(0) => None,
-        Ok(_) => {
-            if conn.inb.wire().set_nonblocking(false).is_err() {
-                return None;
-            }
-            match queue.try_send(conn) {
-                Ok(()) => None,
-                Err(TrySendError::Full(conn)) => {
-                    let _ = conn.inb.wire().set_nonblocking(true);
-                    Some(conn)
-                }
-                Err(TrySendError::Disconnected(_)) => None,
-            }
-        }
-        Err(e) if e.kind() == ErrorKind::WouldBlock => Some(conn),
-        Err(e) => {
-            log::debug!(
-                "parked connection failed listener={} error={}",
-                sh.name(),
-                crate::logfmt::val(&e.to_string())
-            );
+fn until_conn(conn: &Conn) -> Instant {
+    conn.head_by.unwrap_or(conn.idle_until)
+}
+
+/// A connection with a whole head goes back to the workers. With the queue full, a new one is
+/// refused `503 busy` (as the accept thread would); a kept one waits for room until its deadline.
+fn hand(sh: &Shared, conn: Conn, queue: &Sender<Conn>, now: Instant) -> Option<Conn> {
+    if conn.inb.wire().set_nonblocking(false).is_err() {
+        return None;
+    }
+    match queue.try_send(conn) {
+        Ok(()) => None,
+        Err(TrySendError::Full(conn)) if conn.fresh || until_conn(&conn) <= now => {
+            busy(sh, conn);
             None
         }
+        Err(TrySendError::Full(conn)) => {
+            let _ = conn.inb.wire().set_nonblocking(true);
+            Some(conn)
+        }
+        Err(TrySendError::Disconnected(_)) => None,
     }
 }
 

@@ -1,31 +1,38 @@
-//! The accept thread and the fixed workers of one listener, and how they stop.
+//! A listener's threads — the accept thread (`accept`), the poller (`park`) and the fixed workers —
+//! how they start and stop, and what a worker does with a connection.
 //!
-//! The accept thread puts each socket on a bounded queue (full → `503 busy`). A worker takes one,
-//! serves its requests one after another (keep-alive, pipelining) and, while the connection is idle
-//! and someone waits in the queue, parks it with `park`'s poller, which queues it again when its
-//! next request starts to arrive. Stop: the stop channel is dropped and the accept thread woken by a
-//! connection to itself; workers finish the connections already accepted, then exit.
+//! The accept thread puts a socket on the bounded queue while the queue is empty, else hands it to
+//! `park`'s poller, which queues it once its head is whole, so only whole requests wait for a
+//! worker. A worker takes one and serves its requests one after another (keep-alive, pipelining).
+//! A head that is not whole within [`HEAD_STEP`], and an idle connection while someone waits in
+//! the queue, go to the poller too: no worker waits on a slow client's head. Stop: the stop channel
+//! is dropped and the accept thread woken by a connection to itself; workers finish the connections
+//! already accepted, then exit.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 
+use super::accept::{accept, Burst};
 use super::head::HeadError;
 use super::inbound::{Fill, Inbound};
 use super::park::{self, Parked};
+use super::peers::{PeerSlot, Peers};
 use super::request::{refuse, Request};
-use super::{Settings, MAX_HEAD};
+use super::{Counts, Settings, MAX_HEAD};
 
 /// How long an idle worker waits on its connection before looking at the accept queue again: a
 /// connection waiting behind idle keep-alive ones is served within about this long.
 const IDLE_STEP: Duration = Duration::from_millis(100);
-/// Longest pause after failed accepts (EMFILE and the like), doubling from 5 ms.
-const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// How long a worker waits for the rest of a head it has started to read before handing the
+/// connection to the poller. A head sent in one write is whole at once; this only spares the
+/// poller's tick to a head split over a few packets.
+const HEAD_STEP: Duration = Duration::from_millis(50);
 
 /// What a listener serves, and where it counts what it refused.
 pub struct Service {
@@ -52,6 +59,8 @@ pub enum Refused {
     BadRequest,
     /// 408: the head did not arrive within `client_header_timeout`.
     HeadTimeout,
+    /// 503: the peer already holds `max_connections_per_peer` connections.
+    PerPeer,
 }
 
 impl Refused {
@@ -61,6 +70,7 @@ impl Refused {
             Refused::HeadersTooLarge => "headers_too_large",
             Refused::BadRequest => "bad_request",
             Refused::HeadTimeout => "head_timeout",
+            Refused::PerPeer => "per_peer",
         }
     }
 }
@@ -71,19 +81,35 @@ pub(super) struct Conn {
     pub(super) inb: Inbound<TcpStream>,
     /// Until when it may wait for the first byte of its next head.
     pub(super) idle_until: Instant,
+    /// The deadline of the head being read: from the accept for a new connection, from its first
+    /// byte for the next head on a kept one. `None` between requests.
+    pub(super) head_by: Option<Instant>,
+    /// How much of the pending bytes the poller has searched for the head's end.
+    pub(super) scanned: usize,
     /// No request yet: the head's deadline counts from the accept.
-    fresh: bool,
+    pub(super) fresh: bool,
+    /// Its place in its peer's count, given back when the socket closes.
+    pub(super) peer: PeerSlot,
+}
+
+impl Conn {
+    pub(super) fn into_parts(self) -> (Inbound<TcpStream>, PeerSlot) {
+        (self.inb, self.peer)
+    }
 }
 
 pub(super) struct Shared {
-    service: Service,
+    pub(super) service: Service,
     pub(super) settings: Settings,
-    stopping: AtomicBool,
+    pub(super) stopping: AtomicBool,
     pub(super) queue: Receiver<Conn>,
     pub(super) parked: parking_lot::Mutex<Vec<Parked>>,
     pub(super) wake_poller: Sender<()>,
-    busy_since_log: AtomicU64,
-    busy_logged: parking_lot::Mutex<Option<Instant>>,
+    /// What the poller holds: heads being read, idle connections, lingering closes.
+    pub(super) held: [AtomicUsize; 3],
+    pub(super) peers: Arc<Peers>,
+    pub(super) busy_burst: Burst,
+    pub(super) per_peer_burst: Burst,
 }
 
 /// A running listener: accept thread, poller and workers.
@@ -126,8 +152,10 @@ impl Pool {
             queue,
             parked: parking_lot::Mutex::new(Vec::new()),
             wake_poller,
-            busy_since_log: AtomicU64::new(0),
-            busy_logged: parking_lot::Mutex::new(None),
+            held: Default::default(),
+            peers: Peers::new(settings.max_per_peer),
+            busy_burst: Burst::default(),
+            per_peer_burst: Burst::default(),
         });
         let (exit_tx, exited) = bounded(workers);
         let workers = (0..workers)
@@ -160,6 +188,17 @@ impl Pool {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Open connections and what the poller holds of them (as of its last look).
+    pub fn counts(&self) -> Counts {
+        let held = |i: usize| self.shared.held[i].load(Ordering::Relaxed);
+        Counts {
+            open: self.shared.peers.total(),
+            reading_head: held(0),
+            idle: held(1),
+            lingering: held(2),
+        }
     }
 
     /// Stops accepting, lets workers finish what was accepted until `deadline`, and joins every
@@ -200,75 +239,6 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> std::io::Result<Joi
     thread::Builder::new().name(name).spawn(f)
 }
 
-fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) {
-    let mut failures: u64 = 0;
-    let mut backoff = Duration::from_millis(5);
-    loop {
-        let accepted = listener.accept();
-        if sh.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let sock = match accepted {
-            Ok((sock, _)) => sock,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => {
-                if failures == 0 {
-                    log::warn!(
-                        "accept failed listener={} error={} backoff_ms={}",
-                        sh.service.name,
-                        crate::logfmt::val(&err.to_string()),
-                        backoff.as_millis()
-                    );
-                }
-                failures += 1;
-                thread::sleep(backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        if failures > 0 {
-            log::warn!(
-                "accept works again listener={} failed_accepts={failures}",
-                sh.service.name
-            );
-            failures = 0;
-            backoff = Duration::from_millis(5);
-        }
-        let _ = sock.set_nodelay(true);
-        let _ = sock.set_write_timeout(Some(sh.settings.write_timeout));
-        let conn = Conn {
-            inb: Inbound::new(sock),
-            idle_until: Instant::now() + sh.settings.header_timeout,
-            fresh: true,
-        };
-        match queue.try_send(conn) {
-            Ok(()) => {}
-            Err(TrySendError::Full(conn)) => busy(sh, conn),
-            Err(TrySendError::Disconnected(_)) => return,
-        }
-    }
-}
-
-/// `503 busy` to a connection no worker can take; logged at most once a second.
-fn busy(sh: &Shared, conn: Conn) {
-    let sock = conn.inb.wire();
-    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
-    (sh.service.refused)(Refused::Busy);
-    refuse(sock, 503, "busy", None, Some(1));
-    let n = sh.busy_since_log.fetch_add(1, Ordering::Relaxed) + 1;
-    let mut logged = sh.busy_logged.lock();
-    if logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
-        *logged = Some(Instant::now());
-        drop(logged);
-        sh.busy_since_log.store(0, Ordering::Relaxed);
-        log::warn!(
-            "refused listener={} status=503 reason=busy connections={n}",
-            sh.service.name
-        );
-    }
-    park::linger(sh, conn.inb);
-}
-
 fn work(sh: &Shared, stopped: &Receiver<()>) {
     loop {
         let conn = match sh.queue.try_recv() {
@@ -291,17 +261,18 @@ fn serve(sh: &Shared, conn: Conn) {
             Some(conn) => conn,
             None => return,
         };
-        let deadline = if conn.fresh {
-            conn.idle_until
-        } else {
-            Instant::now() + sh.settings.header_timeout
-        };
-        conn.fresh = false;
-        let head = match conn.inb.read_head(deadline) {
+        let now = Instant::now();
+        let head_by = *conn.head_by.get_or_insert(now + sh.settings.header_timeout);
+        let head = match conn.inb.read_head(head_by.min(now + HEAD_STEP)) {
             Ok(head) => head,
             Err(HeadError::Closed) => return,
+            // A slow head is read off the workers; the poller queues it again once it is whole.
+            Err(HeadError::Timeout) if Instant::now() < head_by => return park::park(sh, conn),
             Err(err) => return refuse_head(sh, conn, err),
         };
+        conn.fresh = false;
+        conn.head_by = None;
+        conn.scanned = 0;
         let stopping = sh.stopping.load(Ordering::SeqCst);
         let mut request = Request::new(head, &mut conn.inb, &sh.settings, stopping);
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
@@ -317,7 +288,7 @@ fn serve(sh: &Shared, conn: Conn) {
         }
         if served.is_err() || !request.keep() {
             drop(request);
-            return park::linger(sh, conn.inb);
+            return park::linger(sh, conn);
         }
         conn.idle_until = Instant::now() + sh.settings.keepalive_idle;
     }
@@ -350,7 +321,7 @@ fn wait_for_request(sh: &Shared, mut conn: Conn) -> Option<Conn> {
 }
 
 /// Answers a head that was refused (431, 400, 408), logs and counts it, and closes.
-fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
+pub(super) fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
     let (status, error, detail, reason) = match &err {
         HeadError::TooLarge => (431, "headers too large", None, Refused::HeadersTooLarge),
         HeadError::Bad(what) => (400, "bad request", Some(what.as_str()), Refused::BadRequest),
@@ -370,7 +341,7 @@ fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
         reason.as_str(),
         crate::logfmt::val(detail.unwrap_or("-"))
     );
-    park::linger(sh, conn.inb);
+    park::linger(sh, conn);
 }
 
 impl Shared {

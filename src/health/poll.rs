@@ -6,6 +6,7 @@
 //! is tolerant of older llama-server builds: a missing field means "unknown", never an error.
 //! This module never holds the table's lock across a request; it does not decide routing.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::thread;
@@ -252,6 +253,11 @@ struct ModelList {
 /// A host's answer sizes nothing in crossbar beyond this many models.
 const MAX_ROUTER_MODELS: usize = 256;
 
+/// The loaded ids and aliases kept per host (first come). The chooser and the guard only ask
+/// about configured models, and no real host lists this many; a hostile listing of 700 k names
+/// would otherwise cost every request's `Health::is_loaded` scan.
+pub(super) const MAX_LOADED: usize = 1024;
+
 fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
     let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
     let entries = match &value {
@@ -265,6 +271,8 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
         router: false,
         models: Vec::new(),
     };
+    // Names kept so far: one lookup per name, not a scan of `loaded` (quadratic over a listing).
+    let mut seen = BTreeSet::new();
     for entry in entries {
         if let Some(model) = RouterModel::of(entry) {
             if list.models.len() < MAX_ROUTER_MODELS {
@@ -279,6 +287,9 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
                 continue;
             }
         }
+        if list.loaded.len() >= MAX_LOADED {
+            continue;
+        }
         let id = entry.get("id").and_then(Value::as_str);
         let aliases = entry
             .get("aliases")
@@ -287,7 +298,7 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
             .flatten()
             .filter_map(Value::as_str);
         for name in id.into_iter().chain(aliases) {
-            if !list.loaded.iter().any(|known| known == name) {
+            if list.loaded.len() < MAX_LOADED && seen.insert(name) {
                 list.loaded.push(name.to_string());
             }
         }

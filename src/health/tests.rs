@@ -256,3 +256,16 @@ fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15
     assert_eq!(health.ctx_for("box", "chat"), Some(2048));
     assert_eq!(health.unloads("ghost", "coder"), 0);
 }
+
+/// Issue 15/11 (review): "host up" logged a host's loaded list whole, whatever its length.
+#[test]
+fn the_host_up_line_shows_a_few_short_names_and_counts_the_rest_issue_15() {
+    let names: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
+    assert_eq!(shown_loaded(&names[..2]), "m0,m1");
+    assert_eq!(shown_loaded(&[]), "");
+    let shown = shown_loaded(&names);
+    assert!(shown.starts_with("m0,m1,m2,"), "{shown}");
+    assert!(shown.ends_with(",+992 more"), "{shown}");
+    let long = vec!["é".repeat(1 << 20)];
+    assert!(shown_loaded(&long).len() <= 64 + 3, "a name is cut");
+}

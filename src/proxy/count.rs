@@ -17,12 +17,15 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::api::Api;
 use crate::config::Host;
 
 use super::MAX_BODY;
+
+mod prompt;
 
 /// The longest all the count calls of one request may take together.
 pub(super) const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -170,30 +173,29 @@ pub(super) fn exact(
         host,
         deadline,
     };
-    let body = match model {
-        Some(model) => super::model::named(body, model),
-        None => body.into(),
-    };
     match call {
-        CountCall::Endpoint { path, template } => match ask.post(path, &body) {
-            Ok(answer) => input_tokens(answer),
-            // Builds before the count endpoints answer 404 for it.
-            Err(Failed::Status(404 | 405 | 501)) if template => {
-                let prompt = ask.post("/apply-template", &body).ok()?;
-                let prompt = read_json(prompt, TEMPLATE_ANSWER)?;
-                ask.tokenize(prompt.get("prompt")?.as_str()?)
-            }
-            Err(_) => None,
-        },
-        CountCall::Prompt => {
-            let parsed: Value = serde_json::from_slice(&body).ok()?;
-            match parsed.get("prompt")? {
-                Value::String(prompt) => ask.tokenize(prompt),
-                // Already tokens: the count is their number.
-                Value::Array(items) if items.iter().all(Value::is_u64) => Some(items.len() as u64),
-                _ => None,
+        CountCall::Endpoint { path, template } => {
+            let body = match model {
+                Some(model) => super::model::named(body, model),
+                None => body.into(),
+            };
+            match ask.post(path, &body) {
+                Ok(answer) => input_tokens(answer),
+                // Builds before the count endpoints answer 404 for it.
+                Err(Failed::Status(404 | 405 | 501)) if template => {
+                    let prompt = ask.post("/apply-template", &body).ok()?;
+                    let prompt = read_json(prompt, TEMPLATE_ANSWER)?;
+                    let prompt = prompt.get("prompt").filter(|p| p.is_string())?;
+                    ask.tokenize(&serde_json::value::to_raw_value(prompt).ok()?)
+                }
+                Err(_) => None,
             }
         }
+        // Only `prompt` is read, never the whole body (see `prompt.rs`); the model is not needed.
+        CountCall::Prompt => match prompt::read(body)? {
+            prompt::Prompt::Text(text) => ask.tokenize(text),
+            prompt::Prompt::Tokens(n) => Some(n),
+        },
     }
 }
 
@@ -235,9 +237,10 @@ impl Ask<'_> {
     }
 
     /// `/tokenize` with the special tokens the server adds to a prompt, counted as it streams.
-    fn tokenize(&self, prompt: &str) -> Option<u64> {
-        let body = serde_json::json!({"content": prompt, "add_special": true});
-        let answer = self.post("/tokenize", body.to_string().as_bytes()).ok()?;
+    /// `prompt` is a JSON string as raw text, sent as written (no unescaping and re-escaping).
+    fn tokenize(&self, prompt: &RawValue) -> Option<u64> {
+        let body = format!(r#"{{"content":{},"add_special":true}}"#, prompt.get());
+        let answer = self.post("/tokenize", body.as_bytes()).ok()?;
         count_tokens(answer.into_body().into_reader().take(TOKENS_ANSWER))
     }
 }
@@ -291,123 +294,4 @@ fn count_tokens(mut answer: impl Read) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    impl Counter {
-        fn start_now(&self, host: &str) -> Option<CountPermit<'_>> {
-            self.start(host, Instant::now())
-        }
-    }
-    use std::net::TcpListener;
-    use std::time::Duration;
-
-    #[test]
-    fn a_host_that_does_not_answer_in_time_cannot_count() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let host = Host {
-            name: "hung".into(),
-            url: format!("http://{}", listener.local_addr().unwrap()),
-            weight: 1,
-            api_key: None,
-            ctx: None,
-            models: Default::default(),
-            upstream: Default::default(),
-        };
-        // Accepts (the kernel's backlog does) and never answers.
-        let agent = ureq::Agent::new_with_defaults();
-        let started = Instant::now();
-        let deadline = started + Duration::from_millis(200);
-        let body = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
-        let counted = exact(&agent, &host, "/v1/chat/completions", body, None, deadline);
-        assert_eq!(counted, None);
-        let took = started.elapsed();
-        assert!(took >= Duration::from_millis(200), "{took:?}");
-        assert!(
-            took < Duration::from_secs(3),
-            "the deadline bounds the wait: {took:?}"
-        );
-        drop(listener);
-    }
-
-    #[test]
-    fn a_request_waits_for_a_turn_until_its_deadline_then_goes_without() {
-        let counter = Counter::new(ureq::Agent::new_with_defaults());
-        let held: Vec<_> = (0..PER_HOST)
-            .map(|_| counter.start_now("a").unwrap())
-            .collect();
-        let started = Instant::now();
-        assert!(counter
-            .start("a", started + Duration::from_millis(20))
-            .is_none());
-        assert!(started.elapsed() >= Duration::from_millis(20));
-        assert_eq!(counter.waiting(), 0);
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                counter
-                    .start("a", Instant::now() + Duration::from_secs(30))
-                    .is_some()
-            });
-            while counter.waiting() == 0 {
-                std::thread::yield_now();
-            }
-            drop(held);
-            assert!(waiter.join().unwrap(), "a returned permit wakes the waiter");
-        });
-    }
-
-    #[test]
-    fn each_host_counts_for_at_most_per_host_requests_and_a_permit_comes_back_on_drop() {
-        let counter = Counter::new(ureq::Agent::new_with_defaults());
-        let mut held: Vec<_> = (0..PER_HOST)
-            .map(|_| counter.start_now("a").expect("under the bound"))
-            .collect();
-        assert!(counter.start_now("a").is_none(), "at the bound");
-        let other = counter
-            .start_now("b")
-            .expect("another host has its own bound");
-        held.pop();
-        let again = counter.start_now("a").expect("a permit came back");
-        assert!(counter.start_now("a").is_none());
-        drop((again, other));
-        assert_eq!(counter.in_flight.lock().len(), 1, "b is gone, a holds one");
-        drop(held);
-        assert!(
-            counter.in_flight.lock().is_empty(),
-            "no host is left without a call"
-        );
-    }
-
-    #[test]
-    fn each_api_names_its_count_endpoint() {
-        let path = |rest| match count_call(rest) {
-            Some(CountCall::Endpoint { path, .. }) => path,
-            other => panic!("{rest}: {other:?}"),
-        };
-        assert_eq!(
-            path("/v1/chat/completions"),
-            "/v1/chat/completions/input_tokens"
-        );
-        assert_eq!(path("/v1/messages"), "/v1/messages/count_tokens");
-        assert_eq!(path("/v1/responses"), "/v1/responses/input_tokens");
-        assert_eq!(count_call("/completion"), Some(CountCall::Prompt));
-        assert_eq!(count_call("/v1/completions"), Some(CountCall::Prompt));
-        for uncounted in ["/v1/embeddings", "/infill", "/v1/models", "/tokenize"] {
-            assert_eq!(count_call(uncounted), None, "{uncounted}");
-        }
-    }
-
-    #[test]
-    fn token_lists_are_counted_at_every_split() {
-        let answer = br#"{"tokens":[128000, 9906,1917 ,0]}"#;
-        for split in 0..answer.len() {
-            let (a, b) = answer.split_at(split);
-            assert_eq!(count_tokens(a.chain(b)), Some(4), "split at {split}");
-        }
-        assert_eq!(count_tokens(&br#"{"tokens":[]}"#[..]), Some(0));
-        assert_eq!(count_tokens(&br#"{"tokens":[1,2"#[..]), None, "cut short");
-        let pieces = br#"{"tokens":[{"id":1,"piece":"a"}]}"#;
-        assert_eq!(count_tokens(&pieces[..]), None);
-        assert_eq!(count_tokens(&b"<html>"[..]), None);
-    }
-}
+mod tests;

@@ -5,7 +5,7 @@ use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ureq::{http, Body};
 
@@ -75,10 +75,18 @@ pub(super) fn exchange(
     let left = Arc::new(AtomicBool::new(false));
     let agent = upstream::agent(gw.upstream(), client, &left);
     let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
+    // A listing crossbar renames is read whole before it is sent: one deadline for all of it,
+    // so a host trickling it cannot hold the worker read by read (issue 15).
+    let whole = super::listing::renames(incoming, plan)
+        .then(|| super::listing::deadline(gw.config().first_byte_timeout));
     let result = if plan.body.is_empty() && incoming.bodyless() {
-        agent.run(request.body(()).map_err(bad)?)
+        agent.run(bounded(&agent, request.body(()).map_err(bad)?, whole))
     } else {
-        agent.run(request.body(plan.body.as_slice()).map_err(bad)?)
+        agent.run(bounded(
+            &agent,
+            request.body(plan.body.as_slice()).map_err(bad)?,
+            whole,
+        ))
     };
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
@@ -119,6 +127,20 @@ pub(super) fn exchange(
                 detail: err.to_string(),
             })
         }
+    }
+}
+
+/// `request` with one deadline for its whole exchange, answer body included, when `whole` says so.
+fn bounded<S: ureq::AsSendBody>(
+    agent: &ureq::Agent,
+    request: http::Request<S>,
+    whole: Option<Duration>,
+) -> http::Request<S> {
+    match whole {
+        Some(limit) => (agent.configure_request(request))
+            .timeout_global(Some(limit))
+            .build(),
+        None => request,
     }
 }
 

@@ -1,12 +1,18 @@
 //! A model listing through crossbar names models the way crossbar's config does. A host may know a
 //! model by another name (`upstream = "..."`); its `/v1/models` (and `/models`) answer is read whole
-//! (bounded), each entry naming an upstream name is renamed to the configured one, and the result
-//! is sent with its length. Every other answer passes through byte for byte (`forward::relay`).
+//! (4 MiB and one deadline for the whole exchange), each entry naming an upstream name is renamed
+//! to the configured one in place — every other byte as the host sent it, no `Value` built — and
+//! the result is sent with its length. Every other answer passes through byte for byte (`forward::relay`).
 
 use std::io::Read;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserializer as _, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::config::Host;
 use crate::conn::Request;
@@ -18,6 +24,16 @@ use super::{record, Incoming, Plan};
 
 /// A listing answer is small; a host sending more than this gets the client a 502.
 const MAX_LISTING: u64 = 4 << 20;
+
+/// The longest a listing may take, head and body together, whatever `first_byte_timeout` allows
+/// (a listing is answered from memory; unlike a stream it has no reason to be slow).
+const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One deadline for the whole exchange of a listing to rename: `first_byte_timeout`, at most
+/// [`LISTING_TIMEOUT`]. Per-read timeouts alone let a host trickle it a byte at a time.
+pub(super) fn deadline(first_byte_timeout: Duration) -> Duration {
+    first_byte_timeout.min(LISTING_TIMEOUT)
+}
 
 /// Whether the answer to this request is a listing to rename: a `GET` of the models of a host
 /// that knows some configured model by another name.
@@ -43,7 +59,7 @@ pub(super) fn relay(
         .take(MAX_LISTING + 1)
         .read_to_end(&mut body);
     let failed = match read {
-        Err(err) => Some(format!("upstream failed mid-body: {err}")),
+        Err(err) => Some(format!("upstream failed mid-body: model listing: {err}")),
         Ok(n) if n as u64 > MAX_LISTING => Some(format!("model listing over {MAX_LISTING} bytes")),
         Ok(_) => None,
     };
@@ -70,37 +86,126 @@ pub(super) fn relay(
 }
 
 /// The listing with every `id` (and `name`/`model` in the `models` list) that is a configured
-/// model's upstream name replaced by the configured name; `None` when it is not a JSON listing.
+/// model's upstream name replaced by the configured name, every other byte as the host sent it;
+/// `None` when it is not a JSON object or names nothing to rename. Nothing is built but the
+/// borrowed fields of one entry at a time and the replacements.
 pub(super) fn rename(body: &[u8], host: &Host) -> Option<Vec<u8>> {
-    let mut listing: Value = serde_json::from_slice(body).ok()?;
+    #[derive(Deserialize)]
+    struct Lists<'a> {
+        #[serde(borrow)]
+        data: Option<&'a RawValue>,
+        #[serde(borrow)]
+        models: Option<&'a RawValue>,
+    }
+    // Serde would also read an array positionally into `Lists`.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let lists: Lists = serde_json::from_slice(body).ok()?;
     // A name the config also uses for a model of its own stays as it is.
     let configured = |name: &str| {
         (host.upstream.iter())
             .find(|(_, upstream)| *upstream == name && !host.models.contains_key(name))
-            .map(|(model, _)| model.clone())
+            .map(|(model, _)| model.as_str())
     };
-    for (list, fields) in [("data", &["id"][..]), ("models", &["name", "model"][..])] {
-        let Some(entries) = listing.get_mut(list).and_then(Value::as_array_mut) else {
-            continue;
+    let mut edits = Edits {
+        base: body.as_ptr() as usize,
+        configured: &configured,
+        found: Vec::new(),
+    };
+    for (list, fields) in [(lists.data, ID), (lists.models, NAME_MODEL)] {
+        let Some(list) = list else { continue };
+        let entries = Entries {
+            edits: &mut edits,
+            fields,
         };
-        for entry in entries {
-            for field in fields {
-                let renamed = entry
-                    .get(*field)
-                    .and_then(Value::as_str)
-                    .and_then(configured);
-                if let Some(name) = renamed {
-                    entry[*field] = name.into();
+        // A list that is not an array of objects renames what it can up to where it breaks.
+        let _ = serde_json::Deserializer::from_str(list.get()).deserialize_seq(entries);
+    }
+    if edits.found.is_empty() {
+        return None;
+    }
+    // In body order (`models` may come before `data`, and fields in any order).
+    edits.found.sort_by_key(|(start, _, _)| *start);
+    let mut out = Vec::with_capacity(body.len());
+    let mut at = 0;
+    for (start, end, name) in edits.found {
+        out.extend_from_slice(&body[at..start]);
+        serde_json::to_writer(&mut out, name).ok()?;
+        at = end;
+    }
+    out.extend_from_slice(&body[at..]);
+    Some(out)
+}
+
+/// The fields renamed in a `data` entry and in a `models` entry.
+const ID: &[&str] = &["id"];
+const NAME_MODEL: &[&str] = &["name", "model"];
+
+/// Replacements found so far: byte ranges of the body (in order) and the configured name.
+struct Edits<'c> {
+    base: usize,
+    configured: &'c dyn Fn(&str) -> Option<&'c str>,
+    found: Vec<(usize, usize, &'c str)>,
+}
+
+/// Visits one list's entries one at a time, never holding the list.
+struct Entries<'e, 'c> {
+    edits: &'e mut Edits<'c>,
+    fields: &'static [&'static str],
+}
+
+impl<'de> Visitor<'de> for Entries<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of models")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        #[derive(Deserialize)]
+        struct Names<'a> {
+            #[serde(borrow)]
+            id: Option<&'a RawValue>,
+            #[serde(borrow)]
+            name: Option<&'a RawValue>,
+            #[serde(borrow)]
+            model: Option<&'a RawValue>,
+        }
+        while let Some(entry) = seq.next_element::<&RawValue>()? {
+            if !entry.get().starts_with('{') {
+                continue;
+            }
+            let Ok(names) = serde_json::from_str::<Names>(entry.get()) else {
+                continue;
+            };
+            let fields = [
+                ("id", names.id),
+                ("name", names.name),
+                ("model", names.model),
+            ];
+            let found = (fields.into_iter())
+                .filter(|(field, _)| self.fields.contains(field))
+                .filter_map(|(_, raw)| raw);
+            for raw in found {
+                let Ok(name) = serde_json::from_str::<Cow<'_, str>>(raw.get()) else {
+                    continue;
+                };
+                if let Some(configured) = (self.edits.configured)(&name) {
+                    let start = raw.get().as_ptr() as usize - self.edits.base;
+                    let end = start + raw.get().len();
+                    self.edits.found.push((start, end, configured));
                 }
             }
         }
+        Ok(())
     }
-    serde_json::to_vec(&listing).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use std::collections::BTreeMap;
 
     #[test]
@@ -123,5 +228,31 @@ mod tests {
         assert_eq!(renamed["models"][0]["name"], "qwen-coder");
         assert_eq!(renamed["models"][0]["model"], "qwen-coder");
         assert_eq!(rename(b"<html>", &host), None);
+    }
+
+    /// Issue 15 (review): the listing was parsed into a `Value` (~16× its 4 MiB bound, built from
+    /// a host's bytes) and written back re-ordered, with big integers turned into floats.
+    #[test]
+    fn a_renamed_listing_keeps_every_other_byte_as_the_host_wrote_it_issue_15() {
+        let host = Host {
+            name: "titan".into(),
+            url: "http://127.0.0.1:1".into(),
+            weight: 1,
+            api_key: None,
+            ctx: None,
+            models: BTreeMap::from([("qwen".to_string(), 1)]),
+            upstream: BTreeMap::from([("qwen".to_string(), "coder".to_string())]),
+        };
+        let body = br#"{"object":"list","models":[{"model":"coder","name":"n"}], "data":[ {"owned_by":"x","id" : "coder","created":123456789012345678901234567890},
+            {"id":"c\u006fder"}, 7, {"id":"other"}]}"#;
+        let want = r#"{"object":"list","models":[{"model":"qwen","name":"n"}], "data":[ {"owned_by":"x","id" : "qwen","created":123456789012345678901234567890},
+            {"id":"qwen"}, 7, {"id":"other"}]}"#;
+        let renamed = rename(body, &host).unwrap();
+        assert_eq!(String::from_utf8(renamed).unwrap(), want);
+        assert_eq!(
+            rename(br#"{"data":[{"id":"other"}]}"#, &host),
+            None,
+            "nothing to rename"
+        );
     }
 }

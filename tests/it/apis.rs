@@ -322,3 +322,23 @@ fn metrics_the_status_page_and_report_rows_show_each_api() {
         "{page}"
     );
 }
+
+/// Issue 18 (review): an embeddings answer over the tee's 1 MiB bound lost its token counts.
+#[test]
+fn a_batch_of_embeddings_over_a_mebibyte_keeps_its_prompt_tokens_in_the_row_issue_18() {
+    let h = Harness::start(vec![host("titan", 2)], "");
+    let one = h.post("/projA/v1/embeddings", &json!({"input": ["chunk"]}));
+    assert_eq!(one.status, 200, "{}", one.text());
+    let each = h
+        .rows()
+        .pop()
+        .unwrap()
+        .prompt_tokens
+        .expect("a small batch is counted");
+    let batch = vec!["chunk"; 20_000];
+    let answer = h.post("/projA/v1/embeddings", &json!({ "input": batch }));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(answer.body.len() > 2 << 20, "{}", answer.body.len());
+    let row = h.rows().pop().unwrap();
+    assert_eq!(row.prompt_tokens, Some(20_000 * each), "{row:?}");
+}

@@ -4,6 +4,7 @@
 
 mod admin;
 mod clients;
+mod crowd;
 mod emfile;
 mod limits;
 

@@ -10,6 +10,7 @@ mod front;
 mod fuzz;
 mod guard;
 mod limits;
+mod listing;
 mod models;
 mod paths;
 mod proxy;

@@ -98,6 +98,28 @@ fn models_list_ids_and_aliases_and_routers_only_loaded_ones() {
     assert!(!parse_model_list(MODELS).unwrap().router);
 }
 
+/// Issue 15/11 (review): a listing of hundreds of thousands of names made every poll quadratic
+/// and every `is_loaded` scan (and the "host up" log line) as long as the listing.
+#[test]
+fn a_huge_listing_keeps_each_name_once_and_at_most_max_loaded_issue_15() {
+    // Every entry repeats the configured name as an alias: kept once, whatever the count.
+    let entries: Vec<String> = (0..5 * MAX_LOADED)
+        .map(|i| format!(r#"{{"id":"junk-{i}","aliases":["qwen","junk-{i}"]}}"#))
+        .collect();
+    let body = format!(r#"{{"data":[{}]}}"#, entries.join(","));
+    let loaded = parse_models(&body).unwrap();
+    assert_eq!(loaded.len(), MAX_LOADED);
+    assert_eq!(loaded[..3], ["junk-0", "qwen", "junk-1"]);
+    let distinct: std::collections::BTreeSet<&String> = loaded.iter().collect();
+    assert_eq!(distinct.len(), loaded.len(), "a name kept twice");
+    // The router flag and its models are still read past the cap.
+    let mut routed = entries.clone();
+    routed.push(r#"{"id":"late","status":{"value":"loaded"}}"#.to_string());
+    let list = parse_model_list(&format!(r#"{{"data":[{}]}}"#, routed.join(","))).unwrap();
+    assert!(list.router);
+    assert_eq!(list.loaded.len(), MAX_LOADED);
+}
+
 // ---- fake hosts ----------------------------------------------------------------------------
 
 fn good(path: &str) -> (u16, &'static str) {
