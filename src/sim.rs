@@ -1,5 +1,5 @@
 //! An in-process fake llama-server for crossbar's integration tests, `make demo` and the
-//! cache-affinity benchmark: faithful wire shapes (see `/work/shared/llama-server.md`), a simulated
+//! cache-affinity benchmark: faithful wire shapes (see the project's `shared/llama-server.md`), a simulated
 //! per-slot prompt cache with a bounded RAM cache, simulated prefill/decode cost, injectable faults,
 //! lock-step streaming and observable events so tests synchronise without sleeping.
 //!
