@@ -5,7 +5,9 @@
 //! `park`'s poller, which queues it once its head is whole, so only whole requests wait for a
 //! worker. A worker takes one and serves its requests one after another (keep-alive, pipelining).
 //! A head that is not whole within [`HEAD_STEP`], and an idle connection while someone waits in
-//! the queue, go to the poller too: no worker waits on a slow client's head. Stop: the stop channel
+//! the queue, go to the poller too: no worker waits on a slow client's head. A worker does wait for
+//! a body still to come, so such a request first takes one of its peer's body slots (`peers`);
+//! one over `max_body_readers_per_peer` is `503 busy`. Stop: the stop channel
 //! is dropped and the accept thread woken by a connection to itself; workers finish the connections
 //! already accepted, then exit.
 
