@@ -37,7 +37,7 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// The connection layer's limits (`client_header_timeout`, `client_body_timeout`,
     /// `client_body_min_rate`, `keepalive_idle`, `client_write_timeout`, `accept_queue`,
-    /// `max_connections_per_peer`).
+    /// `max_connections_per_peer`, `max_body_readers_per_peer`).
     pub front: crate::conn::Settings,
     pub log_level: log::LevelFilter,
     pub hosts: BTreeMap<String, Host>,

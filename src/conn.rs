@@ -2,7 +2,7 @@
 //! fixed pool of workers through a bounded queue, and each worker serves one connection at a time.
 //!
 //! Owns: accepting (errors logged once per burst, brief backoff, the listener never dies), open
-//! connections per peer (`peers`: over the cap → `503 busy`, closed at once), the bounded accept
+//! connections and bodies being read per peer (`peers`: over a cap → `503 busy`, closed), the bounded accept
 //! queue (full → `503 busy` with `Retry-After`, then close), request heads and bodies under limits
 //! and deadlines (`head`, `body`, `inbound`), keep-alive and pipelining, reading slow heads and
 //! holding idle keep-alive connections off the workers (`park`), and answering what is refused before a handler
@@ -49,6 +49,9 @@ pub struct Settings {
     /// Open connections one peer address (an IPv6 /64) may hold; beyond it, `503 busy` and
     /// closed at once (`max_connections_per_peer`).
     pub max_per_peer: usize,
+    /// Requests from one peer address whose body a worker waits for at once; beyond it, `503
+    /// busy` and closed (`max_body_readers_per_peer`). A body whole with its head is not counted.
+    pub max_bodies_per_peer: usize,
 }
 
 /// A listener's connections, for tests and operators: all open ones (per-peer accounting), and
@@ -62,6 +65,8 @@ pub struct Counts {
     pub idle: usize,
     /// Answered and closing.
     pub lingering: usize,
+    /// Requests whose body a worker is waiting for (all peers).
+    pub reading_body: usize,
 }
 
 impl Settings {
@@ -83,6 +88,7 @@ impl Default for Settings {
             write_timeout: Duration::from_secs(60),
             accept_queue: 128,
             max_per_peer: 64,
+            max_bodies_per_peer: 8,
         }
     }
 }

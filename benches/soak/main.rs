@@ -268,8 +268,10 @@ queue_timeout = "10s"
 connect_timeout = "1s"
 first_byte_timeout = "5s"
 client_write_timeout = "2s"
-# Every soak client connects from 127.0.0.1: one peer, well over the default 64 connections.
+# Every soak client connects from 127.0.0.1: one peer, well over the default 64 connections
+# and 8 bodies being read at once.
 max_connections_per_peer = 1024
+max_body_readers_per_peer = 1024
 shutdown_grace = "5s"
 log_level = "info"
 {extra}

@@ -43,6 +43,7 @@ fn minimal_config_gets_every_default() {
     assert_eq!(cfg.log_level, log::LevelFilter::Info);
     assert_eq!(cfg.front, crate::conn::Settings::default());
     assert_eq!(cfg.front.max_per_peer, 64);
+    assert_eq!(cfg.front.max_bodies_per_peer, 8);
     let titan = &cfg.hosts["titan"];
     assert_eq!(
         titan.url, "http://10.0.0.1:8080",
@@ -63,6 +64,13 @@ fn a_per_peer_cap_of_zero_is_refused_by_its_key() {
     check_problem(&text, "max_connections_per_peer: must be at least 1");
     let text = format!("max_connections_per_peer = 8\n{MINIMAL}");
     assert_eq!(Config::from_toml(&text).unwrap().front.max_per_peer, 8);
+    let text = format!("max_body_readers_per_peer = 0\n{MINIMAL}");
+    check_problem(&text, "max_body_readers_per_peer: must be at least 1");
+    let text = format!("max_body_readers_per_peer = 3\n{MINIMAL}");
+    assert_eq!(
+        Config::from_toml(&text).unwrap().front.max_bodies_per_peer,
+        3
+    );
 }
 
 #[test]

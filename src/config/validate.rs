@@ -36,6 +36,7 @@ pub(super) struct RawConfig {
     client_write_timeout: Option<String>,
     accept_queue: Option<usize>,
     max_connections_per_peer: Option<usize>,
+    max_body_readers_per_peer: Option<usize>,
     log_level: Option<String>,
     #[serde(default)]
     hosts: BTreeMap<String, RawHost>,
@@ -101,6 +102,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         write_timeout: duration("client_write_timeout", raw.client_write_timeout, "60s"),
         accept_queue: raw.accept_queue.unwrap_or(128),
         max_per_peer: raw.max_connections_per_peer.unwrap_or(64),
+        max_bodies_per_peer: raw.max_body_readers_per_peer.unwrap_or(8),
     };
     if front.body_min_rate == 0 {
         problems.push(Problem::new(
@@ -119,6 +121,13 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             "must be at least 1",
         ));
         front.max_per_peer = 1;
+    }
+    if front.max_bodies_per_peer == 0 {
+        problems.push(Problem::new(
+            "max_body_readers_per_peer",
+            "must be at least 1",
+        ));
+        front.max_bodies_per_peer = 1;
     }
 
     let listen = socket_addr(

@@ -120,6 +120,27 @@ pub(super) fn busy(sh: &Shared, conn: Conn) {
     park::linger(sh, conn);
 }
 
+/// `503 busy` to a request whose body would be one more than `max_body_readers_per_peer` being
+/// read for its peer; the connection closes (lingering, so what it still sends is drained).
+/// Logged at most once a second.
+pub(super) fn per_peer_bodies(sh: &Shared, conn: Conn) {
+    (sh.service.refused)(Refused::PerPeerBodies);
+    let sock = conn.inb.wire();
+    let detail = "too many request bodies being sent from this address";
+    refuse(sock, 503, "busy", Some(detail), Some(1));
+    if let Some(n) = sh.bodies_burst.hit() {
+        let peer = sock
+            .peer_addr()
+            .map_or_else(|_| "-".into(), |a| a.ip().to_string());
+        log::warn!(
+            "refused listener={} status=503 reason=per_peer_bodies peer={peer} max={} requests={n}",
+            sh.service.name,
+            sh.settings.max_bodies_per_peer
+        );
+    }
+    park::linger(sh, conn);
+}
+
 /// `503 busy` to a connection from a peer that holds `max_connections_per_peer` already, and
 /// closed at once: it never reaches the queue or the poller. What the peer already sent is read
 /// first (once, without waiting) so the close does not reset the answer away. Logged at most once

@@ -5,7 +5,9 @@
 //! `park`'s poller, which queues it once its head is whole, so only whole requests wait for a
 //! worker. A worker takes one and serves its requests one after another (keep-alive, pipelining).
 //! A head that is not whole within [`HEAD_STEP`], and an idle connection while someone waits in
-//! the queue, go to the poller too: no worker waits on a slow client's head. Stop: the stop channel
+//! the queue, go to the poller too: no worker waits on a slow client's head. A worker does wait for
+//! a body still to come, so such a request first takes one of its peer's body slots (`peers`);
+//! one over `max_body_readers_per_peer` is `503 busy`. Stop: the stop channel
 //! is dropped and the accept thread woken by a connection to itself; workers finish the connections
 //! already accepted, then exit.
 
@@ -18,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 
-use super::accept::{accept, Burst};
-use super::head::HeadError;
+use super::accept::{accept, per_peer_bodies, Burst};
+use super::head::{BodyKind, Head, HeadError};
 use super::inbound::{Fill, Inbound};
 use super::park::{self, Parked};
 use super::peers::{PeerSlot, Peers};
@@ -61,6 +63,8 @@ pub enum Refused {
     HeadTimeout,
     /// 503: the peer already holds `max_connections_per_peer` connections.
     PerPeer,
+    /// 503: workers already wait for `max_body_readers_per_peer` bodies from the peer.
+    PerPeerBodies,
 }
 
 impl Refused {
@@ -71,6 +75,7 @@ impl Refused {
             Refused::BadRequest => "bad_request",
             Refused::HeadTimeout => "head_timeout",
             Refused::PerPeer => "per_peer",
+            Refused::PerPeerBodies => "per_peer_bodies",
         }
     }
 }
@@ -110,6 +115,7 @@ pub(super) struct Shared {
     pub(super) peers: Arc<Peers>,
     pub(super) busy_burst: Burst,
     pub(super) per_peer_burst: Burst,
+    pub(super) bodies_burst: Burst,
 }
 
 /// A running listener: accept thread, poller and workers.
@@ -153,9 +159,10 @@ impl Pool {
             parked: parking_lot::Mutex::new(Vec::new()),
             wake_poller,
             held: Default::default(),
-            peers: Peers::new(settings.max_per_peer),
+            peers: Peers::new(settings.max_per_peer, settings.max_bodies_per_peer),
             busy_burst: Burst::default(),
             per_peer_burst: Burst::default(),
+            bodies_burst: Burst::default(),
         });
         let (exit_tx, exited) = bounded(workers);
         let workers = (0..workers)
@@ -198,6 +205,7 @@ impl Pool {
             reading_head: held(0),
             idle: held(1),
             lingering: held(2),
+            reading_body: self.shared.peers.bodies(),
         }
     }
 
@@ -273,8 +281,17 @@ fn serve(sh: &Shared, conn: Conn) {
         conn.fresh = false;
         conn.head_by = None;
         conn.scanned = 0;
+        // A body still to come holds this worker until it is read: one peer gets a few at once.
+        let reading = if body_to_come(&head, conn.inb.pending()) {
+            match conn.peer.body() {
+                Some(slot) => Some(slot),
+                None => return per_peer_bodies(sh, conn),
+            }
+        } else {
+            None
+        };
         let stopping = sh.stopping.load(Ordering::SeqCst);
-        let mut request = Request::new(head, &mut conn.inb, &sh.settings, stopping);
+        let mut request = Request::new(head, &mut conn.inb, &sh.settings, stopping, reading);
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
         if served.is_err() || !request.answered() {
             log::error!(
@@ -291,6 +308,16 @@ fn serve(sh: &Shared, conn: Conn) {
             return park::linger(sh, conn);
         }
         conn.idle_until = Instant::now() + sh.settings.keepalive_idle;
+    }
+}
+
+/// Whether a worker would wait for some of `head`'s body: all of it not yet received with the
+/// head. Chunked bodies always count (their end is only known by decoding them).
+fn body_to_come(head: &Head, pending: &[u8]) -> bool {
+    match head.body {
+        BodyKind::None => false,
+        BodyKind::Length(n) => (pending.len() as u64) < n,
+        BodyKind::Chunked => true,
     }
 }
 

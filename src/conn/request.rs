@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::body::{self, BodyError};
 use super::head::{BodyKind, Head};
 use super::inbound::Inbound;
+use super::peers::BodySlot;
 use super::Settings;
 use crate::wire::{self, BodyWriter, Framing};
 
@@ -20,6 +21,8 @@ pub struct Request<'c> {
     inb: &'c mut Inbound<TcpStream>,
     settings: &'c Settings,
     body_read: bool,
+    /// Its peer's count of bodies being read, while this one's is awaited.
+    reading: Option<BodySlot>,
     answered: bool,
     /// The connection closes after this answer: set when the answer starts without keep-alive,
     /// and by the answer's writer on a write error or an aborted body.
@@ -33,6 +36,7 @@ impl<'c> Request<'c> {
         inb: &'c mut Inbound<TcpStream>,
         settings: &'c Settings,
         stopping: bool,
+        reading: Option<BodySlot>,
     ) -> Request<'c> {
         let body_read = head.body == BodyKind::None;
         Request {
@@ -40,6 +44,7 @@ impl<'c> Request<'c> {
             inb,
             settings,
             body_read,
+            reading,
             answered: false,
             close_after: AtomicBool::new(false),
             stopping,
@@ -76,6 +81,8 @@ impl<'c> Request<'c> {
     /// the connection closed after the answer). Answers `100 Continue` first if the client waits
     /// for it. A second call returns an empty body.
     pub fn read_body(&mut self, max: usize) -> Result<Vec<u8>, BodyError> {
+        // However it ends, no worker waits for this body any more.
+        let _reading = self.reading.take();
         if self.body_read {
             return Ok(Vec::new());
         }

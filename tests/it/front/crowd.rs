@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::{check_error, refused, CHAT};
+use super::{check_error, post_head, refused, CHAT};
 use crate::support::{chat, host, wait_until, Conn, Harness};
 
 /// Where the attacker connects from.
@@ -129,4 +129,68 @@ fn a_peer_cannot_fill_the_accept_queue_with_silent_connections() {
     assert_eq!(refused(&h, "clients", "busy"), 0);
     drop(silent);
     check_served_promptly(&h);
+}
+
+/// Before: a head sent whole and its body trickled held a worker until the body's deadline
+/// (`client_body_timeout` plus its size at `client_body_min_rate`), so `workers` such requests from
+/// one address stopped service for that long, again and again ("R-U-Dead-Yet"). Now one address
+/// has at most `max_body_readers_per_peer` workers waiting for its bodies; a body sent with its
+/// head is never counted.
+#[test]
+fn a_peer_trickling_request_bodies_holds_no_more_than_its_share_of_workers() {
+    let extra = "workers = 4\nclient_body_timeout = \"8s\"\nmax_body_readers_per_peer = 2";
+    let h = Harness::start(vec![host("titan", 1)], extra);
+    let whole = post_head(CHAT, "", &chat("slow", 0, false).to_string());
+    let (part, rest) = whole
+        .as_bytes()
+        .split_at(whole.find("\r\n\r\n").unwrap() + 4 + 10);
+    let trickle = |n: usize| -> Vec<Conn> {
+        (0..n)
+            .map(|_| {
+                let mut conn = stranger(h.addr());
+                conn.reader.get_mut().write_all(part).unwrap();
+                conn
+            })
+            .collect()
+    };
+    let mut slow = trickle(8);
+    wait_until("the bodies over the cap are refused", || {
+        refused(&h, "clients", "per_peer_bodies") == 6
+    });
+    assert_eq!(h.server().client_connections().reading_body, 2);
+    check_served_promptly(&h);
+    // The same address sending a body with its head is served: only waiting for one counts.
+    let mut quick = stranger(h.addr());
+    quick.reader.get_mut().write_all(whole.as_bytes()).unwrap();
+    assert_eq!(quick.read_answer().status, 200);
+    // The rest of every body: the two read are served, the six refused were told to retry.
+    let mut statuses = Vec::new();
+    for conn in &mut slow {
+        let _ = conn.reader.get_mut().write_all(rest);
+        let answer = conn.read_answer();
+        if answer.status == 503 {
+            check_error(&answer, 503, "busy");
+            assert_eq!(answer.header("Retry-After"), Some("1"));
+            assert_eq!(answer.header("Connection"), Some("close"));
+        }
+        statuses.push(answer.status);
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 503, 503, 503, 503, 503, 503]);
+    // A client that leaves in the middle of its body gives its place back.
+    let mut again = trickle(2);
+    wait_until("two bodies are being read", || {
+        h.server().client_connections().reading_body == 2
+    });
+    again.pop();
+    wait_until("the gone client's place is given back", || {
+        h.server().client_connections().reading_body == 1
+    });
+    let mut next = trickle(1).pop().unwrap();
+    wait_until("the next body is read", || {
+        h.server().client_connections().reading_body == 2
+    });
+    next.reader.get_mut().write_all(rest).unwrap();
+    assert_eq!(next.read_answer().status, 200);
+    assert_eq!(refused(&h, "clients", "per_peer_bodies"), 6);
 }
