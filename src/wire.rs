@@ -114,14 +114,13 @@ impl<'a> BodyWriter<'a> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'a>> {
-        let mut writer = BodyWriter {
-            out,
-            framing,
-            broken: Some(broken),
-            piece: Vec::new(),
-        };
-        writer.head(http10, status, headers, &[])?;
-        Ok(writer)
+        let mut writer = BodyWriter::start(out, http10, status, headers, framing);
+        if let Ok(w) = &mut writer {
+            w.broken = Some(broken);
+        } else {
+            broken.store(true, Ordering::Relaxed);
+        }
+        writer
     }
 
     /// Writes the head, and `body` (a whole `Length` body) with it in the same write.

@@ -174,16 +174,24 @@ impl Table {
         key: &Key,
         candidates: &[String],
     ) -> Result<String, LeaseError> {
-        if let Some(pin) = inner.pins.get(&key.route) {
-            if !self.hosts.healthy(pin) {
-                return Err(LeaseError::PinnedDown { host: pin.clone() });
-            }
-            return Ok(pin.clone());
+        if let Some(pinned) = self.pinned_locked(inner, &key.route) {
+            return pinned;
         }
         match inner.leases.get(key) {
             Some(lease) if self.hosts.healthy(&lease.host) => Ok(lease.host.clone()),
             _ => self.choose_locked(inner, key, candidates, None),
         }
+    }
+
+    /// The route's pin, when it has one: its host, or an error when that host is down (a pin
+    /// outranks health: no silent move).
+    fn pinned_locked(&self, inner: &Inner, route: &str) -> Option<Result<String, LeaseError>> {
+        let pin = inner.pins.get(route)?;
+        Some(if self.hosts.healthy(pin) {
+            Ok(pin.clone())
+        } else {
+            Err(LeaseError::PinnedDown { host: pin.clone() })
+        })
     }
 
     /// Where a stateless request goes (embeddings, rerank: no conversation, no lease): the
@@ -195,11 +203,8 @@ impl Table {
         key: &Key,
         candidates: &[String],
     ) -> Result<String, LeaseError> {
-        if let Some(pin) = inner.pins.get(&key.route) {
-            if !self.hosts.healthy(pin) {
-                return Err(LeaseError::PinnedDown { host: pin.clone() });
-            }
-            return Ok(pin.clone());
+        if let Some(pinned) = self.pinned_locked(inner, &key.route) {
+            return pinned;
         }
         self.choose_locked(inner, key, candidates, None)
     }
