@@ -330,14 +330,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+mod raw;
 mod suggest;
 mod validate;
 
 pub use suggest::all_keys;
 
+use raw::RawConfig;
 #[cfg(test)]
 use validate::check_url;
-use validate::{validate, RawConfig};
+use validate::validate;
 
 #[cfg(test)]
 mod tests;

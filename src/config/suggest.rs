@@ -5,7 +5,7 @@
 
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-use super::validate::{RawConfig, RawHost, RawModel, RawRoute};
+use super::raw::{RawConfig, RawHost, RawModel, RawRoute};
 
 /// The known key nearest to the last segment of an unknown key's dotted path, when one is close
 /// enough to be a typo (an edit distance of at most 3, and under half the known word).

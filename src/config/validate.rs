@@ -1,4 +1,4 @@
-//! Stage two of config loading: the raw serde shape of the file, and its validation into a
+//! Stage two of config loading: the raw serde shape of the file (`raw.rs`) validated into a
 //! [`Config`] with defaults applied and every problem collected with its key.
 
 use std::collections::BTreeMap;
@@ -6,70 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
-
+use super::raw::{RawConfig, RawHost, RawRoute};
 use super::{parse_duration, Config, Host, Problem, Route, RESERVED_ROUTES};
-
-// ---- stage one: the file as serde sees it ----
-
-#[derive(Debug, Deserialize)]
-pub(super) struct RawConfig {
-    listen: Option<String>,
-    admin_listen: Option<String>,
-    admin_token: Option<String>,
-    db: Option<PathBuf>,
-    workers: Option<usize>,
-    lease_idle: Option<String>,
-    max_leases: Option<usize>,
-    keep_requests: Option<String>,
-    keep_events: Option<String>,
-    health_interval: Option<String>,
-    queue_max: Option<usize>,
-    queue_timeout: Option<String>,
-    connect_timeout: Option<String>,
-    first_byte_timeout: Option<String>,
-    shutdown_grace: Option<String>,
-    client_header_timeout: Option<String>,
-    client_body_timeout: Option<String>,
-    client_body_min_rate: Option<u64>,
-    keepalive_idle: Option<String>,
-    client_write_timeout: Option<String>,
-    accept_queue: Option<usize>,
-    max_connections_per_peer: Option<usize>,
-    max_body_readers_per_peer: Option<usize>,
-    log_level: Option<String>,
-    #[serde(default)]
-    hosts: BTreeMap<String, RawHost>,
-    #[serde(default)]
-    routes: BTreeMap<String, RawRoute>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct RawHost {
-    url: Option<String>,
-    weight: Option<u32>,
-    api_key: Option<String>,
-    ctx: Option<u64>,
-    #[serde(default)]
-    models: BTreeMap<String, RawModel>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct RawModel {
-    parallel: Option<i64>,
-    upstream: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct RawRoute {
-    #[serde(default)]
-    hosts: Vec<String>,
-    model: Option<String>,
-    #[serde(default)]
-    spread_new: bool,
-}
-
-// ---- stage two: validation ----
 
 pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
     let mut duration = |key: &str, value: Option<String>, default: &str| {

@@ -1,5 +1,6 @@
 //! Counters, histograms and label escaping as the exposition text shows them.
 
+use super::render::labels;
 use super::*;
 
 #[test]

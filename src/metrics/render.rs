@@ -1,0 +1,241 @@
+//! The Prometheus text exposition of [`Metrics`]: the counters and histograms kept since start,
+//! then the gauges the caller read from live state (`Gauges`), each with its `# HELP` and `# TYPE`
+//! lines and labels escaped as the format requires. It only formats: no I/O, and the counters' lock
+//! is dropped before the gauges are written.
+
+use std::fmt::Write;
+
+use super::{Gauges, Metrics};
+
+impl Metrics {
+    /// The exposition text.
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let inner = self.inner.lock();
+        let mut out = String::with_capacity(4096);
+        header(
+            &mut out,
+            "crossbar_requests_total",
+            "counter",
+            "Requests answered, by route, host and status.",
+        );
+        for ((route, host, status), n) in &inner.requests {
+            let labels = labels(&[
+                ("route", route),
+                ("host", host),
+                ("status", &status.to_string()),
+            ]);
+            let _ = writeln!(out, "crossbar_requests_total{labels} {n}");
+        }
+        for (name, help, pick) in [
+            (
+                "crossbar_prompt_tokens_total",
+                "Prompt tokens, by route and host.",
+                0,
+            ),
+            (
+                "crossbar_cached_tokens_total",
+                "Prompt tokens served from the host's cache.",
+                1,
+            ),
+            (
+                "crossbar_completion_tokens_total",
+                "Generated tokens, by route and host.",
+                2,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            for ((route, host), t) in &inner.tokens {
+                let n = [t.prompt, t.cached, t.completion][pick];
+                let _ = writeln!(
+                    out,
+                    "{name}{} {n}",
+                    labels(&[("route", route), ("host", host)])
+                );
+            }
+        }
+        let name = "crossbar_request_duration_seconds";
+        header(
+            &mut out,
+            name,
+            "histogram",
+            "Time from request to the end of the answer.",
+        );
+        for (route, hist) in &inner.durations {
+            hist.render(&mut out, name, inner_labels(&[("route", route)]).as_str());
+        }
+        for (name, help, map) in [
+            (
+                "crossbar_ttfb_seconds",
+                "Time from request to the upstream's response head (queue wait and prefill included), by route and host.",
+                &inner.ttfb,
+            ),
+            (
+                "crossbar_queue_wait_seconds",
+                "Time a request waited for a slot, by route and host.",
+                &inner.queue_wait,
+            ),
+        ] {
+            header(&mut out, name, "histogram", help);
+            for ((route, host), hist) in map {
+                let labels = inner_labels(&[("route", route), ("host", host)]);
+                hist.render(&mut out, name, &labels);
+            }
+        }
+        header(
+            &mut out,
+            "crossbar_lease_events_total",
+            "counter",
+            "Lease events, by reason.",
+        );
+        for (reason, n) in &inner.lease_events {
+            let _ = writeln!(
+                out,
+                "crossbar_lease_events_total{} {n}",
+                labels(&[("reason", reason)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_store_rows_lost_total",
+            "counter",
+            "Accounting rows the store could not write.",
+        );
+        let _ = writeln!(out, "crossbar_store_rows_lost_total {}", inner.rows_lost);
+        header(
+            &mut out,
+            "crossbar_refused_total",
+            "counter",
+            "Connections answered before their request was routed (no accounting row), by listener and reason.",
+        );
+        for ((listener, reason), n) in &inner.refused {
+            let _ = writeln!(
+                out,
+                "crossbar_refused_total{} {n}",
+                labels(&[("listener", listener), ("reason", reason)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_api_requests_total",
+            "counter",
+            "Requests answered, by the API they spoke.",
+        );
+        for (api, t) in &inner.apis {
+            let _ = writeln!(
+                out,
+                "crossbar_api_requests_total{} {}",
+                labels(&[("api", api)]),
+                t.requests
+            );
+        }
+        let name = "crossbar_api_tokens_total";
+        let help = "Tokens by API and kind: prompt (cached included), cached, completion.";
+        header(&mut out, name, "counter", help);
+        for (api, t) in &inner.apis {
+            for (kind, n) in [
+                ("prompt", t.prompt),
+                ("cached", t.cached),
+                ("completion", t.completion),
+            ] {
+                let _ = writeln!(out, "{name}{} {n}", labels(&[("api", api), ("kind", kind)]));
+            }
+        }
+        drop(inner);
+        header(
+            &mut out,
+            "crossbar_store_up",
+            "gauge",
+            "1 when the store's last commit succeeded; 0 while writes fail (disk full, read-only).",
+        );
+        let _ = writeln!(out, "crossbar_store_up {}", u8::from(gauges.store_ok));
+        header(
+            &mut out,
+            "crossbar_store_write_errors_total",
+            "counter",
+            "Failed store commits since start.",
+        );
+        let _ = writeln!(
+            out,
+            "crossbar_store_write_errors_total {}",
+            gauges.store_write_errors
+        );
+        header(
+            &mut out,
+            "crossbar_host_up",
+            "gauge",
+            "1 when the host is healthy.",
+        );
+        for (host, up) in &gauges.hosts {
+            let _ = writeln!(
+                out,
+                "crossbar_host_up{} {}",
+                labels(&[("host", host)]),
+                u8::from(*up)
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_in_flight",
+            "gauge",
+            "Requests holding a slot, by host and model.",
+        );
+        for (host, model, in_flight, _) in &gauges.slots {
+            let _ = writeln!(
+                out,
+                "crossbar_in_flight{} {in_flight}",
+                labels(&[("host", host), ("model", model)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_queued",
+            "gauge",
+            "Requests waiting for a slot, by host and model.",
+        );
+        for (host, model, _, queued) in &gauges.slots {
+            let _ = writeln!(
+                out,
+                "crossbar_queued{} {queued}",
+                labels(&[("host", host), ("model", model)])
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_leases",
+            "gauge",
+            "Conversation leases, by host.",
+        );
+        for (host, n) in &gauges.leases {
+            let _ = writeln!(out, "crossbar_leases{} {n}", labels(&[("host", host)]));
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// `a="x",b="y"`: [`labels`] without the braces.
+fn inner_labels(pairs: &[(&str, &str)]) -> String {
+    let all = labels(pairs);
+    all[1..all.len() - 1].to_string()
+}
+
+/// `{a="x",b="y"}` with values escaped as the format requires.
+pub(super) fn labels(pairs: &[(&str, &str)]) -> String {
+    let mut out = String::from("{");
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let escaped = v
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        let _ = write!(out, "{k}=\"{escaped}\"");
+    }
+    out.push('}');
+    out
+}
