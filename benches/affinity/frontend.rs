@@ -5,16 +5,15 @@
 //! conversation straight to a fixed host and, when that host fails, moves it once to the next.
 
 use std::fmt::Write as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use crossbar::config::Config;
 use crossbar::server::Server;
 use parking_lot::Mutex;
 
 use crate::hosts::Host;
+use crate::nginx_proc::Nginx;
 use crate::workload::{Target, MODEL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +46,8 @@ impl Kind {
 /// A started front end; stops on drop.
 pub enum Running {
     Crossbar(Option<Box<Server>>, String),
-    /// nginx's master process, its prefix directory (config, pid file, logs) and the base URL.
-    Nginx(Child, PathBuf, String),
+    /// nginx, stopped when dropped.
+    Nginx(Nginx),
     Oracle(Mutex<Vec<usize>>, Vec<String>),
 }
 
@@ -74,7 +73,8 @@ impl Running {
 impl Target for Running {
     fn base(&self, conv: usize) -> String {
         match self {
-            Running::Crossbar(_, base) | Running::Nginx(_, _, base) => base.clone(),
+            Running::Crossbar(_, base) => base.clone(),
+            Running::Nginx(nginx) => format!("http://{}", nginx.addr),
             Running::Oracle(moved, urls) => {
                 let shift = moved.lock().iter().filter(|&&c| c == conv).count();
                 urls[(conv + shift) % urls.len()].clone()
@@ -97,25 +97,7 @@ impl Drop for Running {
                     s.stop(Duration::from_secs(5));
                 }
             }
-            Running::Nginx(child, prefix, _) => {
-                // `-s stop` makes the master stop its worker too; killing the master alone would
-                // leave the worker running, still holding the port.
-                let stopped = Command::new(nginx_binary())
-                    .arg("-p")
-                    .arg(&*prefix)
-                    .arg("-c")
-                    .arg(prefix.join("nginx.conf"))
-                    .arg("-s")
-                    .arg("stop")
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if !stopped {
-                    let _ = child.kill();
-                }
-                let _ = child.wait();
-            }
-            Running::Oracle(..) => {}
+            Running::Nginx(..) | Running::Oracle(..) => {}
         }
     }
 }
@@ -146,42 +128,15 @@ pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path) -> String {
 }
 
 fn start_nginx(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Running, String> {
-    let port = free_port()?;
-    let prefix = dir.join(kind.name());
-    std::fs::create_dir_all(&prefix).map_err(|e| format!("{}: {e}", prefix.display()))?;
-    let conf = prefix.join("nginx.conf");
-    std::fs::write(&conf, nginx_config(kind, hosts, port, &prefix))
-        .map_err(|e| format!("{}: {e}", conf.display()))?;
-    let mut child = Command::new(nginx_binary())
-        .arg("-p")
-        .arg(&prefix)
-        .arg("-c")
-        .arg(&conf)
-        .arg("-e")
-        .arg(prefix.join("error.log"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run nginx (make bench-affinity installs it): {e}"))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            let log = std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default();
-            return Err(format!("nginx exited ({status}):\n{log}"));
-        }
-        if Instant::now() > deadline {
-            drop(Running::Nginx(child, prefix, String::new()));
-            return Err("nginx did not start listening within 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(Running::Nginx(child, prefix, format!("http://{addr}")))
+    let nginx = Nginx::start(dir.join(kind.name()), "1", |port| {
+        nginx_blocks(kind, hosts, port)
+    })?;
+    Ok(Running::Nginx(nginx))
 }
 
 /// What a homelab puts in front of llama-server: streaming-safe proxying, long reads, and nginx's
 /// defaults for failures (`max_fails=1 fail_timeout=10s`, retry the next server on errors).
-fn nginx_config(kind: Kind, hosts: &[Host], port: u16, prefix: &Path) -> String {
+fn nginx_blocks(kind: Kind, hosts: &[Host], port: u16) -> String {
     let balance = if kind == Kind::LeastConn {
         "least_conn;"
     } else {
@@ -191,36 +146,12 @@ fn nginx_config(kind: Kind, hosts: &[Host], port: u16, prefix: &Path) -> String 
         .iter()
         .map(|h| format!("        server {};\n", h.addr()))
         .collect();
-    let tmp = |name: &str| prefix.join(name).display().to_string();
     format!(
-        "daemon off;\nworker_processes 1;\npid {pid};\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{\n    access_log off;\n\
-             client_body_temp_path {body};\n    proxy_temp_path {proxy};\n\
-             fastcgi_temp_path {fcgi};\n    uwsgi_temp_path {uwsgi};\n    scgi_temp_path {scgi};\n\
-             upstream llama {{\n        {balance}\n{servers}    }}\n\
-             server {{\n        listen 127.0.0.1:{port};\n\
-                 location / {{\n            proxy_pass http://llama;\n\
-                     proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n\
-                     proxy_buffering off;\n            proxy_read_timeout 1h;\n\
-                     add_header X-Upstream $upstream_addr;\n        }}\n    }}\n}}\n",
-        pid = tmp("nginx.pid"),
-        body = tmp("body"),
-        proxy = tmp("proxy"),
-        fcgi = tmp("fastcgi"),
-        uwsgi = tmp("uwsgi"),
-        scgi = tmp("scgi"),
+        "    upstream llama {{\n        {balance}\n{servers}    }}\n\
+         server {{\n        listen 127.0.0.1:{port};\n\
+             location / {{\n            proxy_pass http://llama;\n\
+                 proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n\
+                 proxy_buffering off;\n            proxy_read_timeout 1h;\n\
+                 add_header X-Upstream $upstream_addr;\n        }}\n    }}\n"
     )
-}
-
-fn nginx_binary() -> PathBuf {
-    std::env::var_os("NGINX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"))
-}
-
-/// A port the kernel just handed out; nginx cannot report the one it picked for `:0`.
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }

@@ -14,6 +14,8 @@
 mod figures;
 mod frontend;
 mod hosts;
+#[path = "../nginx_proc.rs"]
+mod nginx_proc;
 mod report;
 mod uipoll;
 mod workload;

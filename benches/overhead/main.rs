@@ -34,7 +34,7 @@ use crossbar::sim::{Sim, SimConfig};
 use parking_lot::Mutex;
 
 use conn::Conn;
-use nginx::Nginx;
+
 use sse::stream_added;
 
 /// Requests per client per phase, and the most time one phase may take.
@@ -78,7 +78,7 @@ fn main() {
     run_phase(sim, "/v1/chat/completions", 32, WARMUP / 32 + 1);
     run_phase(gw, CHAT_VIA, 32, WARMUP / 32 + 1);
 
-    let nginx = match Nginx::start(sim, &dir) {
+    let nginx = match nginx::start(sim, &dir) {
         Ok(nginx) => Some(nginx),
         Err(err) => {
             println!("nginx: not measured: {err}");
