@@ -170,7 +170,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
             let config = args.load_config()?;
             let since = args.since.unwrap_or(Duration::from_secs(24 * 3600));
             let text = report::run(&config.db, since, args.route.as_deref(), args.json)
-                .map_err(|e| CliError::Failed(chain(&e)))?;
+                .map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
             print!("{text}");
             Ok(())
         }),
@@ -223,7 +223,8 @@ fn writable(dir: &std::path::Path) -> std::io::Result<()> {
 fn backup(args: &Args) -> Result<(), CliError> {
     let config = args.load_config()?;
     let dest = PathBuf::from(&args.positional[0]);
-    let report = store::backup(&config.db, &dest).map_err(|e| CliError::Failed(chain(&e)))?;
+    let report =
+        store::backup(&config.db, &dest).map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
     println!(
         "backup ok: {} (schema {}, {} leases, {} requests, integrity_check {})",
         report.path.display(),
@@ -233,18 +234,6 @@ fn backup(args: &Args) -> Result<(), CliError> {
         report.integrity
     );
     Ok(())
-}
-
-/// An error and its sources, joined with ": ".
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
 }
 
 /// `crossbar serve`: runs until SIGTERM or SIGINT; SIGHUP re-reads the config.
@@ -261,7 +250,7 @@ fn serve(args: &Args) -> Result<(), CliError> {
     // Register before starting so a signal during start-up is not lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| CliError::Failed(format!("cannot handle signals: {e}")))?;
-    let server = Server::start(config).map_err(|e| CliError::Failed(chain(&e)))?;
+    let server = Server::start(config).map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
     for signal in signals.forever() {
         if signal != SIGHUP {
             log::info!(

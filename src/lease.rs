@@ -319,18 +319,6 @@ fn short(fp: &str) -> &str {
     }
 }
 
-/// An error and its sources, joined with ": ", for one log line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
-
 impl Persister for Store {
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         Store::list_leases(self)

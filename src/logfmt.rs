@@ -6,6 +6,19 @@
 
 use std::fmt;
 
+/// An error and its sources, joined with ": ": the whole story on one line (the CLI's error
+/// line, log values). Pass the result through [`val`] when it goes into a `key=value` line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
 /// Displays `s` as a log value: bare if safe, else quoted and escaped. An empty value is `""`.
 pub fn val(s: &str) -> Val<'_> {
     Val(s)

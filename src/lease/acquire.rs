@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{chain, lease_row, short, Acquired, Candidate, Inner, Key, LeaseError, Table};
+use super::{lease_row, short, Acquired, Candidate, Inner, Key, LeaseError, Table};
 use crate::logfmt::val;
 use crate::store::{LeaseEvent, Reason, StoreError, Write};
 
@@ -380,7 +380,7 @@ pub(super) fn log_change(key: &Key, reason: Reason, from: &str, to: &str) {
 
 /// A failed write as one log value.
 pub(super) fn describe(err: &StoreError) -> String {
-    chain(err)
+    crate::logfmt::chain(err)
 }
 
 fn or_dash(s: &str) -> &str {
