@@ -81,6 +81,8 @@ fn a_megabyte_model_name_is_refused_without_being_stored_or_echoed_whole() {
     assert_eq!(json["error"], "model_not_found");
     let shown = json["model"].as_str().unwrap();
     assert!(shown.starts_with("éé") && shown.len() < 1024, "{shown}");
+    // An unpinned route names what its candidates serve, as a pinned one does.
+    assert_eq!(json["served"], serde_json::json!(["m"]), "{json}");
     let rows = h.rows();
     let row = rows.last().unwrap();
     assert_eq!(row.status, 404);

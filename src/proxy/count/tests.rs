@@ -56,7 +56,9 @@ fn a_request_waits_for_a_turn_until_its_deadline_then_goes_without() {
                 .start("a", Instant::now() + Duration::from_secs(30))
                 .is_some()
         });
+        let give_up = Instant::now() + Duration::from_secs(10);
         while counter.waiting() == 0 {
+            assert!(Instant::now() < give_up, "the waiter never started waiting");
             std::thread::yield_now();
         }
         drop(held);
