@@ -22,6 +22,7 @@ mod lock;
 mod reader;
 mod requests;
 mod schema;
+mod write;
 mod writer;
 
 pub use backup::{backup, BackupReport};
@@ -29,8 +30,9 @@ use checkpoint::Checkpointer;
 pub use health::{StoreHealth, StoreStatus};
 pub use lock::{lock_path, DbLock, LockError};
 pub use reader::{Reader, Table};
+pub use write::Write;
+pub use writer::Ticket;
 use writer::Writer;
-pub use writer::{Ticket, Write};
 #[cfg(test)]
 pub(crate) mod tests;
 

@@ -1,89 +1,104 @@
-//! The one writer thread: every write to the database goes through it, in the order submitted.
+//! The store's one writer: every write to the database goes through it, in the order submitted.
 //!
-//! Callers queue [`Write`]s and get a [`Ticket`] that says when their transaction committed;
-//! while one transaction commits, later submissions queue and the next loop commits them all in
-//! one transaction (group commit), so concurrent workers share one `fsync`-free WAL commit instead
-//! of taking turns on a connection lock. Writes nobody waits for (touches of reused leases,
-//! evictions) are jobs whose ticket was dropped; they ride along in the same batches. This thread never takes another module's lock; a caller
-//! waits on its ticket with no lock held.
+//! Callers queue [`Write`]s as one job and get a [`Ticket`] that says when it committed. One
+//! connection commits at a time, and who commits depends on the load:
+//! - **Alone:** a caller that waits on its ticket while nobody is committing and nothing else is
+//!   queued commits its job on its own thread. A lone request's accounting row thus costs no
+//!   hand-off: the hop to a writer thread and back was the largest part of what crossbar added
+//!   per request at one client (issue 12, docs/BENCHMARKS.md).
+//! - **Together:** when other jobs are queued beside it, the waiter hands the queue to the writer
+//!   thread, which commits everything queued so far in one transaction (group commit), so
+//!   concurrent workers share one `fsync`-free WAL commit. A worker that took a batch could be
+//!   preempted with 60 threads on 2 cores, and everyone queued behind it would wait for its next
+//!   time slice (a 15 ms p99 at 32 clients); the writer thread, asleep between batches, is run as
+//!   soon as it is woken.
+//!
+//! The writer thread also commits jobs nobody waits for (touches of reused leases written
+//! behind, evictions, prunes: a dropped ticket wakes it), and at stop whatever is still queued.
+//! Nothing here takes another module's lock, and the queue's lock is never held while SQLite
+//! runs: a caller may queue a job with the lease table's lock held.
 //!
 //! A batch that fails is retried job by job, so one bad write cannot fail its neighbours; the
 //! outcome of every commit goes to [`StoreHealth`], which logs a failure once per burst.
 
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
-use rusqlite::{params, Connection, TransactionBehavior};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use rusqlite::Connection;
 
 use super::health::StoreHealth;
-use super::{LeaseEvent, LeaseRow, RequestRow, StoreError};
+use super::write::{commit, Write};
+use super::StoreError;
 
 /// Most jobs committed in one transaction.
 const MAX_BATCH: usize = 512;
-/// Most jobs queued for the writer; beyond it a submission fails at once (never blocks).
+/// Most jobs queued; beyond it a submission fails at once (never blocks).
 const QUEUE: usize = 16_384;
 /// Longest a caller waits for its commit before answering "store unavailable".
 const COMMIT_WAIT: Duration = Duration::from_secs(30);
+/// How often the writer thread looks at the queue unwoken: a safety net, since it is woken for
+/// every job it is to commit.
+const IDLE_TICK: Duration = Duration::from_millis(250);
 
-/// One change to the database.
-#[derive(Debug, Clone)]
-pub enum Write {
-    /// Inserts or replaces the lease (or pin) keyed by route, fp, model.
-    SaveLease(LeaseRow),
-    /// Deletes one lease or pin; a missing one is not an error.
-    DeleteLease {
-        route: String,
-        fp: String,
-        model: String,
-    },
-    /// Moves a lease's `last_used` forward (never back); a missing lease is not an error.
-    Touch {
-        route: String,
-        fp: String,
-        model: String,
-        last_used: i64,
-    },
-    /// Appends a lease event.
-    Event(LeaseEvent),
-    /// Appends an accounting row.
-    Request(RequestRow),
-    /// Deletes up to `limit` of the oldest accounting rows that started before `before`.
-    PruneRequests { before: i64, limit: usize },
-    /// Deletes up to `limit` of the oldest lease events before `before`.
-    PruneEvents { before: i64, limit: usize },
-    /// Caps the file at `n` pages (never below its current size: `Some(1)` freezes it), or lifts
-    /// the cap (`None`):
-    /// SQLite's own `max_page_count`, so tests get a real "database or disk is full".
-    #[doc(hidden)]
-    LimitPages(Option<u32>),
-}
+type Outcome = Result<(), StoreError>;
+/// Where the committer leaves one job's outcome for its ticket (set and read under the queue's
+/// lock).
+type Slot = Arc<Mutex<Option<Outcome>>>;
 
 /// The promise of a commit: [`Ticket::wait`] answers once the writes it covers are in the db.
+/// Dropping it unwaited leaves the job to the writer thread.
 #[derive(Debug)]
-pub struct Ticket(Receiver<Result<(), StoreError>>);
+pub struct Ticket(Option<Promise>);
+
+#[derive(Debug)]
+enum Promise {
+    /// Answered through a channel: refusals, and persisters other than the store.
+    Answer(Receiver<Outcome>),
+    /// A job in the writer's queue.
+    Queued { writer: Arc<Shared>, slot: Slot },
+}
 
 impl Ticket {
     /// A ticket already answered (persisters that write synchronously, and refusals).
-    pub fn ready(result: Result<(), StoreError>) -> Ticket {
+    pub fn ready(result: Outcome) -> Ticket {
         let (tx, rx) = bounded(1);
         let _ = tx.send(result);
-        Ticket(rx)
+        Ticket(Some(Promise::Answer(rx)))
     }
 
     /// A ticket answered later through the returned sender (persisters other than the writer).
-    pub fn promise() -> (Sender<Result<(), StoreError>>, Ticket) {
+    pub fn promise() -> (Sender<Outcome>, Ticket) {
         let (tx, rx) = bounded(1);
-        (tx, Ticket(rx))
+        (tx, Ticket(Some(Promise::Answer(rx))))
     }
 
-    /// Waits for the commit, at most [`COMMIT_WAIT`].
-    pub fn wait(self) -> Result<(), StoreError> {
-        match self.0.recv_timeout(COMMIT_WAIT) {
-            Ok(result) => result,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(StoreError::Stalled),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(StoreError::Stopped),
+    /// Waits for the commit, at most [`COMMIT_WAIT`]: committing it on this thread when it is
+    /// the only job and nobody is committing, else leaving it to the writer thread's batch.
+    pub fn wait(mut self) -> Outcome {
+        let deadline = Instant::now() + COMMIT_WAIT;
+        match self.0.take() {
+            Some(Promise::Answer(rx)) => match rx.recv_deadline(deadline) {
+                Ok(result) => result,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(StoreError::Stalled),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(StoreError::Stopped),
+            },
+            Some(Promise::Queued { writer, slot }) => writer.wait(&slot, deadline),
+            None => Err(StoreError::Stopped),
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(Promise::Queued { writer, slot }) = self.0.take() {
+            if slot.lock().is_none() {
+                writer.orphaned();
+            }
         }
     }
 }
@@ -91,192 +106,194 @@ impl Ticket {
 #[derive(Debug)]
 struct Job {
     writes: Vec<Write>,
-    done: Option<Sender<Result<(), StoreError>>>,
+    slot: Slot,
 }
 
-/// The writer thread's handle: a queue in, a thread to join when the store is dropped.
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Someone holds the connection and commits.
+    committing: bool,
+    /// The writer thread is wanted: waiters handed it their jobs, or a queued job's ticket was
+    /// dropped unwaited.
+    wanted: bool,
+    stopping: bool,
+    /// Batches committed by a waiting caller, and by the writer thread (for tests and tuning).
+    by_caller: u64,
+    by_thread: u64,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// A batch committed, or the committer's role came free.
+    committed: Condvar,
+    /// Wakes the writer thread: it is wanted, or the store stops.
+    wake: Condvar,
+    /// Used only by the committer of the moment (`Queue::committing`).
+    conn: Mutex<Connection>,
+    health: Arc<StoreHealth>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The writer's handle: the queue, and the writer thread to join when the store is dropped.
 #[derive(Debug)]
 pub(super) struct Writer {
-    queue: Option<Sender<Job>>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Writer {
     pub(super) fn start(conn: Connection, health: Arc<StoreHealth>) -> Writer {
-        let (queue, jobs) = bounded(QUEUE);
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            committed: Condvar::new(),
+            wake: Condvar::new(),
+            conn: Mutex::new(conn),
+            health,
+        });
+        let sh = shared.clone();
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || run(conn, &jobs, &health))
+            .spawn(move || sh.writer_thread())
             .expect("the OS refused to start a thread");
         Writer {
-            queue: Some(queue),
+            shared,
             thread: Some(thread),
         }
     }
 
     /// Queues `writes` as one job after everything queued before; the ticket answers at commit.
+    /// Never blocks: callers may hold the lease table's lock. A full queue means commits are
+    /// stuck (a hung disk); the caller answers "store unavailable" at once.
     pub(super) fn submit(&self, writes: Vec<Write>) -> Ticket {
-        let (done, answer) = bounded(1);
-        let job = Job {
-            writes,
-            done: Some(done),
-        };
-        // Never blocks: callers may hold the lease table's lock. A full queue means the writer
-        // is stuck (a hung disk); the caller answers "store unavailable" at once.
-        let sent = match &self.queue {
-            Some(queue) => queue.try_send(job).is_ok(),
-            None => false,
-        };
-        if sent {
-            Ticket(answer)
-        } else {
-            Ticket::ready(Err(StoreError::Stalled))
+        let slot = Slot::default();
+        let mut q = self.shared.queue.lock();
+        if q.stopping {
+            return Ticket::ready(Err(StoreError::Stopped));
         }
+        if q.jobs.len() >= QUEUE {
+            return Ticket::ready(Err(StoreError::Stalled));
+        }
+        q.jobs.push_back(Job {
+            writes,
+            slot: slot.clone(),
+        });
+        drop(q);
+        Ticket(Some(Promise::Queued {
+            writer: self.shared.clone(),
+            slot,
+        }))
     }
 }
 
 impl Drop for Writer {
-    /// Commits what is queued, then joins the thread.
+    /// Commits what is queued, then joins the writer thread.
     fn drop(&mut self) {
-        drop(self.queue.take());
+        self.shared.queue.lock().stopping = true;
+        self.shared.wake.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn run(mut conn: Connection, jobs: &Receiver<Job>, health: &StoreHealth) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while let Ok(first) = jobs.recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+impl Shared {
+    /// Until `slot` has its outcome. When nobody is committing, the job is still queued (a
+    /// committer fills the slots of every job it takes before it stops): alone, it is committed
+    /// here; with others, the writer thread is woken for them all.
+    fn wait(&self, slot: &Slot, deadline: Instant) -> Outcome {
+        let mut q = self.queue.lock();
+        loop {
+            if let Some(outcome) = slot.lock().take() {
+                return outcome;
+            }
+            if !q.committing && q.jobs.len() == 1 {
+                q.by_caller += 1;
+                q = self.commit_queued(q);
+                continue;
+            }
+            if !q.committing && !q.wanted {
+                q.wanted = true;
+                self.wake.notify_one();
+            }
+            if self.committed.wait_until(&mut q, deadline).timed_out() {
+                return slot.lock().take().unwrap_or(Err(StoreError::Stalled));
             }
         }
-        let all = batch.iter().flat_map(|j| &j.writes);
-        match commit(&mut conn, all) {
-            Ok(wrote) => {
-                health.committed(wrote);
-                for job in batch.drain(..) {
-                    answer(job, Ok(()));
-                }
+    }
+
+    fn orphaned(&self) {
+        self.queue.lock().wanted = true;
+        self.wake.notify_one();
+    }
+
+    /// Takes the role, commits the oldest [`MAX_BATCH`] queued jobs with the queue unlocked,
+    /// leaves their outcomes and gives the role up.
+    fn commit_queued<'a>(&'a self, mut q: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+        q.committing = true;
+        let n = q.jobs.len().min(MAX_BATCH);
+        let batch: Vec<Job> = q.jobs.drain(..n).collect();
+        q.wanted &= !q.jobs.is_empty();
+        drop(q);
+        let outcomes = catch_unwind(AssertUnwindSafe(|| {
+            commit_jobs(&mut self.conn.lock(), &batch, &self.health)
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("store commit panicked jobs={}", batch.len());
+            Vec::new()
+        });
+        let mut q = self.queue.lock();
+        let mut outcomes = outcomes.into_iter();
+        for job in &batch {
+            *job.slot.lock() = Some(outcomes.next().unwrap_or(Err(StoreError::Stalled)));
+        }
+        q.committing = false;
+        self.committed.notify_all();
+        if q.wanted || q.stopping {
+            self.wake.notify_one();
+        }
+        q
+    }
+
+    /// The writer thread: commits what it was woken for, and everything at stop.
+    fn writer_thread(&self) {
+        let mut q = self.queue.lock();
+        loop {
+            if !q.committing && !q.jobs.is_empty() && (q.wanted || q.stopping) {
+                q.by_thread += 1;
+                q = self.commit_queued(q);
+                continue;
             }
-            Err(_) if batch.len() > 1 => {
-                // Alone, each job fails or succeeds on its own merits.
-                for job in batch.drain(..) {
-                    let result = commit(&mut conn, job.writes.iter());
-                    answer(job, health.outcome(result));
-                }
+            if q.stopping && !q.committing && q.jobs.is_empty() {
+                return;
             }
-            Err(err) => {
-                let result = health.outcome(Err(err));
-                if let Some(job) = batch.pop() {
-                    answer(job, result);
-                }
-            }
+            self.wake.wait_for(&mut q, IDLE_TICK);
         }
     }
 }
 
-fn answer(job: Job, result: Result<(), StoreError>) {
-    if let Some(done) = job.done {
-        let _ = done.send(result);
+/// One outcome per job: all share a batch that committed; if it failed, each is tried alone, so
+/// one bad write cannot fail its neighbours.
+fn commit_jobs(conn: &mut Connection, batch: &[Job], health: &StoreHealth) -> Vec<Outcome> {
+    match commit(conn, batch.iter().flat_map(|j| &j.writes)) {
+        Ok(wrote) => {
+            health.committed(wrote);
+            batch.iter().map(|_| Ok(())).collect()
+        }
+        Err(_) if batch.len() > 1 => batch
+            .iter()
+            .map(|job| health.outcome(commit(conn, job.writes.iter())))
+            .collect(),
+        Err(err) => vec![health.outcome(Err(err))],
     }
 }
 
-/// Commits `writes` as one transaction; answers whether any row changed. A commit that changed
-/// nothing (a prune with nothing old, a touch of a gone lease) appends nothing to the WAL, so it
-/// proves nothing about a full disk and must not end a failure burst.
-fn commit<'a>(
-    conn: &mut Connection,
-    writes: impl Iterator<Item = &'a Write>,
-) -> rusqlite::Result<bool> {
-    let before = conn.total_changes();
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    for write in writes {
-        apply(&tx, write)?;
-    }
-    tx.commit()?;
-    Ok(conn.total_changes() > before)
-}
-
-fn apply(conn: &Connection, write: &Write) -> rusqlite::Result<()> {
-    match write {
-        Write::SaveLease(row) => {
-            let mut stmt = conn.prepare_cached(
-                "INSERT INTO leases (route, fp, model, host, state, created, last_used)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (route, fp, model) DO UPDATE SET
-                   host = excluded.host, state = excluded.state,
-                   created = excluded.created, last_used = excluded.last_used",
-            )?;
-            stmt.execute(params![
-                row.route,
-                row.fp,
-                row.model,
-                row.host,
-                row.state,
-                row.created,
-                row.last_used
-            ])?;
-        }
-        Write::DeleteLease { route, fp, model } => {
-            let mut stmt = conn
-                .prepare_cached("DELETE FROM leases WHERE route = ?1 AND fp = ?2 AND model = ?3")?;
-            stmt.execute(params![route, fp, model])?;
-        }
-        Write::Touch {
-            route,
-            fp,
-            model,
-            last_used,
-        } => {
-            let mut stmt = conn.prepare_cached(
-                "UPDATE leases SET last_used = max(last_used, ?4)
-                 WHERE route = ?1 AND fp = ?2 AND model = ?3",
-            )?;
-            stmt.execute(params![route, fp, model, last_used])?;
-        }
-        Write::Event(ev) => {
-            let mut stmt = conn.prepare_cached(
-                "INSERT INTO lease_events (at, route, fp, model, reason, from_host, to_host)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?;
-            stmt.execute(params![
-                ev.at,
-                ev.route,
-                ev.fp,
-                ev.model,
-                ev.reason,
-                ev.from_host,
-                ev.to_host
-            ])?;
-        }
-        Write::Request(row) => super::requests::insert_request(conn, row)?,
-        Write::PruneRequests { before, limit } => {
-            let mut stmt = conn.prepare_cached(
-                "DELETE FROM requests WHERE id IN
-                   (SELECT id FROM requests WHERE started < ?1 ORDER BY started LIMIT ?2)",
-            )?;
-            stmt.execute(params![before, super::sql_limit(*limit)])?;
-        }
-        Write::PruneEvents { before, limit } => {
-            let mut stmt = conn.prepare_cached(
-                "DELETE FROM lease_events WHERE id IN
-                   (SELECT id FROM lease_events WHERE at < ?1 ORDER BY at LIMIT ?2)",
-            )?;
-            stmt.execute(params![before, super::sql_limit(*limit)])?;
-        }
-        Write::LimitPages(pages) => {
-            // SQLite's default; a cap below the current size becomes the current size.
-            let pages = pages.unwrap_or(1_073_741_823);
-            let _now: i64 =
-                conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
-                    r.get(0)
-                })?;
-        }
-    }
-    Ok(())
-}
+#[cfg(test)]
+mod tests;

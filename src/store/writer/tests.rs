@@ -1,0 +1,155 @@
+//! Who commits when: a lone waiter on its own thread, concurrent waiters in shared batches on the
+//! writer thread, a dropped ticket's job without anyone waiting, and what is queued at the stop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use super::{Shared, Writer};
+use crate::store::tests::TempDb;
+use crate::store::{health::StoreHealth, setup, RequestRow, Write};
+
+fn writer(db: &TempDb) -> Writer {
+    let conn = setup(&db.path, Connection::open(&db.path).unwrap()).unwrap();
+    Writer::start(conn, Arc::new(StoreHealth::new(&db.path)))
+}
+
+fn row(started: i64) -> Vec<Write> {
+    vec![Write::Request(RequestRow {
+        started,
+        route: "r".into(),
+        status: 200,
+        ..RequestRow::default()
+    })]
+}
+
+fn rows(db: &TempDb) -> i64 {
+    let conn = Connection::open(&db.path).unwrap();
+    conn.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// (batches committed by callers, by the writer thread).
+fn batches(sh: &Shared) -> (u64, u64) {
+    let q = sh.queue.lock();
+    (q.by_caller, q.by_thread)
+}
+
+/// Until the queue is empty and nobody commits (each commit wakes this), at most 5 s.
+fn settled(sh: &Shared) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut q = sh.queue.lock();
+    while !q.jobs.is_empty() || q.committing {
+        assert!(
+            !sh.committed.wait_until(&mut q, deadline).timed_out(),
+            "the queue never drained"
+        );
+    }
+}
+
+#[test]
+fn issue12_a_lone_waiter_commits_its_own_row_without_waking_the_writer_thread() {
+    let db = TempDb::new("writer-lone");
+    let w = writer(&db);
+    for i in 0..3 {
+        w.submit(row(i)).wait().unwrap();
+        // In the db once the wait returns, not later.
+        assert_eq!(rows(&db), i + 1);
+    }
+    assert_eq!(batches(&w.shared), (3, 0));
+}
+
+#[test]
+fn issue12_jobs_queued_behind_a_commit_go_to_the_writer_thread_in_one_batch() {
+    let db = TempDb::new("writer-batch");
+    let w = writer(&db);
+    let sh = w.shared.clone();
+    // The connection is held here, so the first waiter takes the role and then stops in it.
+    let held = sh.conn.lock();
+    let first = w.submit(row(0));
+    let lone = std::thread::spawn(move || first.wait());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sh.queue.lock().committing {
+        assert!(Instant::now() < deadline, "nobody took the role");
+        std::thread::yield_now();
+    }
+    let behind: Vec<_> = (1..=5)
+        .map(|i| {
+            let t = w.submit(row(i));
+            std::thread::spawn(move || t.wait())
+        })
+        .collect();
+    drop(held);
+    lone.join().unwrap().unwrap();
+    for t in behind {
+        t.join().unwrap().unwrap();
+    }
+    assert_eq!(rows(&db), 6);
+    assert_eq!(
+        batches(&sh),
+        (1, 1),
+        "one lone commit, then one batch of five"
+    );
+}
+
+#[test]
+fn issue12_many_concurrent_waiters_all_get_their_rows() {
+    let db = TempDb::new("writer-many");
+    let w = Arc::new(writer(&db));
+    let (threads, each) = (8, 40);
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                for i in 0..each {
+                    w.submit(row(t * 1000 + i)).wait().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in workers {
+        t.join().unwrap();
+    }
+    assert_eq!(rows(&db), threads * each);
+}
+
+#[test]
+fn issue12_a_dropped_tickets_job_is_committed_by_the_writer_thread() {
+    let db = TempDb::new("writer-dropped");
+    let w = writer(&db);
+    drop(w.submit(row(1)));
+    settled(&w.shared);
+    assert_eq!(rows(&db), 1);
+    assert_eq!(batches(&w.shared), (0, 1));
+}
+
+#[test]
+fn issue12_jobs_still_queued_at_the_stop_are_committed_and_their_tickets_answered() {
+    let db = TempDb::new("writer-stop");
+    let w = writer(&db);
+    // Held, not waited for and not dropped: nobody asks for a commit until the stop.
+    let tickets: Vec<_> = (0..5).map(|i| w.submit(row(i))).collect();
+    assert_eq!(rows(&db), 0);
+    drop(w);
+    assert_eq!(rows(&db), 5);
+    for t in tickets {
+        t.wait().unwrap();
+    }
+}
+
+#[test]
+fn issue12_a_submission_after_the_stop_is_refused_at_once() {
+    let db = TempDb::new("writer-late");
+    let w = writer(&db);
+    let sh = w.shared.clone();
+    drop(w);
+    let late = super::Writer {
+        shared: sh,
+        thread: None,
+    };
+    assert!(matches!(
+        late.submit(row(1)).wait(),
+        Err(crate::store::StoreError::Stopped)
+    ));
+}
