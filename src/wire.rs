@@ -73,7 +73,8 @@ pub struct BodyWriter<'a> {
     framing: Framing,
     /// Raised on a write error or an abort: the connection must not carry another request.
     broken: Option<&'a AtomicBool>,
-    /// The chunk being framed, reused for every chunk.
+    /// Framed bytes not yet sent (a held head or last piece), then the chunk being framed: one
+    /// buffer reused for every write.
     piece: Vec<u8>,
 }
 
@@ -115,12 +116,40 @@ impl<'a> BodyWriter<'a> {
         framing: Framing,
     ) -> io::Result<BodyWriter<'a>> {
         let mut writer = BodyWriter::start(out, http10, status, headers, framing);
+        BodyWriter::tracking(&mut writer, broken);
+        writer
+    }
+
+    /// [`BodyWriter::start_tracked`], but the head is held until the first piece of body is written
+    /// (or held, or the body ends), and goes out in the same write: for an answer whose body comes
+    /// with its head, the client then wakes once, not once per write.
+    pub fn start_held(
+        out: Box<dyn Write + Send + 'a>,
+        broken: &'a AtomicBool,
+        http10: bool,
+        status: u16,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> io::Result<BodyWriter<'a>> {
+        let mut writer = Ok(BodyWriter {
+            out,
+            framing,
+            broken: None,
+            piece: Vec::new(),
+        });
         if let Ok(w) = &mut writer {
+            w.piece = w.framed_head(http10, status, headers)?;
+        }
+        BodyWriter::tracking(&mut writer, broken);
+        writer
+    }
+
+    fn tracking(writer: &mut io::Result<BodyWriter<'a>>, broken: &'a AtomicBool) {
+        if let Ok(w) = writer {
             w.broken = Some(broken);
         } else {
             broken.store(true, Ordering::Relaxed);
         }
-        writer
     }
 
     /// Writes the head, and `body` (a whole `Length` body) with it in the same write.
@@ -131,8 +160,23 @@ impl<'a> BodyWriter<'a> {
         headers: &[(String, String)],
         body: &[u8],
     ) -> io::Result<()> {
+        let mut head = self.framed_head(http10, status, headers)?;
+        head.extend_from_slice(body);
+        // Sent at once, before a long prefill. Accepted sockets have Nagle off (see `conn`), so
+        // this small write and the body's do not wait on each other's ACKs.
+        let sent = self.out.write_all(&head).and_then(|()| self.out.flush());
+        self.track(sent)
+    }
+
+    /// The status line and headers, with the framing's own header.
+    fn framed_head(
+        &self,
+        http10: bool,
+        status: u16,
+        headers: &[(String, String)],
+    ) -> io::Result<Vec<u8>> {
         let framing = self.framing;
-        let mut head = Vec::with_capacity(256 + body.len());
+        let mut head = Vec::with_capacity(256);
         let version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
         write!(head, "{version} {status} {}\r\n", reason(status))?;
         for (name, value) in headers {
@@ -145,11 +189,7 @@ impl<'a> BodyWriter<'a> {
             Framing::Empty => {}
         }
         head.extend_from_slice(b"\r\n");
-        head.extend_from_slice(body);
-        // Sent at once, before a long prefill. Accepted sockets have Nagle off (see `conn`), so
-        // this small write and the body's do not wait on each other's ACKs.
-        let sent = self.out.write_all(&head).and_then(|()| self.out.flush());
-        self.track(sent)
+        Ok(head)
     }
 
     fn track<T>(&self, result: io::Result<T>) -> io::Result<T> {
@@ -165,40 +205,53 @@ impl<'a> BodyWriter<'a> {
         }
     }
 
-    /// Sends one piece of body and flushes it.
+    /// Sends one piece of body (after whatever is held) and flushes it.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
-        let result = self.write_piece(data);
+        self.frame(data)?;
+        let result = self.send_framed();
         self.track(result)
     }
 
-    fn write_piece(&mut self, data: &[u8]) -> io::Result<()> {
+    /// Frames one piece of body without sending it: it goes out with the next write, or with the
+    /// body's end. For an answer's last piece, which may wait for its row to be written.
+    pub fn hold(&mut self, data: &[u8]) -> io::Result<()> {
+        self.frame(data)
+    }
+
+    /// Appends `data`, framed, to the bytes waiting to be sent. One write per chunk (size line,
+    /// data, CRLF), built in a buffer kept between chunks: no allocation per piece once it has
+    /// grown to the largest read.
+    fn frame(&mut self, data: &[u8]) -> io::Result<()> {
         if data.is_empty() || self.framing == Framing::Empty {
             return Ok(());
         }
-        match self.framing {
-            Framing::Chunked => {
-                // One write per chunk (size line, data, CRLF), built in a buffer kept between
-                // chunks: no allocation per piece once it has grown to the largest read.
-                self.piece.clear();
-                write!(self.piece, "{:x}\r\n", data.len())?;
-                self.piece.extend_from_slice(data);
-                self.piece.extend_from_slice(b"\r\n");
-                self.out.write_all(&self.piece)?;
-            }
-            _ => self.out.write_all(data)?,
+        if self.framing == Framing::Chunked {
+            write!(self.piece, "{:x}\r\n", data.len())?;
+            self.piece.extend_from_slice(data);
+            self.piece.extend_from_slice(b"\r\n");
+        } else {
+            self.piece.extend_from_slice(data);
+        }
+        Ok(())
+    }
+
+    /// Sends the framed bytes in one write and flushes.
+    fn send_framed(&mut self) -> io::Result<()> {
+        if !self.piece.is_empty() {
+            let sent = self.out.write_all(&self.piece);
+            self.piece.clear();
+            sent?;
         }
         self.out.flush()
     }
 
-    /// Ends the body cleanly (the last chunk for chunked framing).
+    /// Ends the body cleanly (the last chunk for chunked framing), in one write with whatever is
+    /// held.
     pub fn finish(mut self) -> io::Result<()> {
-        let mut end = || {
-            if self.framing == Framing::Chunked {
-                self.out.write_all(b"0\r\n\r\n")?;
-            }
-            self.out.flush()
-        };
-        let result = end();
+        if self.framing == Framing::Chunked {
+            self.piece.extend_from_slice(b"0\r\n\r\n");
+        }
+        let result = self.send_framed();
         self.track(result)
     }
 
@@ -211,11 +264,9 @@ impl<'a> BodyWriter<'a> {
         self.mark_broken();
         if self.framing == Framing::Chunked {
             // Not hex: the client's chunk parser fails and it drops the connection.
-            let _ = self
-                .out
-                .write_all(b"!crossbar: upstream failed mid-body\r\n\r\n");
+            (self.piece).extend_from_slice(b"!crossbar: upstream failed mid-body\r\n\r\n");
         }
-        let _ = self.out.flush();
+        let _ = self.send_framed();
     }
 }
 
@@ -284,100 +335,4 @@ pub fn reason(status: u16) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// A writer whose bytes the test can read back after it was moved into a `BodyWriter`.
-    #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Sink {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
-    }
-
-    fn headers(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn chunked_body_frames_each_write_and_ends_with_the_last_chunk() {
-        let sink = Sink::default();
-        let hs = headers(&[("Content-Type", "text/event-stream")]);
-        let mut w =
-            BodyWriter::start(Box::new(sink.clone()), false, 200, &hs, Framing::Chunked).unwrap();
-        w.write(b"data: 1\n\n").unwrap();
-        assert!(
-            sink.text().ends_with("9\r\ndata: 1\n\n\r\n"),
-            "{}",
-            sink.text()
-        );
-        w.write(b"").unwrap();
-        w.write(b"data: [DONE]\n\n").unwrap();
-        w.finish().unwrap();
-        assert_eq!(
-            sink.text(),
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
-             9\r\ndata: 1\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
-        );
-    }
-
-    #[test]
-    fn aborted_chunked_body_never_ends_with_the_last_chunk() {
-        let sink = Sink::default();
-        let mut w =
-            BodyWriter::start(Box::new(sink.clone()), false, 200, &[], Framing::Chunked).unwrap();
-        w.write(b"data: 1\n\n").unwrap();
-        w.abort();
-        assert!(!sink.text().contains("0\r\n\r\n"), "{}", sink.text());
-        assert!(sink
-            .text()
-            .ends_with("!crossbar: upstream failed mid-body\r\n\r\n"));
-    }
-
-    #[test]
-    fn fixed_body_carries_its_length_and_head_only_sends_none() {
-        let sink = Sink::default();
-        send(Box::new(sink.clone()), false, false, 404, &[], b"{}").unwrap();
-        assert_eq!(
-            sink.text(),
-            "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}"
-        );
-        let sink = Sink::default();
-        send(Box::new(sink.clone()), true, true, 200, &[], b"{}").unwrap();
-        assert_eq!(sink.text(), "HTTP/1.0 200 OK\r\n\r\n");
-    }
-
-    #[test]
-    fn hop_by_hop_headers_include_those_named_by_connection() {
-        let tokens = connection_tokens(Some("close, X-Private"));
-        assert_eq!(tokens, ["close", "x-private"]);
-        for name in [
-            "Connection",
-            "Keep-Alive",
-            "Transfer-Encoding",
-            "TE",
-            "Upgrade",
-            "X-Private",
-        ] {
-            assert!(is_hop_by_hop(name, &tokens), "{name}");
-        }
-        for name in ["Content-Type", "X-Accel-Buffering", "Authorization"] {
-            assert!(!is_hop_by_hop(name, &tokens), "{name}");
-        }
-    }
-}
+mod tests;

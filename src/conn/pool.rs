@@ -95,6 +95,9 @@ pub(super) struct Conn {
     pub(super) fresh: bool,
     /// Its place in its peer's count, given back when the socket closes.
     pub(super) peer: PeerSlot,
+    /// A second handle on the socket for the requests that watch it ([`Request::socket`]), made
+    /// once per connection rather than once per request.
+    pub(super) watch: Option<Arc<TcpStream>>,
 }
 
 impl Conn {
@@ -291,7 +294,14 @@ fn serve(sh: &Shared, conn: Conn) {
             None
         };
         let stopping = sh.stopping.load(Ordering::SeqCst);
-        let mut request = Request::new(head, &mut conn.inb, &sh.settings, stopping, reading);
+        let mut request = Request::new(
+            head,
+            &mut conn.inb,
+            &mut conn.watch,
+            &sh.settings,
+            stopping,
+            reading,
+        );
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
         if served.is_err() || !request.answered() {
             log::error!(

@@ -6,6 +6,7 @@
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::body::{self, BodyError};
 use super::head::{BodyKind, Head};
@@ -19,6 +20,7 @@ use crate::wire::{self, BodyWriter, Framing};
 pub struct Request<'c> {
     head: Head,
     inb: &'c mut Inbound<TcpStream>,
+    watch: &'c mut Option<Arc<TcpStream>>,
     settings: &'c Settings,
     body_read: bool,
     /// Its peer's count of bodies being read, while this one's is awaited.
@@ -34,6 +36,7 @@ impl<'c> Request<'c> {
     pub(super) fn new(
         head: Head,
         inb: &'c mut Inbound<TcpStream>,
+        watch: &'c mut Option<Arc<TcpStream>>,
         settings: &'c Settings,
         stopping: bool,
         reading: Option<BodySlot>,
@@ -42,6 +45,7 @@ impl<'c> Request<'c> {
         Request {
             head,
             inb,
+            watch,
             settings,
             body_read,
             reading,
@@ -109,8 +113,11 @@ impl<'c> Request<'c> {
 
     /// A second handle on the client's socket, for code that must watch it while this request
     /// waits elsewhere (the upstream exchange). `None` if the OS refuses one.
-    pub fn socket(&self) -> Option<TcpStream> {
-        self.inb.wire().try_clone().ok()
+    pub fn socket(&mut self) -> Option<Arc<TcpStream>> {
+        if self.watch.is_none() {
+            *self.watch = self.inb.wire().try_clone().ok().map(Arc::new);
+        }
+        self.watch.clone()
     }
 
     /// Writes the answer's head; the body follows through the returned writer.
@@ -122,6 +129,25 @@ impl<'c> Request<'c> {
     ) -> io::Result<BodyWriter<'_>> {
         let all = self.answer_headers(headers, framing);
         BodyWriter::start_tracked(
+            Box::new(self.inb.wire()),
+            &self.close_after,
+            self.head.http10,
+            status,
+            &all,
+            framing,
+        )
+    }
+
+    /// [`Request::start`], but the head waits for the first piece of body and goes out with it
+    /// ([`BodyWriter::start_held`]).
+    pub fn start_held(
+        &mut self,
+        status: u16,
+        headers: &[(String, String)],
+        framing: Framing,
+    ) -> io::Result<BodyWriter<'_>> {
+        let all = self.answer_headers(headers, framing);
+        BodyWriter::start_held(
             Box::new(self.inb.wire()),
             &self.close_after,
             self.head.http10,

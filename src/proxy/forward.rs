@@ -38,7 +38,7 @@ pub(super) fn exchange(
     incoming: &Incoming,
     plan: &Plan<'_>,
     permit: Option<Permit>,
-    client: Option<TcpStream>,
+    client: Option<std::sync::Arc<TcpStream>>,
     row: &mut RequestRow,
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
@@ -220,12 +220,24 @@ pub(super) fn relay(
     let framing = framing(incoming, row.status);
     let headers = response_headers(response.headers(), plan);
     let mut tee = Tee::for_api(&content_type, plan.api);
+    // A whole answer (not streamed, its length known) comes with its head: the head waits for
+    // its body and the last piece for the row, so the client gets it all in one write.
+    let length = (!row.streamed)
+        .then(|| response.headers().get("content-length"))
+        .flatten()
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     let mut upstream = response.into_body().into_reader();
-    let mut out = match request.start(row.status, &headers, framing) {
+    let started = if length.is_some() {
+        request.start_held(row.status, &headers, framing)
+    } else {
+        request.start(row.status, &headers, framing)
+    };
+    let mut out = match started {
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };
     let mut buf = vec![0u8; READ_BUF];
+    let (mut got, mut held) = (0u64, false);
     loop {
         if framing == Framing::Empty {
             break;
@@ -245,7 +257,18 @@ pub(super) fn relay(
         };
         let piece = &buf[..n];
         tee.feed(piece);
-        if let Err(err) = out.write(piece) {
+        got += n as u64;
+        // The answer's last piece (all its declared length, or a stream's last event) is held
+        // for its row and goes out with the body's end; every other piece goes out at once.
+        // (Never two in a row: a host that sends on after its last event gets no buffer.)
+        let last = !held && (length == Some(got) || (row.streamed && tee.finished()));
+        held = last;
+        let sent = if last {
+            out.hold(piece)
+        } else {
+            out.write(piece)
+        };
+        if let Err(err) = sent {
             // Dropping `upstream` (on return) closes the upstream connection, so llama-server
             // cancels the generation and frees its slot.
             return client_gone(gw, row, clock, &err);

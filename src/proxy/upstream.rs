@@ -109,10 +109,10 @@ pub(super) struct Exchange {
 
 impl Exchange {
     /// Starts watching `client` (when given) for the request about to run on this thread.
-    pub(super) fn start(client: Option<TcpStream>) -> Exchange {
+    pub(super) fn start(client: Option<Arc<TcpStream>>) -> Exchange {
         let left = Arc::new(AtomicBool::new(false));
         let state = State {
-            client: client.map(Arc::new),
+            client,
             left: Arc::clone(&left),
             reused: true,
             sent: false,
@@ -211,11 +211,14 @@ impl<T: Transport> Transport for Watched<T> {
     }
 
     /// Asked when an answer ends (may it go back to the pool?) and before a pooled connection
-    /// is reused: a streamed answer's connection never goes back; otherwise ureq's liveness
-    /// probe decides.
+    /// is reused. A streamed answer's connection never goes back; one whose answer just ended
+    /// cleanly does, unprobed; one about to be reused gets ureq's liveness probe (a non-blocking
+    /// read: three system calls, once per request rather than twice).
     fn is_open(&mut self) -> bool {
-        let poolable = with_state(|s| s.poolable.take()).flatten();
-        poolable != Some(false) && self.inner.is_open()
+        match with_state(|s| s.poolable.take()).flatten() {
+            Some(poolable) => poolable,
+            None => self.inner.is_open(),
+        }
     }
 }
 

@@ -1,0 +1,189 @@
+use super::*;
+use std::sync::{Arc, Mutex};
+
+/// A writer whose bytes the test can read back after it was moved into a `BodyWriter`.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+fn headers(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn chunked_body_frames_each_write_and_ends_with_the_last_chunk() {
+    let sink = Sink::default();
+    let hs = headers(&[("Content-Type", "text/event-stream")]);
+    let mut w =
+        BodyWriter::start(Box::new(sink.clone()), false, 200, &hs, Framing::Chunked).unwrap();
+    w.write(b"data: 1\n\n").unwrap();
+    assert!(
+        sink.text().ends_with("9\r\ndata: 1\n\n\r\n"),
+        "{}",
+        sink.text()
+    );
+    w.write(b"").unwrap();
+    w.write(b"data: [DONE]\n\n").unwrap();
+    w.finish().unwrap();
+    assert_eq!(
+        sink.text(),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+         9\r\ndata: 1\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    );
+}
+
+#[test]
+fn aborted_chunked_body_never_ends_with_the_last_chunk() {
+    let sink = Sink::default();
+    let mut w =
+        BodyWriter::start(Box::new(sink.clone()), false, 200, &[], Framing::Chunked).unwrap();
+    w.write(b"data: 1\n\n").unwrap();
+    w.abort();
+    assert!(!sink.text().contains("0\r\n\r\n"), "{}", sink.text());
+    assert!(sink
+        .text()
+        .ends_with("!crossbar: upstream failed mid-body\r\n\r\n"));
+}
+
+#[test]
+fn fixed_body_carries_its_length_and_head_only_sends_none() {
+    let sink = Sink::default();
+    send(Box::new(sink.clone()), false, false, 404, &[], b"{}").unwrap();
+    assert_eq!(
+        sink.text(),
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}"
+    );
+    let sink = Sink::default();
+    send(Box::new(sink.clone()), true, true, 200, &[], b"{}").unwrap();
+    assert_eq!(sink.text(), "HTTP/1.0 200 OK\r\n\r\n");
+}
+
+#[test]
+fn hop_by_hop_headers_include_those_named_by_connection() {
+    let tokens = connection_tokens(Some("close, X-Private"));
+    assert_eq!(tokens, ["close", "x-private"]);
+    for name in [
+        "Connection",
+        "Keep-Alive",
+        "Transfer-Encoding",
+        "TE",
+        "Upgrade",
+        "X-Private",
+    ] {
+        assert!(is_hop_by_hop(name, &tokens), "{name}");
+    }
+    for name in ["Content-Type", "X-Accel-Buffering", "Authorization"] {
+        assert!(!is_hop_by_hop(name, &tokens), "{name}");
+    }
+}
+
+/// A writer that keeps each write apart, to show what went out together.
+#[derive(Clone, Default)]
+struct Writes(Arc<Mutex<Vec<String>>>);
+
+impl Write for Writes {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let text = String::from_utf8_lossy(buf).into_owned();
+        self.0.lock().unwrap().push(text);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Writes {
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn issue12_a_whole_answer_goes_out_in_one_write_head_body_and_end() {
+    let out = Writes::default();
+    let broken = AtomicBool::new(false);
+    let mut w = BodyWriter::start_held(
+        Box::new(out.clone()),
+        &broken,
+        false,
+        200,
+        &[],
+        Framing::Chunked,
+    )
+    .unwrap();
+    assert!(out.all().is_empty(), "the head waits for the body");
+    w.hold(b"{}").unwrap();
+    assert!(out.all().is_empty(), "the last piece waits for the end");
+    w.finish().unwrap();
+    assert_eq!(
+        out.all(),
+        ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"]
+    );
+}
+
+#[test]
+fn issue12_a_held_head_leaves_with_the_first_piece_and_only_the_last_piece_waits() {
+    let out = Writes::default();
+    let broken = AtomicBool::new(false);
+    let mut w = BodyWriter::start_held(
+        Box::new(out.clone()),
+        &broken,
+        false,
+        200,
+        &[],
+        Framing::Chunked,
+    )
+    .unwrap();
+    w.write(b"ab").unwrap();
+    w.write(b"cd").unwrap();
+    w.hold(b"ef").unwrap();
+    w.finish().unwrap();
+    assert_eq!(
+        out.all(),
+        [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n",
+            "2\r\ncd\r\n",
+            "2\r\nef\r\n0\r\n\r\n",
+        ]
+    );
+}
+
+#[test]
+fn issue12_an_abort_sends_what_was_held_then_the_break() {
+    let out = Writes::default();
+    let broken = AtomicBool::new(false);
+    let mut w = BodyWriter::start_held(
+        Box::new(out.clone()),
+        &broken,
+        false,
+        200,
+        &[],
+        Framing::Chunked,
+    )
+    .unwrap();
+    w.hold(b"ab").unwrap();
+    w.abort();
+    let all = out.all().concat();
+    assert!(all.starts_with("HTTP/1.1 200 OK\r\n"), "{all}");
+    assert!(all.contains("2\r\nab\r\n"), "{all}");
+    assert!(all.ends_with("!crossbar: upstream failed mid-body\r\n\r\n"));
+    assert!(!all.contains("0\r\n\r\n"), "{all}");
+    assert!(broken.load(Ordering::Relaxed));
+}
