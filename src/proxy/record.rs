@@ -27,6 +27,9 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
 /// The one plain line per request (never the body). `lease` is `new`, `reused`, `none`
 /// (metadata) or `-` when crossbar answered itself before a lease was in play.
 pub(super) fn log_request(row: &RequestRow, lease: &str) {
+    if !log::log_enabled!(log::Level::Info) {
+        return;
+    }
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
     let mut line = format!(
         "route={} api={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",

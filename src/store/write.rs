@@ -1,7 +1,7 @@
 //! What a [`Write`] is and the SQL that applies it: the writer (`writer.rs`) decides who commits
 //! and when; this file only knows how a batch of writes becomes one transaction.
 
-use rusqlite::{params, Connection, TransactionBehavior};
+use rusqlite::{params, Connection};
 
 use super::{LeaseEvent, LeaseRow, RequestRow};
 
@@ -46,11 +46,17 @@ pub(super) fn commit<'a>(
     writes: impl Iterator<Item = &'a Write>,
 ) -> rusqlite::Result<bool> {
     let before = conn.total_changes();
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    for write in writes {
-        apply(&tx, write)?;
+    // Prepared once and cached like the writes themselves: a commit is on a request's path.
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let mut writes = writes;
+    let done = writes
+        .try_for_each(|write| apply(conn, write))
+        .and_then(|()| conn.prepare_cached("COMMIT")?.execute([]).map(drop));
+    if done.is_err() && !conn.is_autocommit() {
+        // Nothing of a failed batch stays: it is retried job by job.
+        let _ = conn.execute_batch("ROLLBACK");
     }
-    tx.commit()?;
+    done?;
     Ok(conn.total_changes() > before)
 }
 

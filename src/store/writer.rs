@@ -121,6 +121,8 @@ struct Queue {
     /// Batches committed by a waiting caller, and by the writer thread (for tests and tuning).
     by_caller: u64,
     by_thread: u64,
+    /// Callers inside [`Ticket::wait`] for a queued job.
+    waiting: usize,
 }
 
 struct Shared {
@@ -210,20 +212,32 @@ impl Shared {
     /// here; with others, the writer thread is woken for them all.
     fn wait(&self, slot: &Slot, deadline: Instant) -> Outcome {
         let mut q = self.queue.lock();
+        q.waiting += 1;
+        let outcome = self.wait_locked(&mut q, slot, deadline);
+        q.waiting -= 1;
+        outcome
+    }
+
+    fn wait_locked(
+        &self,
+        q: &mut MutexGuard<'_, Queue>,
+        slot: &Slot,
+        deadline: Instant,
+    ) -> Outcome {
         loop {
             if let Some(outcome) = slot.lock().take() {
                 return outcome;
             }
-            if !q.committing && q.jobs.len() == 1 {
+            if !q.committing && q.jobs.len() == 1 && q.waiting == 1 {
                 q.by_caller += 1;
-                q = self.commit_queued(q);
+                self.commit_queued(q);
                 continue;
             }
             if !q.committing && !q.wanted {
                 q.wanted = true;
                 self.wake.notify_one();
             }
-            if self.committed.wait_until(&mut q, deadline).timed_out() {
+            if self.committed.wait_until(q, deadline).timed_out() {
                 return slot.lock().take().unwrap_or(Err(StoreError::Stalled));
             }
         }
@@ -236,20 +250,20 @@ impl Shared {
 
     /// Takes the role, commits the oldest [`MAX_BATCH`] queued jobs with the queue unlocked,
     /// leaves their outcomes and gives the role up.
-    fn commit_queued<'a>(&'a self, mut q: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+    fn commit_queued(&self, q: &mut MutexGuard<'_, Queue>) {
         q.committing = true;
         let n = q.jobs.len().min(MAX_BATCH);
         let batch: Vec<Job> = q.jobs.drain(..n).collect();
         q.wanted &= !q.jobs.is_empty();
-        drop(q);
-        let outcomes = catch_unwind(AssertUnwindSafe(|| {
-            commit_jobs(&mut self.conn.lock(), &batch, &self.health)
-        }))
-        .unwrap_or_else(|_| {
-            log::error!("store commit panicked jobs={}", batch.len());
-            Vec::new()
+        let outcomes = MutexGuard::unlocked(q, || {
+            catch_unwind(AssertUnwindSafe(|| {
+                commit_jobs(&mut self.conn.lock(), &batch, &self.health)
+            }))
+            .unwrap_or_else(|_| {
+                log::error!("store commit panicked jobs={}", batch.len());
+                Vec::new()
+            })
         });
-        let mut q = self.queue.lock();
         let mut outcomes = outcomes.into_iter();
         for job in &batch {
             *job.slot.lock() = Some(outcomes.next().unwrap_or(Err(StoreError::Stalled)));
@@ -259,7 +273,6 @@ impl Shared {
         if q.wanted || q.stopping {
             self.wake.notify_one();
         }
-        q
     }
 
     /// The writer thread: commits what it was woken for, and everything at stop.
@@ -268,7 +281,7 @@ impl Shared {
         loop {
             if !q.committing && !q.jobs.is_empty() && (q.wanted || q.stopping) {
                 q.by_thread += 1;
-                q = self.commit_queued(q);
+                self.commit_queued(&mut q);
                 continue;
             }
             if q.stopping && !q.committing && q.jobs.is_empty() {
