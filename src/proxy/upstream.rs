@@ -12,9 +12,9 @@
 //!
 //! Connection reuse (issue 12): a connection goes back to the pool only after a complete answer
 //! that was not streamed (llama-server closes after a streamed one while advertising keep-alive,
-//! shared/llama-server.md), idles at most [`IDLE_AGE`] (under llama-server's 5 s keep-alive), and
-//! is probed by ureq before reuse. A request whose reused connection failed before any of it was
-//! written is retried once on a fresh one ([`Exchange::retryable`]). The context guard's count
+//! shared/llama-server.md) and idles at most [`IDLE_AGE`] (under llama-server's 5 s keep-alive).
+//! It is not probed before reuse: a request whose reused connection turns out closed before any
+//! byte of the answer is sent again, once, on a fresh one ([`Exchange::retryable`]). The context guard's count
 //! calls use [`agent_config`] on one shared agent without the watch and without pooling.
 
 use std::cell::RefCell;
@@ -130,9 +130,10 @@ impl Exchange {
     }
 
     /// Whether the failed attempt may be sent again on a fresh connection: it ran on a pooled
-    /// connection the host had already closed (a write failed before anything was written, or
-    /// the connection ended or was reset before any byte of an answer), so the host accepted
-    /// nothing of it (shared/llama-server.md). Resets the attempt.
+    /// connection the host had already closed (a write refused with a reset or broken pipe, any
+    /// other write failure before anything was written, or the connection ended or was reset
+    /// before any byte of an answer), so the host acted on nothing of it
+    /// (shared/llama-server.md). Resets the attempt.
     pub(super) fn retryable(&self) -> bool {
         with_state(|s| {
             let again = s.reused && s.found_closed && !s.received;
@@ -192,8 +193,12 @@ impl<T: Transport> Transport for Watched<T> {
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), Error> {
         let result = self.inner.transmit_output(amount, timeout);
+        // A write the host refused as closed (a reset, a broken pipe) means it never got the
+        // whole request, so it cannot have acted on it: retryable like a connection that ends
+        // before any byte of the answer, even if the head had gone out.
         with_state(|s| match &result {
             Ok(()) => s.sent = true,
+            Err(Error::Io(e)) if closed(e.kind()) => s.found_closed |= !s.received,
             Err(_) => s.found_closed |= !s.sent,
         });
         result
@@ -211,14 +216,13 @@ impl<T: Transport> Transport for Watched<T> {
     }
 
     /// Asked when an answer ends (may it go back to the pool?) and before a pooled connection
-    /// is reused. A streamed answer's connection never goes back; one whose answer just ended
-    /// cleanly does, unprobed; one about to be reused gets ureq's liveness probe (a non-blocking
-    /// read: three system calls, once per request rather than twice).
+    /// is reused. A streamed answer's connection never goes back; one whose answer ended
+    /// cleanly does. Neither is probed: ureq's probe (a non-blocking read, three system calls)
+    /// cost a tenth of crossbar's system calls per request, and a connection the host closed
+    /// meanwhile is found anyway by the request's own write or first read, which sends it again
+    /// on a fresh one ([`Exchange::retryable`]). Its age is ureq's to bound ([`IDLE_AGE`]).
     fn is_open(&mut self) -> bool {
-        match with_state(|s| s.poolable.take()).flatten() {
-            Some(poolable) => poolable,
-            None => self.inner.is_open(),
-        }
+        with_state(|s| s.poolable.take()).flatten().unwrap_or(true)
     }
 }
 

@@ -61,3 +61,23 @@ fn a_pooled_connection_that_ends_unanswered_is_retried_once_on_a_fresh_one() {
     assert_eq!(sim.stats().requests - requests, 2);
     assert_eq!(sim.connections() - connections, 1);
 }
+
+/// Issue 12: a host that restarts while crossbar holds an idle connection to it (the sim resets
+/// every open connection and listens again) costs the next request nothing: it is answered on a
+/// fresh connection and the host stays up. Pooled connections are not probed before reuse; the
+/// dead one is found by the request's own write or read and the request sent again.
+#[test]
+fn a_pooled_connection_reset_while_idle_is_replaced_and_the_host_stays_up() {
+    let h = Harness::start(vec![host("titan", 1)], "health_interval = \"1h\"");
+    let sim = &h.sims[0].1;
+    let warm = h.post(CHAT, &chat("restart", 0, false));
+    assert_eq!(warm.status, 200, "{}", warm.text());
+    sim.set_fault(Fault::Refuse);
+    sim.set_fault(Fault::None);
+    let connections = sim.connections();
+    let next = h.post(CHAT, &chat("restart", 1, false));
+    let last = h.rows().pop().map(|r| r.err).unwrap_or_default();
+    assert_eq!(next.status, 200, "{} {last}", next.text());
+    assert_eq!(sim.connections() - connections, 1, "one fresh connection");
+    assert!(h.server().gateway().health.healthy("titan"));
+}
