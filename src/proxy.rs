@@ -122,7 +122,6 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         ..RequestRow::default()
     };
     let config = gw.config();
-    let t_prep = Instant::now();
     let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
         Ok(ready) => ready,
         Err(err) => return refuse(gw, request, err, row, clock),
@@ -159,27 +158,13 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         let err = ProxyError::ClientGone("client gone while queued");
         return refuse(gw, request, err, row, clock);
     }
-    let t_slot = Instant::now();
     let client = request.socket();
     match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
         Ok(answer) => {
-            let t_ex = Instant::now();
             if listing::renames(&incoming, &plan) {
                 listing::relay(gw, request, &plan, answer, &mut row, clock);
             } else {
                 forward::relay(gw, request, &incoming, &plan, answer, &mut row, clock);
-            }
-            let t_end = Instant::now();
-            if (t_end - clock).as_micros() > 3000 {
-                eprintln!(
-                    "SLOW total={} prep={} slot={} exch={} relay={} rec={}",
-                    (t_end - clock).as_micros(),
-                    (t_prep - clock).as_micros(),
-                    (t_slot - t_prep).as_micros(),
-                    (t_ex - t_slot).as_micros(),
-                    (t_end - t_ex).as_micros(),
-                    forward::REC.with(|r| r.get())
-                );
             }
             log_request(&row, plan.lease.as_str());
             if plan.slot && plan.lease != LeaseUse::Stateless {

@@ -18,7 +18,6 @@ use crate::wire::{self, BodyWriter, Framing};
 
 use super::{record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
 
-thread_local! { pub(super) static REC: std::cell::Cell<u128> = const { std::cell::Cell::new(0) }; }
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
 
@@ -279,9 +278,7 @@ pub(super) fn relay(
         return upstream_broke(gw, row, clock, &tee, out, detail);
     }
     finish_row(gw, row, clock, &tee);
-    let t = Instant::now();
     record(gw, row);
-    REC.with(|r| r.set(t.elapsed().as_micros()));
     drop(permit);
     if let Err(err) = out.finish() {
         log::debug!(
