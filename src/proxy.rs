@@ -10,6 +10,7 @@ mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod incoming;
 mod listing;
 mod model;
 mod record;
@@ -29,6 +30,7 @@ use crate::store::{unix_ms, RequestRow};
 
 pub use count::{Counter, PER_HOST as COUNTS_PER_HOST};
 pub use error::ProxyError;
+use incoming::Incoming;
 use record::{log_request, record, warn_on_cold_cache};
 pub use route::{normalize, resolve};
 pub use upstream::{agent as upstream_agent, agent_config as upstream_config};
@@ -39,41 +41,6 @@ pub const HOST_HEADER: &str = "X-Crossbar-Host";
 pub const LEASE_HEADER: &str = "X-Crossbar-Lease";
 pub const ROUTE_HEADER: &str = "X-Crossbar-Route";
 pub const CTX_HEADER: &str = "X-Crossbar-Ctx";
-
-/// What the client asked, copied out of the request before its body is read.
-#[derive(Debug)]
-struct Incoming {
-    method: String,
-    path: String,
-    query: String,
-    headers: Vec<(String, String)>,
-    http10: bool,
-}
-
-impl Incoming {
-    fn of(request: &Request<'_>) -> Incoming {
-        let target = request.target();
-        let (path, query) = match target.split_once('?') {
-            Some((path, query)) => (path, format!("?{query}")),
-            None => (target, String::new()),
-        };
-        Incoming {
-            method: request.method().to_string(),
-            path: path.to_string(),
-            query,
-            headers: request.headers().to_vec(),
-            http10: request.http10(),
-        }
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        crate::wire::header(&self.headers, name)
-    }
-
-    fn bodyless(&self) -> bool {
-        self.method == "GET" || self.method == "HEAD"
-    }
-}
 
 /// A request that passed every check: its host, and (unless it is stateless or spread metadata)
 /// its lease.

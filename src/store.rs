@@ -2,10 +2,10 @@
 //!
 //! This is the only module that touches rusqlite. It owns the schema (append-only migrations keyed
 //! by `PRAGMA user_version`, in the manner of cargo's `util/sqlite.rs`) and the row types the rest of
-//! the crate reads and writes. It makes no decisions: which lease lives where is `lease`'s business,
+//! the crate reads and writes (`rows`). It makes no decisions: which lease lives where is `lease`'s business,
 //! what a request row contains is the proxy's. It does no network I/O and holds its connection
-//! lock only for its own SQL. Writes go through one writer thread (`writer`), reads through a
-//! read-only connection (`reader`); `lock` keeps a second `serve` off the file, `backup` copies it.
+//! lock only for its own SQL. Writes go through one writer (`writer`: the waiting caller's
+//! thread or the writer thread), reads through a read-only connection (`reader`); `lock` keeps a second `serve` off the file, `backup` copies it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,7 @@ mod health;
 mod lock;
 mod reader;
 mod requests;
+mod rows;
 mod schema;
 mod write;
 mod writer;
@@ -30,95 +31,12 @@ use checkpoint::Checkpointer;
 pub use health::{StoreHealth, StoreStatus};
 pub use lock::{lock_path, DbLock, LockError};
 pub use reader::{Reader, Table};
+pub use rows::{LeaseEvent, LeaseRow, LeaseState, Reason, RequestRow};
 pub use write::Write;
 pub use writer::Ticket;
 use writer::Writer;
 #[cfg(test)]
 pub(crate) mod tests;
-
-/// Whether a `leases` row is a conversation's lease or a route's pin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseState {
-    /// A lease taken by traffic; stored as `active`.
-    Active,
-    /// An operator's pin (`fp = model = ''`); stored as `pinned`.
-    Pinned,
-}
-
-/// One row of the `leases` table. Times are unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRow {
-    pub route: String,
-    pub fp: String,
-    pub model: String,
-    pub host: String,
-    pub state: LeaseState,
-    pub created: i64,
-    pub last_used: i64,
-}
-
-/// Why a lease event happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// A lease was created.
-    New,
-    /// A lease left a host that was not healthy.
-    Unhealthy,
-    /// A lease expired after `lease_idle`.
-    Idle,
-    /// An operator released a route, or unpinned it.
-    Release,
-    /// An operator pinned a route.
-    Pin,
-    /// The context guard moved a conversation to a host where its prompt fits.
-    Ctx,
-    /// A config reload removed the lease's host.
-    Removed,
-    /// The table was at `max_leases`: the least recently used idle lease made room.
-    Evicted,
-}
-
-/// One row of the `lease_events` table; `id` is 0 until stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseEvent {
-    pub id: i64,
-    pub at: i64,
-    pub route: String,
-    pub fp: String,
-    pub model: String,
-    pub reason: Reason,
-    pub from_host: String,
-    pub to_host: String,
-}
-
-/// One row of the `requests` table; `id` is 0 until stored. Token counts are `None` when the
-/// upstream did not report them (stored as NULL, never as 0).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestRow {
-    pub id: i64,
-    pub started: i64,
-    pub route: String,
-    /// The API the request spoke (`crate::api::Api::name`); `""` in rows older than the column.
-    pub api: String,
-    pub fp: String,
-    pub model: String,
-    pub host: String,
-    pub queued_ms: i64,
-    pub ttfb_ms: i64,
-    pub total_ms: i64,
-    pub status: u16,
-    pub streamed: bool,
-    pub prompt_tokens: Option<i64>,
-    pub cached_tokens: Option<i64>,
-    pub completion_tokens: Option<i64>,
-    pub err: String,
-    /// The context guard's estimate of the prompt (bytes / 4 × 1.2); `None` when the guard did
-    /// not look (metadata, or refused before).
-    pub ctx_est: Option<i64>,
-    /// The prompt's exact token count, when the guard asked a host for it (the estimate did not
-    /// fit); `None` otherwise.
-    pub ctx_exact: Option<i64>,
-}
 
 /// The database as `serve` uses it: writes go to the one writer thread ([`Write`], [`Ticket`]),
 /// reads to a separate read-only connection ([`Reader`]), so an admin read never waits behind a
@@ -295,53 +213,6 @@ fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("SELECT user_version FROM pragma_user_version", [], |r| {
         r.get(0)
     })
-}
-
-impl LeaseState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseState::Active => "active",
-            LeaseState::Pinned => "pinned",
-        }
-    }
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::New => "new",
-            Reason::Unhealthy => "unhealthy",
-            Reason::Idle => "idle",
-            Reason::Release => "release",
-            Reason::Pin => "pin",
-            Reason::Ctx => "ctx",
-            Reason::Removed => "removed",
-            Reason::Evicted => "evicted",
-        }
-    }
-
-    pub(crate) const ALL: [Reason; 8] = [
-        Reason::New,
-        Reason::Unhealthy,
-        Reason::Idle,
-        Reason::Release,
-        Reason::Pin,
-        Reason::Ctx,
-        Reason::Removed,
-        Reason::Evicted,
-    ];
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Display for LeaseState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl fmt::Display for StoreError {

@@ -1,6 +1,7 @@
 //! Upstream connections (issue 12): plain answers leave their connection for the next request,
 //! streamed ones never go back (llama-server closes after a stream while advertising keep-alive),
-//! and a pooled connection found closed is retried once on a fresh one.
+//! and a pooled connection found closed is retried once on a fresh one; an error status from
+//! upstream is an answer, passed through, not a failure.
 
 use crossbar::sim::Fault;
 
@@ -80,4 +81,21 @@ fn a_pooled_connection_reset_while_idle_is_replaced_and_the_host_stays_up() {
     assert_eq!(next.status, 200, "{} {last}", next.text());
     assert_eq!(sim.connections() - connections, 1, "one fresh connection");
     assert!(h.server().gateway().health.healthy("titan"));
+}
+
+#[test]
+fn upstream_error_statuses_pass_through_unchanged() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    h.sim("titan").set_fault(Fault::Status(500));
+    let answer = h.post(CHAT, &chat("hello", 0, false));
+    assert_eq!(answer.status, 500);
+    assert!(
+        answer.json()["error"]["message"].is_string(),
+        "{}",
+        answer.text()
+    );
+    assert!(
+        h.server().gateway().health.healthy("titan"),
+        "an answer is not a failure"
+    );
 }
