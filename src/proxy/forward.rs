@@ -55,12 +55,12 @@ pub(super) fn exchange(
     // so a host trickling it cannot hold the worker read by read (issue 15).
     let whole = super::listing::renames(incoming, plan)
         .then(|| super::listing::deadline(gw.config().first_byte_timeout));
-    let mut result = send(agent, incoming, plan, bodyless, whole).map_err(bad)?;
+    let mut result = send(agent, &exchange, incoming, plan, bodyless, whole).map_err(bad)?;
     // A pooled connection the host had closed, found before anything was written: once more on
     // a fresh one (the pool holds at most one connection per worker, probed before reuse).
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
-        result = send(agent, incoming, plan, bodyless, whole).map_err(bad)?;
+        result = send(agent, &exchange, incoming, plan, bodyless, whole).map_err(bad)?;
     }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
@@ -107,6 +107,7 @@ pub(super) fn exchange(
 /// One attempt: the request (built once, cloned per attempt) with its body.
 fn send(
     agent: &ureq::Agent,
+    exchange: &upstream::Exchange,
     incoming: &Incoming,
     plan: &Plan<'_>,
     bodyless: bool,
@@ -135,6 +136,7 @@ fn send(
     if let Some(key) = &plan.host.api_key {
         request = request.header("Authorization", format!("Bearer {key}"));
     }
+    exchange.body_follows(!plan.body.is_empty());
     Ok(if bodyless {
         agent.run(bounded(agent, request.body(())?, whole))
     } else {
