@@ -236,8 +236,15 @@ fn backup(args: &Args) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `crossbar serve`: runs until SIGTERM or SIGINT; SIGHUP re-reads the config.
+/// `crossbar serve`: runs until SIGTERM or SIGINT; SIGHUP re-reads the config. Every line logged
+/// is on stderr before it returns, whichever way it ends.
 fn serve(args: &Args) -> Result<(), CliError> {
+    let served = serve_until_stopped(args);
+    log::logger().flush();
+    served
+}
+
+fn serve_until_stopped(args: &Args) -> Result<(), CliError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
     let path = args.config_path()?;
@@ -288,7 +295,13 @@ fn init_logging(level: log::LevelFilter) {
         .set_location_level(log::LevelFilter::Off)
         .add_filter_allow_str("crossbar")
         .build();
-    let logger = simplelog::WriteLogger::new(log::LevelFilter::Trace, config, std::io::stderr());
+    // Lines leave through their own thread (`logsink`); should it not start, straight to stderr.
+    let out: Box<dyn std::io::Write + Send> = match crate::logsink::LogSink::start(std::io::stderr())
+    {
+        Ok(sink) => Box::new(sink),
+        Err(_) => Box::new(std::io::stderr()),
+    };
+    let logger = simplelog::WriteLogger::new(log::LevelFilter::Trace, config, out);
     if log::set_boxed_logger(logger).is_ok() {
         log::set_max_level(level);
     }

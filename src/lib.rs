@@ -13,6 +13,7 @@ pub mod health;
 pub mod lease;
 pub mod limiter;
 pub mod logfmt;
+pub mod logsink;
 pub mod metrics;
 pub mod page;
 pub mod proxy;
