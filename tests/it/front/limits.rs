@@ -164,3 +164,91 @@ fn pipelined_requests_are_answered_in_order_on_a_kept_connection_issue_10() {
     assert_eq!(second.status, 200, "{}", second.text());
     assert!(second.json()["data"].is_array(), "{}", second.text());
 }
+
+/// A writer thread that sends `bytes` one at a time, `every` apart, until they run out, a write
+/// fails (the server closed) or the test is over (the returned flag).
+fn drip(
+    conn: &Conn,
+    bytes: Vec<u8>,
+    every: Duration,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let mut sock = conn.reader.get_ref().try_clone().unwrap();
+    let flag = done.clone();
+    let writer = std::thread::spawn(move || {
+        for b in bytes {
+            if flag.load(Ordering::Relaxed) || sock.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
+    });
+    (done, writer)
+}
+
+/// Issue 10: a head that keeps arriving, a byte every 20 ms, never makes its own deadline longer.
+#[test]
+fn a_head_dripped_a_byte_at_a_time_is_408_at_its_deadline_issue_10() {
+    let h = Harness::start(vec![host("titan", 1)], "client_header_timeout = \"300ms\"");
+    let conn = Conn::open(h.addr());
+    let mut head = b"GET /projA/v1/models HTTP/1.1\r\nX-Drip: ".to_vec();
+    head.extend(std::iter::repeat_n(b'a', 2000));
+    let started = Instant::now();
+    let (done, writer) = drip(&conn, head, Duration::from_millis(20));
+    let mut conn = conn;
+    let answer = conn.read_answer();
+    let took = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    check_error(&answer, 408, "request timeout");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(refused(&h, "clients", "head_timeout"), 1);
+    check_served(&h);
+}
+
+/// Issue 10: a body that keeps arriving far below `client_body_min_rate` is 408 at the deadline
+/// its size allows, however steadily it trickles.
+#[test]
+fn a_body_dripped_below_the_minimum_rate_is_408_at_its_deadline_issue_10() {
+    let extra = "client_body_timeout = \"300ms\"\nclient_body_min_rate = 1000000";
+    let h = Harness::start(vec![host("titan", 1)], extra);
+    let mut conn = Conn::open(h.addr());
+    let head = format!("POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n");
+    conn.reader.get_mut().write_all(head.as_bytes()).unwrap();
+    let started = Instant::now();
+    let (done, writer) = drip(&conn, vec![b' '; 2000], Duration::from_millis(20));
+    let answer = conn.read_answer();
+    let took = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    check_error(&answer, 408, "request timeout");
+    // 300 ms plus 2,000 bytes at 1 MB/s; the whole body would have taken 40 s.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    check_served(&h);
+}
+
+/// Issue 10: a kept-alive connection with nothing more to ask is closed at `keepalive_idle`.
+#[test]
+fn an_idle_kept_alive_connection_is_closed_at_keepalive_idle_issue_10() {
+    let h = Harness::start(vec![host("titan", 1)], "keepalive_idle = \"300ms\"");
+    let mut conn = Conn::open(h.addr());
+    let body = chat("idle", 0, false).to_string();
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.reader.get_mut().write_all(head.as_bytes()).unwrap();
+    let answer = conn.read_answer();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let idle = Instant::now();
+    check_closed(&mut conn);
+    let took = idle.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "closed after {took:?}"
+    );
+}
