@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use crate::config;
 use crate::logfmt::val;
 
+mod answers;
 mod poll;
 mod reason;
 mod router;

@@ -13,9 +13,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use serde_json::Value;
 
-use super::{error_chain, DownReason, Health, Poll, RouterModel};
+use super::{answers, error_chain, DownReason, Health, Poll, RouterModel};
 use crate::config;
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
@@ -79,15 +78,8 @@ pub fn poll_host(agent: &ureq::Agent, host: &config::Host) -> Poll {
 /// `(per-slot n_ctx, total_slots)` from a `/props` body; missing fields are `None`, and so is an
 /// `n_ctx` of 0 (a router's own `/props`): an unknown context, which the guard leaves alone.
 pub fn parse_props(body: &str) -> Result<(Option<u64>, Option<u64>), ParseError> {
-    let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
-    let props = value.as_object().ok_or(ParseError::Shape("an object"))?;
-    let n_ctx = props
-        .get("default_generation_settings")
-        .and_then(|s| s.get("n_ctx"))
-        .and_then(Value::as_u64)
-        .filter(|n| *n > 0);
-    let total_slots = props.get("total_slots").and_then(Value::as_u64);
-    Ok((n_ctx, total_slots))
+    let props = answers::props(body)?;
+    Ok((props.n_ctx.filter(|n| *n > 0), props.total_slots))
 }
 
 /// Loaded model ids and aliases from a `/v1/models` or router `/models` body. Entries with a
@@ -172,8 +164,9 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
     fetch(agent, host, "/health")?;
     let (per_slot_ctx, total_slots, max_instances) = match fetch(agent, host, "/props") {
         Ok(body) => {
-            let (ctx, slots) = parse_props(&body).map_err(|e| bad_answer("/props", &e))?;
-            (ctx, slots, parse_max_instances(&body))
+            let props = answers::props(&body).map_err(|e| bad_answer("/props", &e))?;
+            let ctx = props.n_ctx.filter(|n| *n > 0);
+            (ctx, props.total_slots, props.max_instances)
         }
         Err(DownReason::Status {
             status: 404 | 501, ..
@@ -200,12 +193,6 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
         models: list.models,
         max_instances,
     })
-}
-
-/// A router's `/props` `max_instances` (`--models-max`); `None` elsewhere.
-fn parse_max_instances(body: &str) -> Option<u64> {
-    let value: Value = serde_json::from_str(body).ok()?;
-    value.get("max_instances")?.as_u64()
 }
 
 fn bad_answer(path: &str, err: &ParseError) -> DownReason {
@@ -259,13 +246,6 @@ const MAX_ROUTER_MODELS: usize = 256;
 pub(super) const MAX_LOADED: usize = 1024;
 
 fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
-    let value: Value = serde_json::from_str(body).map_err(ParseError::Json)?;
-    let entries = match &value {
-        Value::Object(map) => map.get("data").and_then(Value::as_array),
-        Value::Array(entries) => Some(entries),
-        _ => None,
-    }
-    .ok_or(ParseError::Shape("an object with a `data` array"))?;
     let mut list = ModelList {
         loaded: Vec::new(),
         router: false,
@@ -273,36 +253,28 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
     };
     // Names kept so far: one lookup per name, not a scan of `loaded` (quadratic over a listing).
     let mut seen = BTreeSet::new();
-    for entry in entries {
-        if let Some(model) = RouterModel::of(entry) {
+    answers::listing(body, &mut |entry| {
+        if let Some(model) = RouterModel::of(&entry) {
             if list.models.len() < MAX_ROUTER_MODELS {
                 list.models.push(model);
             }
         }
-        if let Some(status) = entry.get("status") {
+        if let Some(status) = &entry.status {
             list.router = true;
             // `{"value": "loaded", ...}`; a bare string is accepted too. Anything else: not loaded.
-            let value = status.get("value").unwrap_or(status);
-            if value.as_str() != Some("loaded") {
-                continue;
+            if status.value.as_deref() != Some("loaded") {
+                return;
             }
         }
-        if list.loaded.len() >= MAX_LOADED {
-            continue;
-        }
-        let id = entry.get("id").and_then(Value::as_str);
-        let aliases = entry
-            .get("aliases")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str);
-        for name in id.into_iter().chain(aliases) {
-            if list.loaded.len() < MAX_LOADED && seen.insert(name) {
-                list.loaded.push(name.to_string());
+        for name in entry.id.into_iter().chain(entry.aliases) {
+            if list.loaded.len() >= MAX_LOADED {
+                return;
+            }
+            if seen.insert(name.clone()) {
+                list.loaded.push(name);
             }
         }
-    }
+    })?;
     Ok(list)
 }
 

@@ -4,7 +4,7 @@
 //! `status.args` — known even while the model is unloaded. Never from `/props?model=NAME`, which
 //! loads the model it asks about. Pure parsing: no I/O.
 
-use serde_json::Value;
+use super::answers::Entry;
 
 /// Most names (the id, then aliases) kept per model: every request looks a model up by name.
 pub const MAX_NAMES: usize = 32;
@@ -23,31 +23,14 @@ pub struct RouterModel {
 
 impl RouterModel {
     /// From one `/v1/models` entry that carries a `status` (a router's); `None` for others.
-    pub fn of(entry: &Value) -> Option<RouterModel> {
-        let status = entry.get("status")?;
-        let state = status
-            .get("value")
-            .unwrap_or(status)
-            .as_str()
-            .unwrap_or("unknown");
-        let id = entry.get("id").and_then(Value::as_str);
-        let aliases = entry
-            .get("aliases")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str);
-        let args: Vec<&str> = status
-            .get("args")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+    pub fn of(entry: &Entry) -> Option<RouterModel> {
+        let status = entry.status.as_ref()?;
+        let state = status.value.as_deref().unwrap_or("unknown");
+        let args: Vec<&str> = status.args.iter().map(String::as_str).collect();
         Some(RouterModel {
-            names: (id.into_iter().chain(aliases))
+            names: (entry.id.iter().chain(&entry.aliases))
                 .take(MAX_NAMES)
-                .map(String::from)
+                .cloned()
                 .collect(),
             state: state.chars().take(32).collect(),
             per_slot_ctx: per_slot_ctx(&args),
@@ -97,6 +80,7 @@ pub fn per_slot_ctx(args: &[&str]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::answers::entry;
     use super::*;
     use serde_json::json;
 
@@ -130,8 +114,8 @@ mod tests {
     #[test]
     fn a_model_keeps_its_id_and_a_bounded_number_of_aliases() {
         let aliases: Vec<String> = (0..10_000).map(|i| format!("a{i}")).collect();
-        let entry = json!({"id": "coder", "aliases": aliases, "status": {"value": "loaded"}});
-        let model = RouterModel::of(&entry).unwrap();
+        let listed = json!({"id": "coder", "aliases": aliases, "status": {"value": "loaded"}});
+        let model = RouterModel::of(&entry(&listed.to_string())).unwrap();
         assert_eq!(model.names.len(), MAX_NAMES);
         assert_eq!(
             (model.names[0].as_str(), model.names[1].as_str()),
@@ -142,15 +126,19 @@ mod tests {
 
     #[test]
     fn an_entry_gives_names_state_and_context() {
-        let entry = json!({"id": "coder", "aliases": ["qc"], "status": {"value": "unloaded",
+        let listed = json!({"id": "coder", "aliases": ["qc"], "status": {"value": "unloaded",
             "args": ["llama-server", "--ctx-size", "4096", "--parallel", "2"]}});
-        let model = RouterModel::of(&entry).unwrap();
+        let model = RouterModel::of(&entry(&listed.to_string())).unwrap();
         assert_eq!(model.names, ["coder", "qc"]);
         assert_eq!(model.state, "unloaded");
         assert_eq!(model.per_slot_ctx, Some(2048));
         assert!(model.is_named("qc") && !model.is_named("chat"));
-        let bare = RouterModel::of(&json!({"id": "x", "status": "loading"})).unwrap();
+        let bare =
+            RouterModel::of(&entry(&json!({"id": "x", "status": "loading"}).to_string())).unwrap();
         assert_eq!((bare.state.as_str(), bare.per_slot_ctx), ("loading", None));
-        assert_eq!(RouterModel::of(&json!({"id": "plain"})), None);
+        assert_eq!(
+            RouterModel::of(&entry(&json!({"id": "plain"}).to_string())),
+            None
+        );
     }
 }

@@ -33,9 +33,7 @@ const ROUTER_MODELS: &str = r#"{"object":"list","data":[
 
 /// The router models of [`ROUTER_MODELS`], as the poll reads them.
 fn router_models() -> Vec<RouterModel> {
-    let list: Value = serde_json::from_str(ROUTER_MODELS).unwrap();
-    let entries = list["data"].as_array().unwrap();
-    let models: Vec<RouterModel> = entries.iter().filter_map(RouterModel::of).collect();
+    let models = parse_model_list(ROUTER_MODELS).unwrap().models;
     assert_eq!(models.len(), 5);
     assert_eq!(models[0].per_slot_ctx, Some(8192));
     models
