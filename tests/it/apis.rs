@@ -140,6 +140,27 @@ fn a_messages_stream_that_breaks_off_still_ends_visibly_broken() {
     );
 }
 
+/// Issue 16: a Responses stream that stops before `response.completed` is the client's broken
+/// answer and an `upstream failed mid-body` row, as for the other APIs.
+#[test]
+fn a_responses_stream_that_breaks_off_still_ends_visibly_broken() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    h.sim("titan")
+        .set_fault(Fault::EndEarly { after_events: 3 });
+    let mut conn = h.open_chat("/projA/v1/responses", &responses("fragile", 0, true));
+    short_timeout(&conn);
+    assert_eq!(conn.read_head().0, 200);
+    let got = read_broken_chunked(&mut conn);
+    assert!(
+        got.contains("event: response.") && !got.contains("response.completed"),
+        "{got}"
+    );
+    wait_until("the row is written", || !h.rows().is_empty());
+    let row = &h.rows()[0];
+    assert!(row.err.starts_with("upstream failed mid-body"), "{row:?}");
+    assert_eq!(row.api, "responses");
+}
+
 /// Issue 18: twenty distinct embeddings made twenty leases.
 #[test]
 fn stateless_requests_make_no_lease_and_spread_over_the_hosts() {

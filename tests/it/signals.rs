@@ -236,7 +236,7 @@ fn sigterm_lets_a_stream_in_flight_finish_records_it_and_exits_0() {
     // Lines leave through their own thread (issue 12): the stream's request line and the last
     // line are on stderr when the process has exited, in order.
     let at = |needle: &str| log.iter().position(|l| l.contains(needle));
-    let (request, stopped) = (at("status=200"), at("] stopped"));
+    let (request, stopped) = (at("api=chat host=titan lease=new"), at("] stopped"));
     assert!(
         request.is_some() && stopped.is_some() && request < stopped,
         "{}",
