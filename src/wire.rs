@@ -87,6 +87,15 @@ impl std::fmt::Debug for BodyWriter<'_> {
 }
 
 impl<'a> BodyWriter<'a> {
+    fn new(out: Box<dyn Write + Send + 'a>, framing: Framing) -> BodyWriter<'a> {
+        BodyWriter {
+            out,
+            framing,
+            broken: None,
+            piece: Vec::new(),
+        }
+    }
+
     /// Writes the status line and headers. `headers` must not hold framing headers: they are
     /// derived from `framing`.
     pub fn start(
@@ -96,12 +105,7 @@ impl<'a> BodyWriter<'a> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'a>> {
-        let mut writer = BodyWriter {
-            out,
-            framing,
-            broken: None,
-            piece: Vec::new(),
-        };
+        let mut writer = BodyWriter::new(out, framing);
         writer.head(http10, status, headers, &[])?;
         Ok(writer)
     }
@@ -115,9 +119,10 @@ impl<'a> BodyWriter<'a> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'a>> {
-        let mut writer = BodyWriter::start(out, http10, status, headers, framing);
-        BodyWriter::tracking(&mut writer, broken);
-        writer
+        let mut writer = BodyWriter::new(out, framing);
+        writer.broken = Some(broken);
+        writer.head(http10, status, headers, &[])?;
+        Ok(writer)
     }
 
     /// [`BodyWriter::start_tracked`], but the head is held until the first piece of body is written
@@ -131,25 +136,10 @@ impl<'a> BodyWriter<'a> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'a>> {
-        let mut writer = Ok(BodyWriter {
-            out,
-            framing,
-            broken: None,
-            piece: Vec::new(),
-        });
-        if let Ok(w) = &mut writer {
-            w.piece = w.framed_head(http10, status, headers)?;
-        }
-        BodyWriter::tracking(&mut writer, broken);
-        writer
-    }
-
-    fn tracking(writer: &mut io::Result<BodyWriter<'a>>, broken: &'a AtomicBool) {
-        if let Ok(w) = writer {
-            w.broken = Some(broken);
-        } else {
-            broken.store(true, Ordering::Relaxed);
-        }
+        let mut writer = BodyWriter::new(out, framing);
+        writer.broken = Some(broken);
+        writer.piece = writer.framed_head(http10, status, headers)?;
+        Ok(writer)
     }
 
     /// Writes the head, and `body` (a whole `Length` body) with it in the same write.
@@ -297,12 +287,8 @@ pub fn send_tracked<'a>(
     } else {
         Framing::Length(body.len() as u64)
     };
-    let mut writer = BodyWriter {
-        out,
-        framing,
-        broken,
-        piece: Vec::new(),
-    };
+    let mut writer = BodyWriter::new(out, framing);
+    writer.broken = broken;
     let body = if head_only { &[][..] } else { body };
     writer.head(http10, status, headers, body)
 }

@@ -127,15 +127,7 @@ impl<'c> Request<'c> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'_>> {
-        let all = self.answer_headers(headers, framing);
-        BodyWriter::start_tracked(
-            Box::new(self.inb.wire()),
-            &self.close_after,
-            self.head.http10,
-            status,
-            &all,
-            framing,
-        )
+        self.begin(status, headers, framing, false)
     }
 
     /// [`Request::start`], but the head waits for the first piece of body and goes out with it
@@ -146,11 +138,27 @@ impl<'c> Request<'c> {
         headers: &[(String, String)],
         framing: Framing,
     ) -> io::Result<BodyWriter<'_>> {
+        self.begin(status, headers, framing, true)
+    }
+
+    fn begin(
+        &mut self,
+        status: u16,
+        headers: &[(String, String)],
+        framing: Framing,
+        held: bool,
+    ) -> io::Result<BodyWriter<'_>> {
         let all = self.answer_headers(headers, framing);
-        BodyWriter::start_held(
+        let start = if held {
+            BodyWriter::start_held
+        } else {
+            BodyWriter::start_tracked
+        };
+        let http10 = self.head.http10;
+        start(
             Box::new(self.inb.wire()),
             &self.close_after,
-            self.head.http10,
+            http10,
             status,
             &all,
             framing,

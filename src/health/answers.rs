@@ -102,6 +102,24 @@ fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
     Ok(())
 }
 
+/// Reads a map field by field: `read` takes the value of each key it knows and answers `true`;
+/// the values of all other keys are skipped unbuilt.
+fn each_field<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut read: impl FnMut(&str, &mut A) -> Result<bool, A::Error>,
+) -> Result<(), A::Error> {
+    while let Some(key) = map.next_key::<Scalar>()? {
+        let known = match key.text() {
+            Some(key) => read(&key, &mut map)?,
+            None => false,
+        };
+        if !known {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    Ok(())
+}
+
 /// A value read as far as an answer's fields need: a string, a non-negative integer, or
 /// anything else (skipped unbuilt).
 enum Scalar {
@@ -209,15 +227,16 @@ impl<'de> Deserialize<'de> for Status {
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Status, A::Error> {
                 drain_seq(seq).map(|()| Status::default())
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Status, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Status, A::Error> {
                 let mut status = Status::default();
-                while let Some(key) = map.next_key::<Scalar>()? {
-                    match key.text().as_deref() {
-                        Some("value") => status.value = map.next_value::<Scalar>()?.text(),
-                        Some("args") => status.args = map.next_value::<Texts>()?.0,
-                        _ => drop(map.next_value::<IgnoredAny>()?),
+                each_field(map, |key, map| {
+                    match key {
+                        "value" => status.value = map.next_value::<Scalar>()?.text(),
+                        "args" => status.args = map.next_value::<Texts>()?.0,
+                        _ => return Ok(false),
                     }
-                }
+                    Ok(true)
+                })?;
                 Ok(status)
             }
         }
@@ -237,16 +256,17 @@ impl<'de> Deserialize<'de> for Entry {
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Entry, A::Error> {
                 drain_seq(seq).map(|()| Entry::default())
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Entry, A::Error> {
                 let mut entry = Entry::default();
-                while let Some(key) = map.next_key::<Scalar>()? {
-                    match key.text().as_deref() {
-                        Some("id") => entry.id = map.next_value::<Scalar>()?.text(),
-                        Some("aliases") => entry.aliases = map.next_value::<Texts>()?.0,
-                        Some("status") => entry.status = Some(map.next_value::<Status>()?),
-                        _ => drop(map.next_value::<IgnoredAny>()?),
+                each_field(map, |key, map| {
+                    match key {
+                        "id" => entry.id = map.next_value::<Scalar>()?.text(),
+                        "aliases" => entry.aliases = map.next_value::<Texts>()?.0,
+                        "status" => entry.status = Some(map.next_value::<Status>()?),
+                        _ => return Ok(false),
                     }
-                }
+                    Ok(true)
+                })?;
                 Ok(entry)
             }
         }
@@ -266,20 +286,17 @@ impl<'de> Visitor<'de> for PropsVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Option<Props>, A::Error> {
         drain_seq(seq).map(|()| None)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Props>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Option<Props>, A::Error> {
         let mut props = Props::default();
-        while let Some(key) = map.next_key::<Scalar>()? {
-            match key.text().as_deref() {
-                Some("default_generation_settings") => {
-                    props.n_ctx = map.next_value::<Settings>()?.0;
-                }
-                Some("total_slots") => props.total_slots = map.next_value::<Scalar>()?.count(),
-                Some("max_instances") => {
-                    props.max_instances = map.next_value::<Scalar>()?.count();
-                }
-                _ => drop(map.next_value::<IgnoredAny>()?),
+        each_field(map, |key, map| {
+            match key {
+                "default_generation_settings" => props.n_ctx = map.next_value::<Settings>()?.0,
+                "total_slots" => props.total_slots = map.next_value::<Scalar>()?.count(),
+                "max_instances" => props.max_instances = map.next_value::<Scalar>()?.count(),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(Some(props))
     }
 }
@@ -299,14 +316,14 @@ impl<'de> Deserialize<'de> for Settings {
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Settings, A::Error> {
                 drain_seq(seq).map(|()| Settings(None))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Settings, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Settings, A::Error> {
                 let mut n_ctx = None;
-                while let Some(key) = map.next_key::<Scalar>()? {
-                    match key.text().as_deref() {
-                        Some("n_ctx") => n_ctx = map.next_value::<Scalar>()?.count(),
-                        _ => drop(map.next_value::<IgnoredAny>()?),
+                each_field(map, |key, map| {
+                    if key == "n_ctx" {
+                        n_ctx = map.next_value::<Scalar>()?.count();
                     }
-                }
+                    Ok(key == "n_ctx")
+                })?;
                 Ok(Settings(n_ctx))
             }
         }
@@ -326,15 +343,15 @@ impl<'de> Visitor<'de> for ListingVisitor<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
         each_entry(seq, self.0).map(|()| true)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut found = false;
-        while let Some(key) = map.next_key::<Scalar>()? {
-            if key.text().as_deref() == Some("data") && !found {
-                found = map.next_value_seed(Entries(&mut *self.0))?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        let (mut found, each) = (false, self.0);
+        each_field(map, |key, map| {
+            let data = key == "data" && !found;
+            if data {
+                found = map.next_value_seed(Entries(&mut *each))?;
             }
-        }
+            Ok(data)
+        })?;
         Ok(found)
     }
 }

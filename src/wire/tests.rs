@@ -115,19 +115,23 @@ impl Writes {
     }
 }
 
-#[test]
-fn issue12_a_whole_answer_goes_out_in_one_write_head_body_and_end() {
-    let out = Writes::default();
-    let broken = AtomicBool::new(false);
-    let mut w = BodyWriter::start_held(
+/// A chunked 200 whose head waits for its body.
+fn held<'a>(out: &Writes, broken: &'a AtomicBool) -> BodyWriter<'a> {
+    BodyWriter::start_held(
         Box::new(out.clone()),
-        &broken,
+        broken,
         false,
         200,
         &[],
         Framing::Chunked,
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn issue12_a_whole_answer_goes_out_in_one_write_head_body_and_end() {
+    let (out, broken) = (Writes::default(), AtomicBool::new(false));
+    let mut w = held(&out, &broken);
     assert!(out.all().is_empty(), "the head waits for the body");
     w.hold(b"{}").unwrap();
     assert!(out.all().is_empty(), "the last piece waits for the end");
@@ -140,17 +144,8 @@ fn issue12_a_whole_answer_goes_out_in_one_write_head_body_and_end() {
 
 #[test]
 fn issue12_a_held_head_leaves_with_the_first_piece_and_only_the_last_piece_waits() {
-    let out = Writes::default();
-    let broken = AtomicBool::new(false);
-    let mut w = BodyWriter::start_held(
-        Box::new(out.clone()),
-        &broken,
-        false,
-        200,
-        &[],
-        Framing::Chunked,
-    )
-    .unwrap();
+    let (out, broken) = (Writes::default(), AtomicBool::new(false));
+    let mut w = held(&out, &broken);
     w.write(b"ab").unwrap();
     w.write(b"cd").unwrap();
     w.hold(b"ef").unwrap();
@@ -167,17 +162,8 @@ fn issue12_a_held_head_leaves_with_the_first_piece_and_only_the_last_piece_waits
 
 #[test]
 fn issue12_an_abort_sends_what_was_held_then_the_break() {
-    let out = Writes::default();
-    let broken = AtomicBool::new(false);
-    let mut w = BodyWriter::start_held(
-        Box::new(out.clone()),
-        &broken,
-        false,
-        200,
-        &[],
-        Framing::Chunked,
-    )
-    .unwrap();
+    let (out, broken) = (Writes::default(), AtomicBool::new(false));
+    let mut w = held(&out, &broken);
     w.hold(b"ab").unwrap();
     w.abort();
     let all = out.all().concat();

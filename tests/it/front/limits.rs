@@ -165,16 +165,10 @@ fn pipelined_requests_are_answered_in_order_on_a_kept_connection_issue_10() {
     assert!(second.json()["data"].is_array(), "{}", second.text());
 }
 
-/// A writer thread that sends `bytes` one at a time, `every` apart, until they run out, a write
-/// fails (the server closed) or the test is over (the returned flag).
-fn drip(
-    conn: &Conn,
-    bytes: Vec<u8>,
-    every: Duration,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<()>,
-) {
+/// Sends `bytes` on `conn` one at a time, 20 ms apart, from a thread, and reads the answer that
+/// comes meanwhile: the answer and how long it took. The dripping stops with the answer (or when
+/// the server closes).
+fn answer_to_a_drip(conn: &mut Conn, bytes: Vec<u8>) -> (crate::support::Answer, Duration) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let done = std::sync::Arc::new(AtomicBool::new(false));
     let mut sock = conn.reader.get_ref().try_clone().unwrap();
@@ -184,26 +178,25 @@ fn drip(
             if flag.load(Ordering::Relaxed) || sock.write_all(&[b]).is_err() {
                 return;
             }
-            std::thread::sleep(every);
+            std::thread::sleep(Duration::from_millis(20));
         }
     });
-    (done, writer)
+    let started = Instant::now();
+    let answer = conn.read_answer();
+    let took = started.elapsed();
+    done.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    (answer, took)
 }
 
 /// Issue 10: a head that keeps arriving, a byte every 20 ms, never makes its own deadline longer.
 #[test]
 fn a_head_dripped_a_byte_at_a_time_is_408_at_its_deadline_issue_10() {
     let h = Harness::start(vec![host("titan", 1)], "client_header_timeout = \"300ms\"");
-    let conn = Conn::open(h.addr());
+    let mut conn = Conn::open(h.addr());
     let mut head = b"GET /projA/v1/models HTTP/1.1\r\nX-Drip: ".to_vec();
     head.extend(std::iter::repeat_n(b'a', 2000));
-    let started = Instant::now();
-    let (done, writer) = drip(&conn, head, Duration::from_millis(20));
-    let mut conn = conn;
-    let answer = conn.read_answer();
-    let took = started.elapsed();
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.join().unwrap();
+    let (answer, took) = answer_to_a_drip(&mut conn, head);
     check_error(&answer, 408, "request timeout");
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_eq!(refused(&h, "clients", "head_timeout"), 1);
@@ -219,12 +212,7 @@ fn a_body_dripped_below_the_minimum_rate_is_408_at_its_deadline_issue_10() {
     let mut conn = Conn::open(h.addr());
     let head = format!("POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n");
     conn.reader.get_mut().write_all(head.as_bytes()).unwrap();
-    let started = Instant::now();
-    let (done, writer) = drip(&conn, vec![b' '; 2000], Duration::from_millis(20));
-    let answer = conn.read_answer();
-    let took = started.elapsed();
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.join().unwrap();
+    let (answer, took) = answer_to_a_drip(&mut conn, vec![b' '; 2000]);
     check_error(&answer, 408, "request timeout");
     // 300 ms plus 2,000 bytes at 1 MB/s; the whole body would have taken 40 s.
     assert!(took < Duration::from_secs(3), "{took:?}");
