@@ -31,6 +31,9 @@ use super::{Counts, Settings, MAX_HEAD};
 /// How long an idle worker waits on its connection before looking at the accept queue again: a
 /// connection waiting behind idle keep-alive ones is served within about this long.
 const IDLE_STEP: Duration = Duration::from_millis(100);
+/// The same wait when someone already waits in the queue as the answer goes out: a client that
+/// sends its next request at once keeps its worker; one that pauses is parked for the newcomer.
+const BUSY_STEP: Duration = Duration::from_millis(2);
 /// How long a worker waits for the rest of a head it has started to read before handing the
 /// connection to the poller. A head sent in one write is whole at once; this only spares the
 /// poller's tick to a head split over a few packets.
@@ -342,10 +345,12 @@ fn wait_for_request(sh: &Shared, mut conn: Conn) -> Option<Conn> {
         if now >= conn.idle_until || (sh.stopping.load(Ordering::SeqCst) && !conn.fresh) {
             return None;
         }
-        match conn
-            .inb
-            .fill(conn.idle_until.min(now + IDLE_STEP), MAX_HEAD)
-        {
+        let step = if sh.queue.is_empty() {
+            IDLE_STEP
+        } else {
+            BUSY_STEP
+        };
+        match conn.inb.fill(conn.idle_until.min(now + step), MAX_HEAD) {
             Fill::Data => return Some(conn),
             Fill::Eof | Fill::Failed(_) => return None,
             Fill::Timeout if !sh.queue.is_empty() => {
