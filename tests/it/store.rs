@@ -69,6 +69,10 @@ fn issue17_a_full_disk_answers_503_store_unavailable_then_recovers() {
     assert!(cause.contains("database or disk is full"), "{cause}");
     let metrics = request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
     assert!(metrics.text().contains("crossbar_store_up 0"));
+    // The status page says it too, with the cause (escaped), first thing an operator sees.
+    let page = request(h.server().admin_addr(), "GET", "/", &[], b"").text();
+    assert!(page.contains("store failing"), "{page}");
+    assert!(page.contains("database or disk is full"), "{page}");
     // A conversation that already has its lease is still served (its touch is written behind).
     assert_eq!(session(&h, "warm").status, 200);
 
@@ -84,6 +88,8 @@ fn issue17_a_full_disk_answers_503_store_unavailable_then_recovers() {
         assert_eq!(session(&h, &format!("after{i}")).status, 200);
     }
     assert_eq!(crossbar::admin::status(&gw)["store"]["ok"], json!(true));
+    let page = request(h.server().admin_addr(), "GET", "/", &[], b"").text();
+    assert!(!page.contains("store failing"), "{page}");
     let metrics = request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
     assert!(metrics.text().contains("crossbar_store_up 1"));
 }
