@@ -26,6 +26,10 @@ OPTIONS:
                            pick a slot by common prefix above this share, 0 = LRU only [default: 0.1]
   --api-key KEY            require this API key (Bearer or X-Api-Key)
   --max-tokens N           tokens generated when a request sets no limit [default: 8]
+  --router-models LIST     router mode: the models it knows, comma-separated, each NAME or
+                           NAME=STATE (a llama-server state: loaded, unloaded, ...; default
+                           unloaded); a request loads the model it names [default: off]
+  --models-max N           router mode: models loaded at once, 0 = no limit [default: 0]
   --faults-from-stdin      read fault commands from stdin, one per line, each answered on stdout
                            with `fault set NAME` or `fault error: ...`; exit when stdin closes:
                              fault none | hang | refuse | loading | garbage
@@ -164,6 +168,10 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Flags>, lexopt::Er
             }
             Long("api-key") => cfg.api_key = Some(parser.value()?.string()?),
             Long("max-tokens") => cfg.default_max_tokens = number(&mut parser, "--max-tokens")?,
+            Long("router-models") => {
+                cfg.router_models = Some(router_models(&parser.value()?.string()?)?);
+            }
+            Long("models-max") => cfg.models_max = number(&mut parser, "--models-max")?,
             Long("faults-from-stdin") => control = true,
             _ => return Err(arg.unexpected()),
         }
@@ -175,6 +183,23 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Flags>, lexopt::Er
         return Err("--ctx must be at least --slots".into());
     }
     Ok(Some((listen, cfg, control)))
+}
+
+/// `a,b=loaded` as router models: `(id, state)`, unloaded unless a state is given.
+fn router_models(list: &str) -> Result<Vec<(String, String)>, lexopt::Error> {
+    list.split(',')
+        .map(|item| {
+            let (name, state) = item.split_once('=').unwrap_or((item, "unloaded"));
+            let (name, state) = (name.trim(), state.trim());
+            if name.is_empty() || state.is_empty() {
+                return Err(format!(
+                    "--router-models wants NAME or NAME=STATE items, got {item:?}"
+                )
+                .into());
+            }
+            Ok((name.to_string(), state.to_string()))
+        })
+        .collect()
 }
 
 /// The next value as a number; the error names the flag.
@@ -192,6 +217,25 @@ fn number<T: std::str::FromStr>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn router_models_are_names_with_an_optional_state() {
+        let got = router_models("alpha, beta=loaded").unwrap();
+        assert_eq!(
+            got,
+            [
+                ("alpha".to_string(), "unloaded".to_string()),
+                ("beta".to_string(), "loaded".to_string())
+            ]
+        );
+        for bad in ["", "a,,b", "=loaded", "a="] {
+            assert!(router_models(bad).is_err(), "{bad:?} was accepted");
+        }
+        let args = ["--router-models", "a,b", "--models-max", "1"].map(String::from);
+        let (_, cfg, _) = parse(args.into_iter()).unwrap().unwrap();
+        assert_eq!(cfg.router_models.map(|m| m.len()), Some(2));
+        assert_eq!(cfg.models_max, 1);
+    }
 
     #[test]
     fn fault_commands_name_the_librarys_faults_and_refuse_the_rest() {
