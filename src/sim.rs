@@ -73,6 +73,8 @@ pub enum Counts {
     Template,
     /// None of them (404): a host that cannot count.
     None,
+    /// All of them, answering 500: a build whose counting is broken.
+    Failing,
 }
 
 impl Default for SimConfig {

@@ -87,6 +87,9 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
             _ => {}
         }
     }
+    if counts == Counts::Failing && req.method == "POST" && counting(&path) {
+        return reply_error(sock, 500, "simulated count failure", req.keep_alive);
+    }
     if req.method == "POST" {
         if let Some(keep) = super::oneshot::answer(sh, sock, req) {
             return keep;

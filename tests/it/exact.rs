@@ -154,6 +154,31 @@ fn a_host_that_cannot_count_leaves_the_estimate_in_charge_issue_11() {
     );
 }
 
+/// A count endpoint that fails (500) is a host that cannot count this time: the estimate decides,
+/// the request is served, and the host is not marked down for it (a count is not a forward).
+#[test]
+fn a_count_endpoint_answering_500_leaves_the_estimate_in_charge_and_the_host_up_issue_11() {
+    let h = Harness::start(
+        vec![
+            host("small", 1024, Counts::Failing),
+            host("big", 65536, Counts::Failing),
+        ],
+        "",
+    );
+    let body = prompt_of(1023);
+    check(&h.post(CHAT, &body), 200, "big", Some("moved:small>big"));
+    let counted = h.sim("small").requests();
+    assert!(
+        counted.iter().any(|r| r.path.ends_with("/input_tokens")),
+        "small was asked to count: {:?}",
+        counted.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    let row = h.rows().pop().unwrap();
+    assert_eq!(row.ctx_exact, None);
+    let gw = h.server().gateway();
+    assert!(gw.health.healthy("small") && gw.health.healthy("big"));
+}
+
 #[test]
 fn a_completion_prompt_is_counted_by_tokenizing_it_issue_11() {
     let h = Harness::start(
@@ -262,4 +287,27 @@ fn a_flood_of_oversized_prompts_asks_a_host_for_at_most_a_few_counts_at_once_iss
     assert_eq!(asked(COUNT), tags.len(), "each was counted in its turn");
     let exact: Vec<Option<i64>> = h.rows().iter().map(|r| r.ctx_exact).collect();
     assert!(exact.iter().all(|e| *e == Some(1000)), "{exact:?}");
+}
+
+/// Issue 11: the count is the host's count of the prompt it would render, so the whole body goes
+/// to the count call: `tools`, `chat_template_kwargs` and any field crossbar does not know change
+/// what the template renders.
+#[test]
+fn the_count_call_gets_the_whole_body_issue_11() {
+    let h = Harness::start(vec![host("small", 1024, Counts::Exact)], "");
+    let mut body = prompt_of(1000);
+    body["tools"] = json!([{"type": "function", "function": {"name": "grep", "parameters": {}}}]);
+    body["chat_template_kwargs"] = json!({"enable_thinking": false});
+    body["x_unknown_field"] = json!([1, 2, 3]);
+    assert!(estimate(&body) > 1024, "{}", estimate(&body));
+    let answer = h.post(CHAT, &body);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let counted: Vec<Value> = h
+        .sim("small")
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/input_tokens"))
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(counted, [body], "the count call's body");
 }
