@@ -56,8 +56,8 @@ pub(super) fn exchange(
     let whole = super::listing::renames(incoming, plan)
         .then(|| super::listing::deadline(gw.config().first_byte_timeout));
     let mut result = send(agent, &exchange, incoming, plan, bodyless, whole).map_err(bad)?;
-    // A pooled connection the host had closed, found before anything was written: once more on
-    // a fresh one (the pool holds at most one connection per worker, probed before reuse).
+    // A pooled connection the host had closed (pooled connections are not probed: the request's
+    // own write or first read finds it): once more on a fresh one.
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
         result = send(agent, &exchange, incoming, plan, bodyless, whole).map_err(bad)?;
