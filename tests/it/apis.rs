@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crossbar::sim::Fault;
 
 use crate::broken::{read_broken_chunked, short_timeout};
-use crate::support::{chat, host, wait_until, Harness};
+use crate::support::{chat, hold_slot, host, wait_until, Harness};
 
 /// A Claude Code-like body: system blocks, then `turns` more exchanges after the first question;
 /// the cache marker moves to the newest turn, as Claude Code moves it.
@@ -234,12 +234,8 @@ fn stateless_requests_make_no_lease_and_spread_over_the_hosts() {
 fn a_count_request_answers_at_once_while_every_slot_is_busy() {
     let h = Harness::start(vec![host("titan", 1)], "queue_timeout = \"30s\"");
     let sim = h.sim("titan");
-    sim.set_lockstep(true);
     let gw = h.server().gateway().clone();
-    let mut busy = h.open_chat("/projA/v1/chat/completions", &chat("long answer", 0, true));
-    wait_until("the only slot is taken", || {
-        gw.limiter.in_flight("titan", "m") == 1
-    });
+    let mut busy = hold_slot(&h, "titan");
     for (path, body) in [
         (
             "/projA/v1/messages/count_tokens",

@@ -3,7 +3,7 @@
 use crossbar::sim::{Fault, SimEvent};
 use serde_json::json;
 
-use crate::support::{chat, host, request, wait_event, wait_until, Conn, Harness};
+use crate::support::{chat, hold_slot, host, request, wait_event, wait_until, Conn, Harness};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -170,12 +170,8 @@ fn two_new_conversations_spread_over_two_idle_hosts_by_free_slots() {
 fn a_full_queue_answers_503_with_retry_after_and_a_queued_request_counts_its_wait() {
     let h = Harness::start(vec![host("titan", 1)], "queue_max = 1");
     let sim = h.sim("titan");
-    sim.set_lockstep(true);
     let gw = h.server().gateway().clone();
-    let mut holder = h.open_chat(CHAT, &chat("holder", 0, true));
-    wait_until("the holder has the slot", || {
-        gw.limiter.in_flight("titan", "m") == 1
-    });
+    let mut holder = hold_slot(&h, "titan");
     let mut waiter = h.open_chat(CHAT, &chat("waiter", 0, false));
     wait_until("the waiter is queued", || {
         gw.limiter.queued("titan", "m") == 1
@@ -204,12 +200,7 @@ fn a_full_queue_answers_503_with_retry_after_and_a_queued_request_counts_its_wai
 #[test]
 fn a_wait_longer_than_queue_timeout_answers_503_queue_timeout() {
     let h = Harness::start(vec![host("titan", 1)], "queue_timeout = \"100ms\"");
-    h.sim("titan").set_lockstep(true);
-    let gw = h.server().gateway().clone();
-    let mut holder = h.open_chat(CHAT, &chat("holder", 0, true));
-    wait_until("the holder has the slot", || {
-        gw.limiter.in_flight("titan", "m") == 1
-    });
+    let mut holder = hold_slot(&h, "titan");
     let answer = h.post(CHAT, &chat("late", 0, false));
     check_error(&answer, 503, "queue timeout");
     assert!(answer.header("Retry-After").is_some());

@@ -310,6 +310,19 @@ impl Conn {
     }
 }
 
+/// Holds `host`'s only slot (model `m`, route `projA`) with a stream its sim sends in lockstep,
+/// so nothing of it arrives until the test releases it; returns once the limiter counts the
+/// stream in flight.
+pub fn hold_slot(h: &Harness, host: &str) -> Conn {
+    h.sim(host).set_lockstep(true);
+    let conn = h.open_chat("/projA/v1/chat/completions", &chat("holder", 0, true));
+    let gw = h.server().gateway().clone();
+    wait_until("the holder has the slot", || {
+        gw.limiter.in_flight(host, "m") == 1
+    });
+    conn
+}
+
 /// Waits until `cond` holds, polling a condition the code under test changes; fails after 10 s.
 #[track_caller]
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

@@ -7,19 +7,14 @@ use std::time::{Duration, Instant};
 use crossbar::sim::{SimConfig, SimEvent};
 
 use super::{check_error, check_served, refused, CHAT};
-use crate::support::{chat, host, wait_event, wait_until, Conn, Harness, HostSpec};
+use crate::support::{chat, hold_slot, host, wait_event, wait_until, Conn, Harness, HostSpec};
 
 #[test]
 fn a_full_accept_queue_is_503_busy_with_retry_after_issue_10() {
     let h = Harness::start(vec![host("titan", 1)], "workers = 1\naccept_queue = 1");
     let sim = h.sim("titan");
-    sim.set_lockstep(true);
-    let gw = h.server().gateway().clone();
     // The one worker streams; the next connection waits in the queue; the one after is refused.
-    let mut streaming = h.open_chat(CHAT, &chat("holder", 0, true));
-    wait_until("the stream holds the worker", || {
-        gw.limiter.in_flight("titan", "m") == 1
-    });
+    let mut streaming = hold_slot(&h, "titan");
     let mut queued = h.open_chat(CHAT, &chat("queued", 0, false));
     let mut busy = None;
     wait_until("a connection is refused as busy", || {
@@ -82,12 +77,8 @@ fn idle_keep_alive_connections_never_keep_a_new_one_waiting_issue_10() {
 fn a_client_that_leaves_while_queued_is_never_forwarded_issue_10() {
     let h = Harness::start(vec![host("titan", 1)], "");
     let sim = h.sim("titan");
-    sim.set_lockstep(true);
     let gw = h.server().gateway().clone();
-    let mut holder = h.open_chat(CHAT, &chat("holder", 0, true));
-    wait_until("the holder has the slot", || {
-        gw.limiter.in_flight("titan", "m") == 1
-    });
+    let mut holder = hold_slot(&h, "titan");
     let leaver = h.open_chat(CHAT, &chat("leaver", 0, false));
     wait_until("the leaver is queued", || {
         gw.limiter.queued("titan", "m") == 1

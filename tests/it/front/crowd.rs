@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::{check_error, post_head, refused, CHAT};
-use crate::support::{chat, host, wait_until, Conn, Harness};
+use crate::support::{chat, hold_slot, host, wait_until, Conn, Harness};
 
 /// Where the attacker connects from.
 const STRANGER: [u8; 4] = [127, 0, 0, 2];
@@ -108,12 +108,7 @@ fn hundreds_of_silent_connections_from_one_peer_are_capped_per_peer() {
 fn a_peer_cannot_fill_the_accept_queue_with_silent_connections() {
     let h = Harness::start(vec![host("titan", 1)], "workers = 1\naccept_queue = 2");
     let sim = h.sim("titan");
-    sim.set_lockstep(true);
-    let gw = h.server().gateway().clone();
-    let mut streaming = h.open_chat(CHAT, &chat("holder", 0, true));
-    wait_until("the stream holds the worker", || {
-        gw.limiter.in_flight("titan", "m") == 1
-    });
+    let mut streaming = hold_slot(&h, "titan");
     let silent: Vec<Conn> = (0..8).map(|_| stranger(h.addr())).collect();
     wait_until("the silent connections wait off the queue", || {
         h.server().client_connections().idle == 7
