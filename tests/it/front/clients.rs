@@ -83,17 +83,9 @@ fn a_client_that_leaves_while_queued_is_never_forwarded_issue_10() {
     wait_until("the leaver is queued", || {
         gw.limiter.queued("titan", "m") == 1
     });
-    let left = Instant::now();
-    leaver.reader.get_ref().shutdown(Shutdown::Both).unwrap();
-    drop(leaver);
-    wait_until("the leaver left the queue", || {
+    leave(leaver, "the leaver left the queue", || {
         gw.limiter.queued("titan", "m") == 0
     });
-    assert!(
-        left.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        left.elapsed()
-    );
     // The queue count drops as the waiter leaves; its row is committed just after (by the
     // store's writer thread).
     wait_until("the leaver's row", || {
@@ -167,17 +159,9 @@ fn a_client_that_leaves_before_the_first_byte_frees_the_slot_issue_10() {
         "the host has the request",
         |e| matches!(e, SimEvent::Request { path } if path.contains("chat")),
     );
-    let left = Instant::now();
-    leaver.reader.get_ref().shutdown(Shutdown::Both).unwrap();
-    drop(leaver);
-    wait_until("the slot is free", || {
+    leave(leaver, "the slot is free", || {
         gw.limiter.in_flight("titan", "m") == 0
     });
-    assert!(
-        left.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        left.elapsed()
-    );
     wait_until("the row is written", || {
         h.rows().iter().any(|r| r.status == 499)
     });
@@ -201,17 +185,9 @@ fn a_client_that_leaves_after_the_head_but_before_any_event_is_a_499_issue_10() 
     let gw = h.server().gateway().clone();
     let mut leaver = h.open_chat(CHAT, &chat("a long prefill", 0, true));
     assert_eq!(leaver.read_head().0, 200);
-    let left = Instant::now();
-    leaver.reader.get_ref().shutdown(Shutdown::Both).unwrap();
-    drop(leaver);
-    wait_until("the slot is free", || {
+    leave(leaver, "the slot is free", || {
         gw.limiter.in_flight("titan", "m") == 0
     });
-    assert!(
-        left.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        left.elapsed()
-    );
     let row = h.rows().pop().expect("a row");
     assert_eq!(
         (row.status, row.err.as_str()),
@@ -219,4 +195,15 @@ fn a_client_that_leaves_after_the_head_but_before_any_event_is_a_499_issue_10() 
     );
     sim.set_lockstep(false);
     check_served(&h);
+}
+
+/// Closes `conn` as a client that leaves, then waits until `noticed` says crossbar saw it go:
+/// within 1.5 s (it looks every 500 ms while it waits on the client's behalf).
+fn leave(conn: Conn, what: &str, noticed: impl FnMut() -> bool) {
+    let left = Instant::now();
+    conn.reader.get_ref().shutdown(Shutdown::Both).unwrap();
+    drop(conn);
+    wait_until(what, noticed);
+    let took = left.elapsed();
+    assert!(took < Duration::from_millis(1500), "{what}: {took:?}");
 }
