@@ -7,7 +7,6 @@
 //! addresses, so free loopback ports are found by binding `127.0.0.1:0` and letting go; the
 //! "crossbar listening" log line says when it is up. Log lines arrive over a channel.
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -17,7 +16,7 @@ use crossbar::sim::{Sim, SimConfig, SimEvent};
 use crossbar::store::Reader;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::support::{chat, request, temp_dir, wait_event, Answer, Conn};
+use crate::support::{chat, request, stderr_lines, temp_dir, wait_event, Answer, Conn};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -153,17 +152,7 @@ fn spawn_serve(path: &Path) -> (Child, Receiver<String>) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("cannot run the crossbar binary");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, log) = crossbeam_channel::unbounded();
-    // Ends by itself when the child closes stderr (it exits or is killed).
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let log = stderr_lines(&mut child);
     (child, log)
 }
 

@@ -310,6 +310,21 @@ impl Conn {
     }
 }
 
+/// A child's stderr lines on a channel, read by a thread that ends when the child closes stderr
+/// (it exits or is killed) or the receiver is dropped.
+pub fn stderr_lines(child: &mut std::process::Child) -> crossbeam_channel::Receiver<String> {
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let (tx, lines) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
 /// Holds `host`'s only slot (model `m`, route `projA`) with a stream its sim sends in lockstep,
 /// so nothing of it arrives until the test releases it; returns once the limiter counts the
 /// stream in flight.

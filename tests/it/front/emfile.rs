@@ -3,7 +3,6 @@
 //! is flooded with connections until accept fails, then the flood ends: the failure is logged
 //! once, and the port serves again.
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbar::sim::{Sim, SimConfig};
 use crossbeam_channel::Receiver;
 
-use crate::support::{chat, request, temp_dir};
+use crate::support::{chat, request, stderr_lines, temp_dir};
 
 /// A `crossbar serve` child; killed on drop.
 struct Serve {
@@ -80,16 +79,7 @@ fn the_listener_survives_running_out_of_file_descriptors_issue_10() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("cannot run the crossbar binary");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, log) = crossbeam_channel::unbounded();
-    // Ends by itself when the child closes stderr.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let log = stderr_lines(&mut child);
     let mut crossbar = Serve {
         child,
         log,
