@@ -67,24 +67,13 @@ impl<'de> Deserialize<'de> for TokenCount {
 mod tests {
     use super::super::exact;
     use super::*;
-    use crate::config::Host;
-    use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
     /// Counts `body` as a `/completion` call to a host that is never asked (token ids need no
     /// host): a listener that accepts nothing.
     #[track_caller]
     fn counted_without_a_host(body: &[u8]) -> Option<u64> {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let host = Host {
-            name: "quiet".into(),
-            url: format!("http://{}", listener.local_addr().unwrap()),
-            weight: 1,
-            api_key: None,
-            ctx: None,
-            models: Default::default(),
-            upstream: Default::default(),
-        };
+        let (_listener, host) = super::super::tests::silent_host("quiet");
         let agent = ureq::Agent::new_with_defaults();
         let deadline = Instant::now() + Duration::from_millis(50);
         exact(&agent, &host, "/completion", body, None, deadline)

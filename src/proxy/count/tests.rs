@@ -10,11 +10,12 @@ impl Counter {
 use std::net::TcpListener;
 use std::time::Duration;
 
-#[test]
-fn a_host_that_does_not_answer_in_time_cannot_count() {
+/// A host on a loopback listener that accepts (the kernel's backlog does) and never answers;
+/// the listener must be kept for as long as the host is asked.
+pub(super) fn silent_host(name: &str) -> (TcpListener, Host) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let host = Host {
-        name: "hung".into(),
+        name: name.into(),
         url: format!("http://{}", listener.local_addr().unwrap()),
         weight: 1,
         api_key: None,
@@ -22,6 +23,12 @@ fn a_host_that_does_not_answer_in_time_cannot_count() {
         models: Default::default(),
         upstream: Default::default(),
     };
+    (listener, host)
+}
+
+#[test]
+fn a_host_that_does_not_answer_in_time_cannot_count() {
+    let (listener, host) = silent_host("hung");
     // Accepts (the kernel's backlog does) and never answers.
     let agent = ureq::Agent::new_with_defaults();
     let started = Instant::now();
