@@ -67,6 +67,16 @@ pub enum Framing {
     Empty,
 }
 
+/// When an answer's head leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadOut {
+    /// At once: a stream's head goes out before a long prefill.
+    Now,
+    /// With the first piece of body: for an answer whose body comes with its head, the client
+    /// then wakes once, not once per write.
+    WithBody,
+}
+
 /// A response being written to one client. Every write is flushed at once.
 pub struct BodyWriter<'a> {
     out: Box<dyn Write + Send + 'a>,
@@ -110,7 +120,9 @@ impl<'a> BodyWriter<'a> {
         Ok(writer)
     }
 
-    /// [`BodyWriter::start`], raising `broken` if any write fails or the body is aborted.
+    /// [`BodyWriter::start`], raising `broken` if any write fails or the body is aborted. With
+    /// [`HeadOut::WithBody`] the head is held until the first piece of body is written (or held, or
+    /// the body ends), and goes out in the same write.
     pub fn start_tracked(
         out: Box<dyn Write + Send + 'a>,
         broken: &'a AtomicBool,
@@ -118,27 +130,14 @@ impl<'a> BodyWriter<'a> {
         status: u16,
         headers: &[(String, String)],
         framing: Framing,
+        head_out: HeadOut,
     ) -> io::Result<BodyWriter<'a>> {
         let mut writer = BodyWriter::new(out, framing);
         writer.broken = Some(broken);
-        writer.head(http10, status, headers, &[])?;
-        Ok(writer)
-    }
-
-    /// [`BodyWriter::start_tracked`], but the head is held until the first piece of body is written
-    /// (or held, or the body ends), and goes out in the same write: for an answer whose body comes
-    /// with its head, the client then wakes once, not once per write.
-    pub fn start_held(
-        out: Box<dyn Write + Send + 'a>,
-        broken: &'a AtomicBool,
-        http10: bool,
-        status: u16,
-        headers: &[(String, String)],
-        framing: Framing,
-    ) -> io::Result<BodyWriter<'a>> {
-        let mut writer = BodyWriter::new(out, framing);
-        writer.broken = Some(broken);
-        writer.piece = writer.framed_head(http10, status, headers)?;
+        match head_out {
+            HeadOut::Now => writer.head(http10, status, headers, &[])?,
+            HeadOut::WithBody => writer.piece = writer.framed_head(http10, status, headers)?,
+        }
         Ok(writer)
     }
 

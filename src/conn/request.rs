@@ -13,7 +13,7 @@ use super::head::{BodyKind, Head};
 use super::inbound::Inbound;
 use super::peers::BodySlot;
 use super::Settings;
-use crate::wire::{self, BodyWriter, Framing};
+use crate::wire::{self, BodyWriter, Framing, HeadOut};
 
 /// One request on a connection, lent to a handler.
 #[derive(Debug)]
@@ -120,48 +120,25 @@ impl<'c> Request<'c> {
         self.watch.clone()
     }
 
-    /// Writes the answer's head; the body follows through the returned writer.
+    /// Starts the answer (its head now, or with the body: [`HeadOut`]); the body follows through
+    /// the returned writer.
     pub fn start(
         &mut self,
         status: u16,
         headers: &[(String, String)],
         framing: Framing,
-    ) -> io::Result<BodyWriter<'_>> {
-        self.begin(status, headers, framing, false)
-    }
-
-    /// [`Request::start`], but the head waits for the first piece of body and goes out with it
-    /// ([`BodyWriter::start_held`]).
-    pub fn start_held(
-        &mut self,
-        status: u16,
-        headers: &[(String, String)],
-        framing: Framing,
-    ) -> io::Result<BodyWriter<'_>> {
-        self.begin(status, headers, framing, true)
-    }
-
-    fn begin(
-        &mut self,
-        status: u16,
-        headers: &[(String, String)],
-        framing: Framing,
-        held: bool,
+        head_out: HeadOut,
     ) -> io::Result<BodyWriter<'_>> {
         let all = self.answer_headers(headers, framing);
-        let start = if held {
-            BodyWriter::start_held
-        } else {
-            BodyWriter::start_tracked
-        };
         let http10 = self.head.http10;
-        start(
+        BodyWriter::start_tracked(
             Box::new(self.inb.wire()),
             &self.close_after,
             http10,
             status,
             &all,
             framing,
+            head_out,
         )
     }
 

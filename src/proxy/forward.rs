@@ -14,7 +14,7 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
-use crate::wire::{self, BodyWriter, Framing};
+use crate::wire::{self, BodyWriter, Framing, HeadOut};
 
 use super::{record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
 
@@ -229,12 +229,12 @@ pub(super) fn relay(
         .flatten()
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     let mut upstream = response.into_body().into_reader();
-    let started = if length.is_some() {
-        request.start_held(row.status, &headers, framing)
+    let head_out = if length.is_some() {
+        HeadOut::WithBody
     } else {
-        request.start(row.status, &headers, framing)
+        HeadOut::Now
     };
-    let mut out = match started {
+    let mut out = match request.start(row.status, &headers, framing, head_out) {
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };

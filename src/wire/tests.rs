@@ -117,13 +117,14 @@ impl Writes {
 
 /// A chunked 200 whose head waits for its body.
 fn held<'a>(out: &Writes, broken: &'a AtomicBool) -> BodyWriter<'a> {
-    BodyWriter::start_held(
+    BodyWriter::start_tracked(
         Box::new(out.clone()),
         broken,
         false,
         200,
         &[],
         Framing::Chunked,
+        HeadOut::WithBody,
     )
     .unwrap()
 }
