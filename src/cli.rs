@@ -286,8 +286,9 @@ fn serve_until_stopped(args: &Args) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Plain lines on stderr: time, level, message. Only crossbar's own messages.
-fn init_logging(level: log::LevelFilter) {
+/// Plain lines on stderr: time, level, message. Only crossbar's own messages. (Public so `make
+/// bench` can measure with the logger `serve` runs: `BENCH_LOG=1`.)
+pub fn init_logging(level: log::LevelFilter) {
     let config = simplelog::ConfigBuilder::new()
         .set_time_format_rfc3339()
         .set_target_level(log::LevelFilter::Off)

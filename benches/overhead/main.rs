@@ -2,9 +2,11 @@
 //! llama-server in the same run. Prints figures and asserts nothing; `make bench` runs it.
 //!
 //! Owns: one zero-cost sim (latency/throughput), one sim with a per-token decode cost (SSE), a real
-//! crossbar in front of both, and the raw-socket clients. Must not: set a logger (logging cost is
-//! part of what an operator pays only at the level they choose; the figures are with none), bind
-//! anything but 127.0.0.1:0, or run longer than ~60 s on 2 cores (phases have deadlines).
+//! crossbar in front of both, and the raw-socket clients. Must not: bind anything but 127.0.0.1:0,
+//! or run longer than ~60 s on 2 cores (phases have deadlines). No logger by default (logging cost
+//! is what an operator pays at the level they choose); `BENCH_LOG=1` installs `serve`'s own
+//! (info: one line per request on stderr), to measure with it, e.g. stderr on a pipe as under
+//! systemd: `BENCH_LOG=1 make bench 2> >(cat > /dev/null)`.
 //!
 //! The last line is machine-readable:
 //! Rows: `direct` = keep-alive straight to the sim; `crossbar` = keep-alive through crossbar;
@@ -56,6 +58,10 @@ fn main() {
         println!("overhead: skipped (run `make bench`)");
         return;
     }
+    let logged = std::env::var_os("BENCH_LOG").is_some();
+    if logged {
+        crossbar::cli::init_logging(log::LevelFilter::Info);
+    }
     let dir = temp_dir();
     let fast = Sim::start(SimConfig {
         slots: 64,
@@ -71,7 +77,14 @@ fn main() {
     let server = Server::start(config).expect("crossbar starts");
     let gw = server.client_addr();
     let sim = fast.addr();
-    println!("crossbar overhead benchmark (release, loopback, no logger)");
+    println!(
+        "crossbar overhead benchmark (release, loopback, {})",
+        if logged {
+            "serve's logger at info on stderr"
+        } else {
+            "no logger"
+        }
+    );
     println!("direct = sim at {sim}; crossbar = {gw} -> same sim; host parallel 64, workers 64\n");
 
     // Warm both paths (thread stacks, SQLite page cache, lease row for each client's conversation).
