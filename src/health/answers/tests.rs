@@ -1,5 +1,6 @@
-//! Hostile answers: huge, deep or mistyped bodies are read without being built, keep only what
-//! crossbar reads, and fail only when they are not JSON or not the right kind of top.
+//! Hostile answers: huge or mistyped bodies give exactly the fields crossbar reads (that the rest
+//! is never built is the parser's design, not something these tests can see), keep at most
+//! `MAX_TEXTS` strings per list, and fail only when they are not JSON or not the right top.
 
 use super::*;
 
@@ -10,7 +11,7 @@ fn entries(body: &str) -> Vec<Entry> {
 }
 
 #[test]
-fn issue12_fields_crossbar_does_not_read_are_skipped_however_big() {
+fn issue12_megabytes_of_unread_fields_still_give_the_fields_read() {
     // 2 MB of junk beside the two fields read: skipped by the parser, never built.
     let junk = format!("[{}0]", "[0,{\"a\":[1,2,3]},\"x\"],".repeat(80_000));
     let body = format!(
@@ -22,7 +23,7 @@ fn issue12_fields_crossbar_does_not_read_are_skipped_however_big() {
 }
 
 #[test]
-fn issue12_a_listing_of_a_million_empty_entries_is_read_one_at_a_time() {
+fn issue12_a_listing_of_a_million_empty_entries_is_read_to_its_last() {
     let body = format!(r#"{{"data":[{}{{"id":"last"}}]}}"#, "{},".repeat(1_000_000));
     let mut count = 0;
     let mut last = None;
