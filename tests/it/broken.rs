@@ -140,12 +140,9 @@ fn resend_http10(conn: &Conn, keep_alive: bool, stream: bool) {
     stream.write_all(body.as_bytes()).unwrap();
 }
 
-#[test]
-fn an_http10_client_sees_the_connection_close_where_upstream_broke() {
-    let h = Harness::start(vec![host("titan", 1)], "");
-    h.sim("titan")
-        .set_fault(Fault::CutMidChunk { after_events: 2 });
-    let mut conn = send_http10(&h, false, true);
+/// An HTTP/1.0 request's 200 answer, `Connection: close`, read to the close.
+fn http10_answer(h: &Harness, keep_alive: bool, stream: bool) -> String {
+    let mut conn = send_http10(h, keep_alive, stream);
     let (status, headers) = conn.read_head();
     assert_eq!(status, 200);
     assert_eq!(
@@ -156,6 +153,15 @@ fn an_http10_client_sees_the_connection_close_where_upstream_broke() {
     conn.reader
         .read_to_string(&mut body)
         .expect("closed, no hang");
+    body
+}
+
+#[test]
+fn an_http10_client_sees_the_connection_close_where_upstream_broke() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    h.sim("titan")
+        .set_fault(Fault::CutMidChunk { after_events: 2 });
+    let body = http10_answer(&h, false, true);
     assert!(!body.contains("[DONE]"), "{body:?}");
     check_recovered(&h, 200);
 }
@@ -165,25 +171,10 @@ fn an_http10_client_sees_the_connection_close_where_upstream_broke() {
 #[test]
 fn an_http10_keep_alive_client_gets_its_stream_ended_by_the_close_issue_10() {
     let h = Harness::start(vec![host("titan", 1)], "");
-    let mut conn = send_http10(&h, true, true);
-    let (status, headers) = conn.read_head();
-    assert_eq!(status, 200);
-    assert_eq!(
-        crossbar::wire::header(&headers, "Connection"),
-        Some("close")
-    );
-    let mut body = String::new();
-    conn.reader
-        .read_to_string(&mut body)
-        .expect("closed, no hang");
+    let body = http10_answer(&h, true, true);
     assert!(body.ends_with("data: [DONE]\n\n"), "{body:?}");
     h.sim("titan").set_fault(Fault::CutBody { after_bytes: 40 });
-    let mut conn = send_http10(&h, true, false);
-    assert_eq!(conn.read_head().0, 200);
-    let mut body = String::new();
-    conn.reader
-        .read_to_string(&mut body)
-        .expect("closed, no hang");
+    let body = http10_answer(&h, true, false);
     assert!(
         serde_json::from_str::<serde_json::Value>(&body).is_err(),
         "cut: {body:?}"
