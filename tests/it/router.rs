@@ -28,10 +28,9 @@ fn start_models(models_and_routes: &str) -> Harness {
     start_config("health_interval = \"50ms\"", models_and_routes)
 }
 
-/// The box of [`start`] with `top` as the top-level settings.
-fn start_config(top: &str, models_and_routes: &str) -> Harness {
-    let dir = temp_dir();
-    let sim = Sim::start(SimConfig {
+/// A router box: `coder` loaded, `chat` unloaded, `--models-max 1`, 2 slots of 4096.
+fn router_box() -> Sim {
+    Sim::start(SimConfig {
         n_ctx: 8192,
         slots: 2,
         router_models: Some(vec![
@@ -40,7 +39,13 @@ fn start_config(top: &str, models_and_routes: &str) -> Harness {
         ]),
         models_max: 1,
         ..SimConfig::default()
-    });
+    })
+}
+
+/// The box of [`start`] with `top` as the top-level settings.
+fn start_config(top: &str, models_and_routes: &str) -> Harness {
+    let dir = temp_dir();
+    let sim = router_box();
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
          {top}\n[hosts.box]\nurl = \"{}\"\n{models_and_routes}",
@@ -64,19 +69,10 @@ fn start_config(top: &str, models_and_routes: &str) -> Harness {
 /// routes `code` and `talk` over both, `one` first.
 fn start_two() -> Harness {
     let dir = temp_dir();
-    let sim = || {
-        Sim::start(SimConfig {
-            n_ctx: 8192,
-            slots: 2,
-            router_models: Some(vec![
-                ("coder".into(), "loaded".into()),
-                ("chat".into(), "unloaded".into()),
-            ]),
-            models_max: 1,
-            ..SimConfig::default()
-        })
-    };
-    let sims = vec![("one".to_string(), sim()), ("two".to_string(), sim())];
+    let sims = vec![
+        ("one".to_string(), router_box()),
+        ("two".to_string(), router_box()),
+    ];
     let mut text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
          health_interval = \"50ms\"\n",
