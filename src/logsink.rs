@@ -28,6 +28,7 @@ const LINGER: Duration = Duration::from_millis(5);
 /// Longest a flush waits for the writer.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
+#[derive(Debug)]
 enum Msg {
     Line(Vec<u8>),
     Flush(Sender<()>),
@@ -39,15 +40,6 @@ pub struct LogSink {
     queue: Sender<Msg>,
     /// The line being formatted.
     line: Vec<u8>,
-}
-
-impl std::fmt::Debug for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Msg::Line(_) => "Line",
-            Msg::Flush(_) => "Flush",
-        })
-    }
 }
 
 impl LogSink {
