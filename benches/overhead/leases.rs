@@ -1,6 +1,7 @@
 //! The `leases` line of `make bench` (issue 12): the lease table with 100,000 live leases on a real
 //! SQLite store — acquire p50/p99 for reused and new leases, resident memory, and the longest
-//! acquire while an idle sweep expires all of them.
+//! acquire while an idle sweep expires all of them; then the commit of one accounting row on its own
+//! (what every request waits for before its answer's last piece).
 //!
 //! The table runs as `serve` runs it (the store's writer thread behind it); hosts and chooser are
 //! trivial stand-ins (every host healthy, fewest leases wins), so the figures are the table's and
@@ -13,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbar::lease::{Candidate, Chooser, HostView, Key, Table};
-use crossbar::store::{unix_ms, LeaseRow, LeaseState, Store, Write};
+use crossbar::store::{unix_ms, LeaseRow, LeaseState, RequestRow, Store, Write};
 
 const LEASES: usize = 100_000;
 const ACQUIRES: usize = 20_000;
@@ -134,17 +135,36 @@ pub fn run(db: &Path) -> String {
         (expired, ms, worst, n)
     });
     drop(table);
+    // The accounting row's commit alone, as a lone request makes it (on its own thread).
+    let mut rows = Vec::with_capacity(NEW);
+    for i in 0..NEW {
+        let row = RequestRow {
+            started: now + i as i64,
+            route: "bench".into(),
+            fp: format!("{i:064x}"),
+            model: "m".into(),
+            host: "a".into(),
+            status: 200,
+            ..RequestRow::default()
+        };
+        let t = Instant::now();
+        store.record_request(&row).expect("row");
+        rows.push(t.elapsed().as_secs_f64() * 1e6);
+    }
     drop(store);
     format!(
         "leases live={LEASES} acquire_p50_us={:.1} acquire_p99_us={:.1} new_p50_us={:.1} \
          new_p99_us={:.1} rss_mib={:.1} table_mib={:.1} sweep_expired={expired} sweep_ms={sweep_ms:.0} \
-         sweep_stall_max_us={stall_us:.0} acquires_during_sweep={during} touches_flushed={flushed}",
+         sweep_stall_max_us={stall_us:.0} acquires_during_sweep={during} touches_flushed={flushed} \
+         row_commit_p50_us={:.1} row_commit_p99_us={:.1}",
         pct(&mut reused, 50.0),
         pct(&mut reused, 99.0),
         pct(&mut fresh, 50.0),
         pct(&mut fresh, 99.0),
         rss_after as f64 / 1024.0,
         rss_after.saturating_sub(rss_before) as f64 / 1024.0,
+        pct(&mut rows, 50.0),
+        pct(&mut rows, 99.0),
     )
 }
 
