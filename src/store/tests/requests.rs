@@ -80,3 +80,41 @@ fn requests_since_filters_by_time_and_route_oldest_first() {
     );
     assert_eq!(started(store.recent_requests(2).unwrap()), vec![250, 200]);
 }
+
+/// Issue 12: `keep_requests` / `keep_events` prune in small batches: a round deletes at most its
+/// limit, oldest first, and never a row as recent as its cutoff.
+#[test]
+fn issue12_a_prune_round_deletes_at_most_its_limit_of_the_oldest_rows_before_the_cutoff() {
+    let db = TempDb::new("prune");
+    let store = Store::open(&db.path).unwrap();
+    for started in [50, 10, 40, 20, 30, 100, 200] {
+        store
+            .record_request(&request(started, "projA", 200))
+            .unwrap();
+        let ev = event(started, Reason::New, "", "titan");
+        store.record_event(&ev).unwrap();
+    }
+    let prune = |limit| {
+        let writes = vec![
+            Write::PruneRequests { before: 100, limit },
+            Write::PruneEvents { before: 100, limit },
+        ];
+        store.submit(writes).wait().unwrap();
+        let rows: Vec<i64> = (store.requests_since(0, None).unwrap())
+            .iter()
+            .map(|r| r.started)
+            .collect();
+        let mut events: Vec<i64> = (store.recent_events(100).unwrap())
+            .iter()
+            .map(|e| e.at)
+            .collect();
+        events.sort_unstable();
+        (rows, events)
+    };
+    let (rows, events) = prune(2);
+    assert_eq!(rows, [30, 40, 50, 100, 200], "the two oldest went first");
+    assert_eq!(rows, events);
+    let (rows, events) = prune(500);
+    assert_eq!(rows, [100, 200], "the cutoff's own row stays");
+    assert_eq!(rows, events);
+}
