@@ -136,3 +136,49 @@ fn issue12_the_idle_sweep_commits_in_batches_of_at_most_a_thousand() {
     assert_eq!(table.len(), 1);
     assert_eq!(table.per_host().get("titan"), Some(&1));
 }
+
+/// Issue 12: the per-host counts the chooser reads are kept as leases come and go, not counted
+/// from the table; after any mix of new leases, reuses, moves away from a down host, releases,
+/// host drops, evictions and idle sweeps they still equal a count of the leases themselves.
+#[test]
+fn issue12_the_kept_per_host_counts_always_equal_a_recount() {
+    let f = fix();
+    let mut rng = fastrand::Rng::with_seed(7);
+    f.table.set_max_leases(40);
+    f.table.set_idle(Duration::from_secs(20));
+    for step in 0..3_000i64 {
+        let now = step * 1000;
+        let k = key(
+            ["projA", "projB"][rng.usize(..2)],
+            &format!("c{}", rng.usize(..80)),
+        );
+        match rng.usize(..20) {
+            0 => f.hosts.down("titan"),
+            1 => f.hosts.up("titan"),
+            2 => drop(f.table.release("projB", now)),
+            3 => drop(f.table.drop_host("mini", now)),
+            4 => drop(f.table.expire_idle(now)),
+            _ => drop(f.table.acquire(&k, &both(), now)),
+        }
+        let mut recount = BTreeMap::new();
+        for lease in f.table.snapshot() {
+            *recount.entry(lease.host).or_insert(0) += 1;
+        }
+        let kept: BTreeMap<String, usize> = (f.table.per_host().into_iter())
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert_eq!(kept, recount, "after step {step}");
+    }
+    // Every way a lease comes or goes happened along the way.
+    let events = f.p.events();
+    for reason in [
+        Reason::New,
+        Reason::Unhealthy,
+        Reason::Release,
+        Reason::Removed,
+        Reason::Evicted,
+        Reason::Idle,
+    ] {
+        assert!(events.iter().any(|e| e.0 == reason), "no {reason} event");
+    }
+}
