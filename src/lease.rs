@@ -8,9 +8,9 @@
 //!
 //! The table does no I/O of its own and never looks at a clock (`now` is a parameter, unix ms).
 //! Every change is queued to a [`Persister`] (the store's writer thread) and applied to memory only
-//! after its commit; a request waits for that commit with the table's lock released, holding a
-//! reservation for its key so that a concurrent first turn of the same conversation waits for it
-//! and the chooser counts it. A reused lease's `last_used` is written behind (not waited for).
+//! after its commit, and nothing waits for a commit with the table's lock held (`write`): a change
+//! holds a reservation for its keys meanwhile, so that a concurrent turn of the same conversation
+//! waits for it and the chooser counts it. A reused lease's `last_used` is written behind (not waited for).
 //! Per-host lease counts and a last-used index are kept as leases come and go, so no request walks
 //! the whole table; `max_leases` bounds it (least recently used idle lease evicted). Health and
 //! choice come in through [`HostView`] and [`Chooser`], which must answer from memory and must
@@ -33,6 +33,7 @@ mod operator;
 #[cfg(test)]
 mod tests;
 mod view;
+mod write;
 
 /// What a lease is for. `model` is never empty for a real lease: the row `(route, "", "")` is the
 /// route's pin in the store.
@@ -100,12 +101,16 @@ pub trait Chooser: Send + Sync {
     fn choose(&self, candidates: &[Candidate], model: &str) -> Option<String>;
 }
 
-/// The lease table. Cheap to share behind an `Arc`; every method takes the one lock.
+/// The lease table. Cheap to share behind an `Arc`; every method takes the one lock, and none
+/// holds it while the store commits.
 pub struct Table {
     persister: Arc<dyn Persister>,
     hosts: Arc<dyn HostView>,
     chooser: Arc<dyn Chooser>,
     shared: Arc<Shared>,
+    /// Taken by an operator's change (pin, unpin, release, a removed host) for its whole length,
+    /// so two of them never interleave their commits; requests never take it.
+    operator: Mutex<()>,
 }
 
 /// The lock, and the condvar a request waits on while another holds its key's reservation.
@@ -186,6 +191,7 @@ impl Table {
                 inner: Mutex::new(inner),
                 settled: Condvar::new(),
             }),
+            operator: Mutex::new(()),
         })
     }
 
@@ -265,16 +271,18 @@ impl Table {
     }
 
     /// Re-leases `key` onto `host` (the context guard: the prompt no longer fits where it was).
-    /// Records a `ctx` event from the previous host ("" if none). Fails only on a write.
+    /// Records a `ctx` event from the previous host ("" if none); a lease already there stays as
+    /// it is. Fails only on a write. Written like a new lease: the key reserved, the lock free.
     pub fn move_to(&self, key: &Key, host: &str, now: i64) -> Result<(), LeaseError> {
         let mut inner = self.lock();
-        let from = inner
-            .leases
-            .get(key)
-            .map(|l| l.host.clone())
-            .unwrap_or_default();
-        self.put(&mut inner, key, host, now, Reason::Ctx, &from)?;
-        inner.see(&key.route, host);
+        self.settle(&mut inner, |_, k, _| k == key)?;
+        let from = match inner.leases.get(key) {
+            Some(lease) if lease.host == host => return Ok(()),
+            Some(lease) => lease.host.clone(),
+            None => String::new(),
+        };
+        self.put_reserved(inner, key, host, now, Reason::Ctx, &from)?;
+        self.lock().see(&key.route, host);
         Ok(())
     }
 

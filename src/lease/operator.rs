@@ -1,24 +1,21 @@
 //! Changes that do not come from a request: an operator's pins and releases, idle expiry, and a
-//! config reload dropping a host. Operator changes are rare: each step is written and committed
-//! with the lock held, and if a step fails the error is returned with memory holding exactly the
-//! steps that were written. Idle expiry touches many leases, so it works in batches with the lock
-//! released while each batch commits.
+//! config reload dropping a host. None holds the table's lock while the store commits (see
+//! `write`): a pin row is committed, then put in memory; leases are dropped in batches of at most
+//! [`DROP_BATCH`], each reserved, committed and forgotten, so a request for one of them waits and
+//! every other request goes on. If a step fails its error is returned, memory holding exactly the
+//! steps written. Operator changes take the table's operator lock for their whole length, so two
+//! never interleave.
 
 use std::time::Instant;
 
-use super::acquire::{delete, describe, event, log_change};
+use super::write::{delete, describe, event, log_change, DROP_BATCH};
 use super::{Key, LeaseError, Table};
 use crate::logfmt::val;
 use crate::store::{LeaseRow, LeaseState, Reason, Write};
 
-/// Most leases expired in one transaction; the lock is free between batches.
-pub const SWEEP_BATCH: usize = 1_000;
-/// Leases forgotten from memory per turn of the lock after a batch committed.
-const FORGET_CHUNK: usize = 100;
-
 impl Table {
     /// Drops every lease (never a pin) unused for longer than the idle time, oldest first, in
-    /// batches of at most [`SWEEP_BATCH`]: each batch is reserved under the lock, committed with
+    /// batches of at most [`DROP_BATCH`]: each batch is reserved under the lock, committed with
     /// the lock released (a request for one of its leases waits; every other request goes on),
     /// then forgotten. Logs one summary line; returns how many were dropped.
     pub fn expire_idle(&self, now: i64) -> usize {
@@ -30,7 +27,7 @@ impl Table {
             let stale: Vec<(Key, String)> = (inner.by_use.iter())
                 .take_while(|(used, _)| now.saturating_sub(*used) > idle)
                 .filter(|(_, k)| !inner.pending.contains_key(&**k))
-                .take(SWEEP_BATCH)
+                .take(DROP_BATCH)
                 .filter_map(|(_, k)| Some((Key::clone(k), inner.leases.get(k)?.host.clone())))
                 .collect();
             if stale.is_empty() {
@@ -40,28 +37,7 @@ impl Table {
                 inner.pending.insert(key.clone(), String::new());
             }
             drop(inner);
-            // Reserved keys are written by nobody else, so their writes may be built and queued
-            // with the lock free.
-            let mut writes = Vec::with_capacity(stale.len() * 2);
-            for (key, host) in &stale {
-                writes.push(delete(key));
-                writes.push(Write::Event(event(now, key, Reason::Idle, host, "")));
-            }
-            let committed = self.persister.submit(writes).wait();
-            // Forgotten in small chunks, the lock free between them: a request never waits
-            // behind a thousand removals.
-            for chunk in stale.chunks(FORGET_CHUNK) {
-                let mut inner = self.lock();
-                for (key, host) in chunk {
-                    inner.pending.remove(key);
-                    if committed.is_ok() {
-                        inner.remove(key);
-                        log_change(key, Reason::Idle, host, "");
-                    }
-                }
-                drop(inner);
-                self.shared.settled.notify_all();
-            }
+            let committed = self.drop_reserved(&stale, now, Reason::Idle, "");
             if let Err(err) = committed {
                 log::warn!(
                     "lease expiry failed; kept for the next sweep leases={} error={}",
@@ -83,9 +59,10 @@ impl Table {
     }
 
     /// Pins `route` to `host`: the next turn of every conversation of the route lands there.
-    /// Leases of the route on other hosts are dropped; returns how many.
+    /// Leases of the route on other hosts are dropped (after the pin is written); returns how many.
     pub fn pin(&self, route: &str, host: &str, now: i64) -> Result<usize, LeaseError> {
-        let mut inner = self.lock();
+        let _operator = self.operator.lock();
+        let inner = self.lock();
         let known = inner.seen.get(route).is_some_and(|s| s.contains(host));
         if !known {
             return Err(LeaseError::UnknownHost {
@@ -93,6 +70,7 @@ impl Table {
             });
         }
         let previous = inner.pins.get(route).cloned();
+        drop(inner);
         if previous.as_deref() != Some(host) {
             let row = LeaseRow {
                 route: route.to_string(),
@@ -105,52 +83,46 @@ impl Table {
             };
             let from = previous.as_deref().unwrap_or("");
             let key = pin_key(route);
-            self.persister
-                .submit(vec![
-                    Write::SaveLease(row),
-                    Write::Event(event(now, &key, Reason::Pin, from, host)),
-                ])
-                .wait()?;
-            inner.pins.insert(route.to_string(), host.to_string());
+            let writes = vec![
+                Write::SaveLease(row),
+                Write::Event(event(now, &key, Reason::Pin, from, host)),
+            ];
+            self.commit_then(writes, |inner| {
+                inner.pins.insert(route.to_string(), host.to_string());
+            })?;
             log_change(&key, Reason::Pin, from, host);
         }
-        let elsewhere: Vec<Key> = (inner.route_keys(route).into_iter())
-            .filter(|k| inner.leases.get(k).is_some_and(|e| e.host != host))
-            .collect();
-        for key in &elsewhere {
-            self.drop_written(&mut inner, key, now, Reason::Pin, host)?;
-        }
-        Ok(elsewhere.len())
+        let elsewhere = self.route_leases(route, |h| h != host)?;
+        Ok(self.drop_leases(&elsewhere, |h| h != host, now, Reason::Pin, host)?)
     }
 
     /// Removes the route's pin (its leases stay where they are); returns whether it was pinned.
     pub fn unpin(&self, route: &str, now: i64) -> Result<bool, LeaseError> {
-        let mut inner = self.lock();
-        let Some(host) = inner.pins.get(route).cloned() else {
+        let _operator = self.operator.lock();
+        let Some(host) = self.lock().pins.get(route).cloned() else {
             return Ok(false);
         };
-        let key = pin_key(route);
-        self.unpin_written(&mut inner, &key, &host, now, Reason::Release)?;
+        self.unpin_written(&[route.to_string()], &host, now, Reason::Release)?;
         Ok(true)
     }
 
     /// Drops every lease of `route` (the pin stays); returns how many.
     pub fn release(&self, route: &str, now: i64) -> Result<usize, LeaseError> {
-        let mut inner = self.lock();
-        let keys = inner.route_keys(route);
-        for key in &keys {
-            self.drop_written(&mut inner, key, now, Reason::Release, "")?;
-        }
-        Ok(keys.len())
+        let _operator = self.operator.lock();
+        let keys = self.route_leases(route, |_| true)?;
+        Ok(self.drop_leases(&keys, |_| true, now, Reason::Release, "")?)
     }
 
     /// A config reload removed `host`: its leases and any pin to it go (event `removed`), and it is
     /// no longer a known host for pins. Returns how many rows (leases and pins) were dropped.
     pub fn drop_host(&self, host: &str, now: i64) -> Result<usize, LeaseError> {
+        let _operator = self.operator.lock();
         let mut inner = self.lock();
-        let pinned: Vec<String> = inner
-            .pins
-            .iter()
+        // A write still landing on the host (or dropping a lease of it) is waited for first.
+        self.settle(&mut inner, |inner, k, to| {
+            to == host || inner.leases.get(k).is_some_and(|e| e.host == host)
+        })?;
+        let pinned: Vec<String> = (inner.pins.iter())
             .filter(|(_, h)| *h == host)
             .map(|(r, _)| r.clone())
             .collect();
@@ -158,34 +130,50 @@ impl Table {
             .filter(|(_, e)| e.host == host)
             .map(|(k, _)| Key::clone(k))
             .collect();
-        for route in &pinned {
-            self.unpin_written(&mut inner, &pin_key(route), host, now, Reason::Removed)?;
+        drop(inner);
+        if !pinned.is_empty() {
+            self.unpin_written(&pinned, host, now, Reason::Removed)?;
         }
-        for key in &leased {
-            self.drop_written(&mut inner, key, now, Reason::Removed, "")?;
-        }
-        for seen in inner.seen.values_mut() {
+        let dropped = self.drop_leases(&leased, |h| h == host, now, Reason::Removed, "")?;
+        for seen in self.lock().seen.values_mut() {
             seen.remove(host);
         }
-        Ok(pinned.len() + leased.len())
+        Ok(pinned.len() + dropped)
     }
 
+    /// The leases of `route` whose host passes `keep`, once no write is pending on the route.
+    fn route_leases(
+        &self,
+        route: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Key>, LeaseError> {
+        let mut inner = self.lock();
+        self.settle(&mut inner, |_, k, _| k.route == route)?;
+        Ok((inner.route_keys(route).into_iter())
+            .filter(|k| inner.leases.get(k).is_some_and(|e| keep(&e.host)))
+            .collect())
+    }
+
+    /// Deletes the pins of `routes` (all to `host`) with their events in one commit.
     fn unpin_written(
         &self,
-        inner: &mut super::Inner,
-        key: &Key,
+        routes: &[String],
         host: &str,
         now: i64,
         reason: Reason,
     ) -> Result<(), LeaseError> {
-        self.persister
-            .submit(vec![
-                delete(key),
-                Write::Event(event(now, key, reason, host, "")),
-            ])
-            .wait()?;
-        inner.pins.remove(&key.route);
-        log_change(key, reason, host, "");
+        let keys: Vec<Key> = routes.iter().map(|r| pin_key(r)).collect();
+        let writes = (keys.iter())
+            .flat_map(|key| [delete(key), Write::Event(event(now, key, reason, host, ""))])
+            .collect();
+        self.commit_then(writes, |inner| {
+            for route in routes {
+                inner.pins.remove(route);
+            }
+        })?;
+        for key in &keys {
+            log_change(key, reason, host, "");
+        }
         Ok(())
     }
 }

@@ -182,3 +182,96 @@ fn issue12_the_kept_per_host_counts_always_equal_a_recount() {
         assert!(events.iter().any(|e| e.0 == reason), "no {reason} event");
     }
 }
+
+/// Gates the next submission of `p`.
+fn arm(p: &Gated) -> Receiver<Answer> {
+    let (tx, rx) = unbounded();
+    *p.first.lock() = Some(tx);
+    rx
+}
+
+#[test]
+fn issue12_a_context_move_commits_with_the_table_free_and_holds_its_key() {
+    let (table, p, gate) = gated();
+    drop(gate);
+    *p.first.lock() = None;
+    let k = key("projA", "c1");
+    check(&table, &k, 0, "titan", false);
+    let gate = arm(&p);
+    thread::scope(|s| {
+        let mover = s.spawn(|| table.move_to(&k, "mini", 10));
+        let answer = gate.recv().unwrap();
+        // The move is pending: other conversations are served, and the chooser sees it on mini.
+        check(&table, &key("projA", "c2"), 11, "titan", false);
+        assert_eq!(table.per_host().get("mini"), Some(&1));
+        // The same conversation's next turn waits for the move, then follows it.
+        let next = s.spawn(|| table.acquire(&k, &both(), 12).unwrap());
+        answer.send(Ok(())).unwrap();
+        mover.join().unwrap().unwrap();
+        let next = next.join().unwrap();
+        assert_eq!((next.host.as_str(), next.reused), ("mini", true));
+    });
+    assert_eq!(table.per_host().get("mini"), Some(&1));
+    assert!(p.mem.events().contains(&ev(Reason::Ctx, "titan", "mini")));
+}
+
+#[test]
+fn issue12_an_operators_pin_and_release_commit_with_the_table_free() {
+    let (table, p, gate) = gated();
+    drop(gate);
+    *p.first.lock() = None;
+    for fp in ["c1", "c2"] {
+        check(&table, &key("projA", fp), 0, "titan", false);
+    }
+    let gate = arm(&p);
+    thread::scope(|s| {
+        let pin = s.spawn(|| table.pin("projA", "mini", 10));
+        let answer = gate.recv().unwrap();
+        check(&table, &key("projB", "c1"), 11, "titan", false);
+        assert_eq!(table.pinned("projA"), None, "in memory only once committed");
+        answer.send(Ok(())).unwrap();
+        assert_eq!(pin.join().unwrap().unwrap(), 2, "both leases were on titan");
+    });
+    assert_eq!(table.pinned("projA").as_deref(), Some("mini"));
+
+    check(&table, &key("projB", "c2"), 20, "titan", false);
+    let gate = arm(&p);
+    thread::scope(|s| {
+        let release = s.spawn(|| table.release("projB", 30));
+        let answer = gate.recv().unwrap();
+        // Another route is served; a released conversation waits for the release...
+        check(&table, &key("projA", "c3"), 31, "mini", false);
+        let again = s.spawn(|| table.acquire(&key("projB", "c1"), &both(), 32).unwrap());
+        answer.send(Ok(())).unwrap();
+        assert_eq!(release.join().unwrap().unwrap(), 2);
+        // ...and then starts afresh.
+        assert!(!again.join().unwrap().reused);
+    });
+    assert_eq!(
+        hosts_of(&table),
+        pairs(&[("projA/c3", "mini"), ("projB/c1", "titan")])
+    );
+}
+
+#[test]
+fn issue12_a_removed_host_waits_for_a_lease_still_landing_on_it() {
+    let (table, p, gate) = gated();
+    let k = key("projA", "c1");
+    thread::scope(|s| {
+        let first = s.spawn(|| table.acquire(&k, &both(), 0).unwrap());
+        let answer = gate.recv().unwrap();
+        let drop_host = s.spawn(|| table.drop_host("titan", 1));
+        answer.send(Ok(())).unwrap();
+        assert_eq!(first.join().unwrap().host, "titan");
+        assert_eq!(
+            drop_host.join().unwrap().unwrap(),
+            1,
+            "the new lease went too"
+        );
+    });
+    assert!(table.is_empty());
+    assert_eq!(
+        p.mem.events().last(),
+        Some(&ev(Reason::Removed, "titan", ""))
+    );
+}
