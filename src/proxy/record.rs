@@ -1,10 +1,14 @@
 //! The end of every request: its accounting row (store and metrics) and its one log line.
 
+use std::io::ErrorKind;
+use std::time::Instant;
+
 use crate::fingerprint;
 use crate::lease::Key;
 use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::RequestRow;
+use crate::tee::Tee;
 
 /// Writes the accounting row and waits for its commit (shared with concurrent requests), so it
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
@@ -91,4 +95,38 @@ fn or_dash(s: &str) -> &str {
     } else {
         s
     }
+}
+
+/// Fills the row from what the tee read of the answer, and its total time.
+pub(super) fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
+    if let Some((tokens, us)) = tee.prefill() {
+        gw.metrics.observe_prefill(&row.host, tokens, us);
+    }
+    let usage = tee.usage();
+    row.prompt_tokens = usage.prompt_tokens;
+    row.cached_tokens = usage.cached_tokens;
+    row.completion_tokens = usage.completion_tokens;
+    row.total_ms = clock.elapsed().as_millis() as i64;
+    if let Some(err) = tee.upstream_error() {
+        row.err = format!("upstream error event: {err}");
+    }
+}
+
+/// The client stopped taking the answer: it left, or read nothing for `client_write_timeout`.
+/// Returning drops the upstream reader, which closes the upstream connection so llama-server
+/// cancels the generation; the slot's permit is dropped with it.
+pub(super) fn client_gone(
+    gw: &Gateway,
+    row: &mut RequestRow,
+    clock: Instant,
+    err: &std::io::Error,
+) {
+    row.total_ms = clock.elapsed().as_millis() as i64;
+    row.status = 499;
+    row.err = if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+        "client stalled".to_string()
+    } else {
+        format!("client gone: {err}")
+    };
+    record(gw, row);
 }
