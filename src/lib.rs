@@ -23,4 +23,6 @@ pub mod sim;
 pub mod state;
 pub mod store;
 pub mod tee;
+#[cfg(test)]
+mod testlog;
 pub mod wire;

@@ -163,6 +163,7 @@ mod tests {
     /// Issue 17: a burst of failed commits is one failure with its first cause; a commit ends it.
     #[test]
     fn a_failure_burst_keeps_its_first_cause_until_a_commit_succeeds() {
+        crate::testlog::capture();
         let health = StoreHealth::new(Path::new("/var/lib/crossbar/crossbar.db"));
         assert!(health.status().ok);
         let full = || {
@@ -198,5 +199,22 @@ mod tests {
         let status = health.status();
         assert!(status.ok && status.cause.is_empty() && status.since == 0);
         assert_eq!(status.write_errors, 2, "the count is since start");
+        // The log says it twice, not once per failed write: when the burst starts, and when it ends.
+        let lines = crate::testlog::mine();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(
+                "ERROR store failing db=/var/lib/crossbar/crossbar.db cause=\"Error code 13: Insertion \
+                 failed because database is full\" hint=\"free space on the file system that holds \
+                 the db\"; new conversations get 503"
+            ),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(
+                "INFO store recovered db=/var/lib/crossbar/crossbar.db failed_writes=2 after_s="
+            ),
+            "{lines:?}"
+        );
     }
 }

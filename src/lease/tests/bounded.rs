@@ -275,3 +275,21 @@ fn issue12_a_removed_host_waits_for_a_lease_still_landing_on_it() {
         Some(&ev(Reason::Removed, "titan", ""))
     );
 }
+
+#[test]
+fn issue12_a_sweep_logs_one_summary_line_not_one_per_lease() {
+    crate::testlog::capture();
+    let f = fix();
+    for i in 0..2_500 {
+        f.table
+            .acquire(&key("p", &format!("{i}")), &both(), i)
+            .unwrap();
+    }
+    assert_eq!(f.table.expire_idle(100 * HOUR), 2_500);
+    let lines = crate::testlog::mine();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("INFO leases expired count=2500 batches=3 ms="),
+        "{lines:?}"
+    );
+}
