@@ -6,7 +6,8 @@
 //! or run longer than ~60 s on 2 cores (phases have deadlines). No logger by default (logging cost
 //! is what an operator pays at the level they choose); `BENCH_LOG=1` installs `serve`'s own
 //! (info: one line per request on stderr), to measure with it, e.g. stderr on a pipe as under
-//! systemd: `BENCH_LOG=1 make bench 2> >(cat > /dev/null)`.
+//! systemd: `BENCH_LOG=1 make bench 2> >(cat > /dev/null)`. `BENCH_MUSL=1 make bench` builds it for
+//! musl, as `make static` builds the binary users run.
 //!
 //! The last line is machine-readable:
 //! Rows: `direct` = keep-alive straight to the sim; `crossbar` = keep-alive through crossbar;
@@ -78,11 +79,16 @@ fn main() {
     let gw = server.client_addr();
     let sim = fast.addr();
     println!(
-        "crossbar overhead benchmark (release, loopback, {})",
+        "crossbar overhead benchmark (release, loopback, {}, {})",
         if logged {
             "serve's logger at info on stderr"
         } else {
             "no logger"
+        },
+        if cfg!(target_env = "musl") {
+            "musl"
+        } else {
+            "glibc"
         }
     );
     println!("direct = sim at {sim}; crossbar = {gw} -> same sim; host parallel 64, workers 64\n");
