@@ -1,10 +1,12 @@
 //! What one JSON payload (an SSE event's data, or a whole non-streamed body) says about tokens,
 //! completion and errors, and the running "last seen" record built from them.
 //!
-//! Only the top-level keys below are built; everything else (`choices`, `content`...) is skipped
-//! unbuilt. A payload that is not a JSON object, or has the wrong shape, is ignored whole.
+//! Only the keys below are read, borrowed raw and parsed one by one (a `usage` object is built
+//! whole); everything else (`choices`, `content`...) is skipped unbuilt. A payload that is not a
+//! JSON object is ignored whole; a field of the wrong shape reads as absent.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::Usage;
@@ -13,20 +15,49 @@ use crate::api::{Api, Counts};
 /// Longest error message kept, in bytes; the rest is cut at a character boundary.
 const MAX_ERROR: usize = 1024;
 
-/// The keys of a payload that matter here; `null` counts as absent.
+/// The keys of a payload that matter here, borrowed unparsed; `null` counts as absent. Every other
+/// key (`choices`, a Responses answer's whole `output`...) is skipped by the parser, never built.
 #[derive(Deserialize)]
-struct Payload {
-    usage: Option<Value>,
-    timings: Option<Value>,
-    stop: Option<Value>,
-    error: Option<Value>,
-    tokens_evaluated: Option<Value>,
-    tokens_predicted: Option<Value>,
+struct Payload<'a> {
+    #[serde(borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow)]
+    timings: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stop: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tokens_evaluated: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tokens_predicted: Option<&'a RawValue>,
     /// Anthropic `message_start`'s message, with its `usage` (any other type is no message: an
     /// error object's `message` string must not spoil the payload).
-    message: Option<Value>,
+    #[serde(borrow)]
+    message: Option<&'a RawValue>,
     /// OpenAI Responses' `response.completed` response, with its `usage`.
-    response: Option<Value>,
+    #[serde(borrow)]
+    response: Option<&'a RawValue>,
+}
+
+/// An object that carries a `usage` (a Messages `message`, a Responses `response`).
+#[derive(Deserialize)]
+struct Carrier<'a> {
+    #[serde(borrow)]
+    usage: Option<&'a RawValue>,
+}
+
+/// llama-server's `timings`, each counter read alone (a mistyped one is unknown, not fatal).
+#[derive(Deserialize)]
+struct Timings<'a> {
+    #[serde(borrow)]
+    prompt_n: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt_ms: Option<&'a RawValue>,
+    #[serde(borrow)]
+    cache_n: Option<&'a RawValue>,
+    #[serde(borrow)]
+    predicted_n: Option<&'a RawValue>,
 }
 
 /// The counters of the last `timings` object seen.
@@ -79,13 +110,14 @@ impl Seen {
         if json.trim_ascii_start().first() != Some(&b'{') {
             return;
         }
-        let Ok(p) = serde_json::from_slice::<Payload>(json) else {
+        let Ok(p) = serde_json::from_slice::<Payload<'_>>(json) else {
             return;
         };
-        let nested = [&p.message, &p.response].map(|n| n.as_ref().and_then(|n| n.get("usage")));
-        for u in [p.usage.as_ref()].into_iter().chain(nested).flatten() {
-            if u.is_object() {
-                let new = self.api.counts(u);
+        let nested = [p.message, p.response].map(|n| object::<Carrier<'_>>(n)?.usage);
+        for u in [p.usage].into_iter().chain(nested).flatten() {
+            // A usage object is small: built whole, for the API's own field names.
+            if let Some(u) = object::<Value>(Some(u)) {
+                let new = self.api.counts(&u);
                 let old = self.usage.unwrap_or_default();
                 self.usage = Some(Counts {
                     prompt: new.prompt.or(old.prompt),
@@ -94,28 +126,31 @@ impl Seen {
                 });
             }
         }
-        if let Some(t) = p.timings.as_ref().filter(|t| t.is_object()) {
+        if let Some(t) = object::<Timings<'_>>(p.timings) {
             self.timings = Some(TimingsSeen {
-                prompt_n: count(t.get("prompt_n")),
+                prompt_n: count(t.prompt_n),
                 prompt_us: t
-                    .get("prompt_ms")
-                    .and_then(Value::as_f64)
+                    .prompt_ms
+                    .and_then(|ms| serde_json::from_str::<f64>(ms.get()).ok())
                     .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
                     .map(|ms| (ms * 1000.0) as i64),
-                cache_n: count(t.get("cache_n")),
-                predicted_n: count(t.get("predicted_n")),
+                cache_n: count(t.cache_n),
+                predicted_n: count(t.predicted_n),
             });
         }
         if p.tokens_evaluated.is_some() || p.tokens_predicted.is_some() {
             self.native = Some(NativeSeen {
-                evaluated: count(p.tokens_evaluated.as_ref()),
-                predicted: count(p.tokens_predicted.as_ref()),
+                evaluated: count(p.tokens_evaluated),
+                predicted: count(p.tokens_predicted),
             });
         }
-        if p.stop == Some(Value::Bool(true)) {
+        if p.stop.is_some_and(|s| s.get() == "true") {
             self.stopped = true;
         }
-        if let Some(e) = p.error {
+        if let Some(e) = p
+            .error
+            .and_then(|e| serde_json::from_str::<Value>(e.get()).ok())
+        {
             self.note_error(&e);
         }
     }
@@ -192,6 +227,16 @@ impl Seen {
 }
 
 /// A token count: a non-negative integer, anything else is unknown.
-fn count(v: Option<&Value>) -> Option<i64> {
-    v.and_then(Value::as_i64).filter(|n| *n >= 0)
+fn count(v: Option<&RawValue>) -> Option<i64> {
+    v.and_then(|v| serde_json::from_str::<i64>(v.get()).ok())
+        .filter(|n| *n >= 0)
+}
+
+/// `raw` read as `T` when it is a JSON object; anything else (or a wrong shape) is absent.
+fn object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
+    let raw = raw?.get();
+    if !raw.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(raw).ok()
 }

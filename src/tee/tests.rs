@@ -360,3 +360,27 @@ fn a_real_size_overlong_line_is_skipped_without_growing() {
         _ => unreachable!(),
     }
 }
+
+#[test]
+fn fields_are_read_one_by_one_whatever_the_spacing() {
+    let mut seen = event::Seen::new(Api::Completion);
+    seen.absorb(
+        br#"{ "content":"x", "stop" :  true , "tokens_evaluated" : 12 , "tokens_predicted":"3",
+             "timings" : { "prompt_n" : 5 , "prompt_ms" : 12.5 , "cache_n" : 7 } }"#,
+    );
+    assert!(seen.stopped);
+    assert_eq!(seen.prefill(), Some((5, 12_500)));
+    let want = Usage {
+        prompt_tokens: Some(12),
+        cached_tokens: Some(7),
+        completion_tokens: None,
+    };
+    assert_eq!(
+        seen.usage(),
+        want,
+        "a mistyped count is unknown, its neighbours still read"
+    );
+    seen.absorb(br#"{"stop": "true"}"#);
+    seen.absorb(br#"{"error": {"message": "boom"}, "message": "not a carrier"}"#);
+    assert_eq!(seen.error.as_deref(), Some("boom"));
+}
