@@ -33,13 +33,14 @@ pub struct Metrics {
 /// refuses unknown routes and models before anything is observed, so every map stays small.
 #[derive(Debug, Default)]
 struct Inner {
-    requests: BTreeMap<(String, String, u16), u64>,
-    tokens: BTreeMap<(String, String), Tokens>,
+    /// (route, host) → status → requests.
+    requests: Pairs<BTreeMap<u16, u64>>,
+    tokens: Pairs<Tokens>,
     durations: BTreeMap<String, Histogram>,
     /// Request start to the upstream's response head, by (route, host).
-    ttfb: BTreeMap<(String, String), Histogram>,
+    ttfb: Pairs<Histogram>,
     /// Time waiting for a slot, by (route, host).
-    queue_wait: BTreeMap<(String, String), Histogram>,
+    queue_wait: Pairs<Histogram>,
     lease_events: BTreeMap<String, u64>,
     /// Accounting rows the store could not write.
     rows_lost: u64,
@@ -49,6 +50,36 @@ struct Inner {
     recent: BTreeMap<String, recent::Window>,
     /// Per API (`crate::api::Api::name`, `-` before the API is known): requests and tokens.
     apis: BTreeMap<String, ApiTotals>,
+}
+
+/// A map by (route, host), nested so that a request finds its entry by `&str`: a key is
+/// allocated once, when the pair is first seen, never per request under the lock.
+#[derive(Debug)]
+struct Pairs<V>(BTreeMap<String, BTreeMap<String, V>>);
+
+impl<V> Default for Pairs<V> {
+    fn default() -> Pairs<V> {
+        Pairs(BTreeMap::new())
+    }
+}
+
+impl<V> Pairs<V> {
+    fn at(&mut self, route: &str, host: &str, new: impl FnOnce() -> V) -> &mut V {
+        at(at(&mut self.0, route, BTreeMap::new), host, new)
+    }
+
+    /// `(route, host, value)` in the order of the pair.
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, &V)> {
+        (self.0.iter()).flat_map(|(r, hosts)| hosts.iter().map(move |(h, v)| (&**r, &**h, v)))
+    }
+}
+
+/// `map[key]`, made by `new` the first time: the key is copied only then.
+fn at<'m, V>(map: &'m mut BTreeMap<String, V>, key: &str, new: impl FnOnce() -> V) -> &'m mut V {
+    if map.contains_key(key) {
+        return map.get_mut(key).expect("looked up just above");
+    }
+    map.entry(key.to_string()).or_insert_with(new)
 }
 
 /// One API's requests and tokens since start (prompt includes cached, in every API).
@@ -90,14 +121,10 @@ impl Metrics {
         } else {
             &row.route
         };
-        *inner
-            .requests
-            .entry((route.to_string(), host.to_string(), row.status))
+        *(inner.requests.at(route, host, BTreeMap::new))
+            .entry(row.status)
             .or_default() += 1;
-        let tokens = inner
-            .tokens
-            .entry((route.to_string(), host.to_string()))
-            .or_default();
+        let tokens = inner.tokens.at(route, host, Tokens::default);
         // Upstream numbers: any size may arrive, and a counter must not panic on them.
         let add = |total: &mut u64, n: Option<i64>| {
             *total = total.saturating_add(n.unwrap_or(0).max(0) as u64);
@@ -106,19 +133,16 @@ impl Metrics {
         add(&mut tokens.cached, row.cached_tokens);
         add(&mut tokens.completion, row.completion_tokens);
         let api = if row.api.is_empty() { "-" } else { &row.api };
-        let totals = inner.apis.entry(api.to_string()).or_default();
+        let totals = at(&mut inner.apis, api, ApiTotals::default);
         totals.requests += 1;
         add(&mut totals.prompt, row.prompt_tokens);
         add(&mut totals.cached, row.cached_tokens);
         add(&mut totals.completion, row.completion_tokens);
-        inner
-            .durations
-            .entry(route.to_string())
-            .or_insert_with(|| Histogram::new(BUCKETS))
+        at(&mut inner.durations, route, || Histogram::new(BUCKETS))
             .observe(row.total_ms.max(0) as f64 / 1000.0);
         if !row.host.is_empty() {
             let positive = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
-            inner.recent.entry(row.host.clone()).or_default().request(
+            at(&mut inner.recent, &row.host, recent::Window::default).request(
                 row.started,
                 positive(row.prompt_tokens),
                 positive(row.cached_tokens),
@@ -130,36 +154,20 @@ impl Metrics {
     /// ms) reached crossbar.
     pub fn observe_ttfb(&self, route: &str, host: &str, started: i64, ms: i64) {
         let mut inner = self.inner.lock();
-        inner
-            .ttfb
-            .entry((route.to_string(), host.to_string()))
-            .or_insert_with(|| Histogram::new(BUCKETS))
-            .observe(ms.max(0) as f64 / 1000.0);
-        inner
-            .recent
-            .entry(host.to_string())
-            .or_default()
-            .ttfb(started, ms.max(0) as f64);
+        (inner.ttfb.at(route, host, || Histogram::new(BUCKETS))).observe(ms.max(0) as f64 / 1000.0);
+        at(&mut inner.recent, host, recent::Window::default).ttfb(started, ms.max(0) as f64);
     }
 
     /// A request waited `ms` for a slot on `host` (0 when one was free).
     pub fn observe_queue_wait(&self, route: &str, host: &str, ms: i64) {
-        self.inner
-            .lock()
-            .queue_wait
-            .entry((route.to_string(), host.to_string()))
-            .or_insert_with(|| Histogram::new(WAIT_BUCKETS))
+        (self.inner.lock().queue_wait)
+            .at(route, host, || Histogram::new(WAIT_BUCKETS))
             .observe(ms.max(0) as f64 / 1000.0);
     }
 
     /// llama-server's `timings` said it prefilled `tokens` in `us` microseconds on `host`.
     pub fn observe_prefill(&self, host: &str, tokens: u64, us: u64) {
-        self.inner
-            .lock()
-            .recent
-            .entry(host.to_string())
-            .or_default()
-            .prefill(tokens, us);
+        at(&mut self.inner.lock().recent, host, recent::Window::default).prefill(tokens, us);
     }
 
     /// The last hour of `host` up to `now` (unix ms); empty when it served nothing yet.

@@ -18,13 +18,15 @@ impl Metrics {
             "counter",
             "Requests answered, by route, host and status.",
         );
-        for ((route, host, status), n) in &inner.requests {
-            let labels = labels(&[
-                ("route", route),
-                ("host", host),
-                ("status", &status.to_string()),
-            ]);
-            let _ = writeln!(out, "crossbar_requests_total{labels} {n}");
+        for (route, host, statuses) in inner.requests.iter() {
+            for (status, n) in statuses {
+                let labels = labels(&[
+                    ("route", route),
+                    ("host", host),
+                    ("status", &status.to_string()),
+                ]);
+                let _ = writeln!(out, "crossbar_requests_total{labels} {n}");
+            }
         }
         for (name, help, pick) in [
             (
@@ -44,7 +46,7 @@ impl Metrics {
             ),
         ] {
             header(&mut out, name, "counter", help);
-            for ((route, host), t) in &inner.tokens {
+            for (route, host, t) in inner.tokens.iter() {
                 let n = [t.prompt, t.cached, t.completion][pick];
                 let _ = writeln!(
                     out,
@@ -76,7 +78,7 @@ impl Metrics {
             ),
         ] {
             header(&mut out, name, "histogram", help);
-            for ((route, host), hist) in map {
+            for (route, host, hist) in map.iter() {
                 let labels = inner_labels(&[("route", route), ("host", host)]);
                 hist.render(&mut out, name, &labels);
             }

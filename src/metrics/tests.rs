@@ -66,3 +66,51 @@ fn huge_upstream_token_counts_saturate() {
 fn label_values_are_escaped() {
     assert_eq!(labels(&[("a", "x\"y\\z\n")]), "{a=\"x\\\"y\\\\z\\n\"}");
 }
+
+/// Issue 12: the counters are found by `&str` (no key allocated per request); they still add up
+/// per (route, host, status) and come out in the order of their labels.
+#[test]
+fn requests_add_up_per_route_host_and_status_in_label_order() {
+    let metrics = Metrics::default();
+    let row = |route: &str, host: &str, status: u16| RequestRow {
+        route: route.into(),
+        host: host.into(),
+        status,
+        completion_tokens: Some(2),
+        ..RequestRow::default()
+    };
+    for (route, host, status, times) in [
+        ("projB", "titan", 200, 1),
+        ("projA", "titan", 200, 3),
+        ("projA", "titan", 503, 1),
+        ("projA", "mini", 200, 2),
+    ] {
+        for _ in 0..times {
+            metrics.observe_request(&row(route, host, status));
+            metrics.observe_queue_wait(route, host, 0);
+        }
+    }
+    let text = metrics.render(&Gauges::default());
+    let counted: Vec<&str> = (text.lines())
+        .filter(|l| {
+            l.starts_with("crossbar_requests_total{")
+                || l.starts_with("crossbar_completion_tokens_total{")
+                || l.starts_with("crossbar_queue_wait_seconds_count{")
+        })
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            r#"crossbar_requests_total{route="projA",host="mini",status="200"} 2"#,
+            r#"crossbar_requests_total{route="projA",host="titan",status="200"} 3"#,
+            r#"crossbar_requests_total{route="projA",host="titan",status="503"} 1"#,
+            r#"crossbar_requests_total{route="projB",host="titan",status="200"} 1"#,
+            r#"crossbar_completion_tokens_total{route="projA",host="mini"} 4"#,
+            r#"crossbar_completion_tokens_total{route="projA",host="titan"} 8"#,
+            r#"crossbar_completion_tokens_total{route="projB",host="titan"} 2"#,
+            r#"crossbar_queue_wait_seconds_count{route="projA",host="mini"} 2"#,
+            r#"crossbar_queue_wait_seconds_count{route="projA",host="titan"} 4"#,
+            r#"crossbar_queue_wait_seconds_count{route="projB",host="titan"} 1"#,
+        ]
+    );
+}
