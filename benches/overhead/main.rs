@@ -9,17 +9,20 @@
 //! systemd: `BENCH_LOG=1 make bench 2> >(cat > /dev/null)`. `BENCH_MUSL=1 make bench` builds it for
 //! musl, as `make static` builds the binary users run.
 //!
-//! The last line is machine-readable:
 //! Rows: `direct` = keep-alive straight to the sim; `crossbar` = keep-alive through crossbar;
-//! `fresh-conn` = straight to the sim but a new connection per request: what crossbar paid
-//! upstream before it pooled connections (issue 12), kept to show what the pool saves.
+//! `nginx` (upstream keepalive) and `bare` = the same through them, interleaved with crossbar and
+//! direct in every round; `fresh-conn` = straight to the sim but a new connection per request: what
+//! crossbar paid upstream before it pooled connections (issue 12), kept to show what the pool saves.
+//! `bare` (`bare.rs`) is a blocking thread-per-connection relay that does nothing but frame: the
+//! floor of the design's shape, so what crossbar adds beyond it is crossbar's own work.
 //!
+//! The last line is machine-readable:
 //! `overhead added_p50_ms=.. added_p99_ms=.. event_added_p50_ms=.. rps_ratio=.. over_nginx_p50=..
-//! over_nginx_p50_c32=.. rps_ratio_c32=.. nginx_rps_ratio_c32=..` (added/rps at 32 clients;
-//! `over_nginx_*` = crossbar's added p50 / nginx's added p50, at 1 and 32 clients). The line before
-//! it is the `leases` line (see `leases.rs`). nginx (upstream keepalive) runs as a second front end
-//! on the same sim, interleaved with crossbar and direct in every round.
+//! over_nginx_p50_c32=.. rps_ratio_c32=.. nginx_rps_ratio_c32=.. bare_rps_ratio_c32=..`
+//! (added/rps at 32 clients; `over_nginx_*` = crossbar's added p50 / nginx's added p50, at 1 and
+//! 32 clients). The line before it is the `leases` line (see `leases.rs`).
 
+mod bare;
 mod conn;
 mod leases;
 mod nginx;
@@ -107,13 +110,16 @@ fn main() {
     if let Some(nginx) = &nginx {
         run_phase(nginx.addr, "/v1/chat/completions", 32, WARMUP / 32 + 1);
     }
+    let bare = bare::start(sim);
+    run_phase(bare.addr, "/v1/chat/completions", 32, WARMUP / 32 + 1);
     println!(
         "{:<10} {:>8} {:>9} {:>9} {:>9} {:>10}   (medians of {ROUNDS} interleaved rounds)",
         "path", "clients", "requests", "p50 ms", "p99 ms", "req/s"
     );
     let mut rows = Vec::new();
     for (clients, per) in [(1, REQUESTS_1), (32, REQUESTS_32)] {
-        let (mut direct, mut via, mut proxy) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut direct, mut via, mut proxy, mut floor) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             direct.push(run_phase(
                 sim,
@@ -130,6 +136,12 @@ fn main() {
                     per / ROUNDS,
                 ));
             }
+            floor.push(run_phase(
+                bare.addr,
+                "/v1/chat/completions",
+                clients,
+                per / ROUNDS,
+            ));
         }
         // What an unpooled upstream costs: a fresh sim connection per request.
         let fresh = Figures::of(&[run_phase_with(
@@ -141,16 +153,18 @@ fn main() {
         )]);
         let (direct, via) = (Figures::of(&direct), Figures::of(&via));
         let proxy = (!proxy.is_empty()).then(|| Figures::of(&proxy));
+        let floor = Figures::of(&floor);
         print_row("direct", clients, &direct);
         print_row("crossbar", clients, &via);
         if let Some(proxy) = &proxy {
             print_row("nginx", clients, proxy);
         }
+        print_row("bare", clients, &floor);
         print_row("fresh-conn", clients, &fresh);
-        rows.push((clients, direct, via, proxy));
+        rows.push((clients, direct, via, proxy, floor));
     }
     println!();
-    for (clients, direct, via, proxy) in &rows {
+    for (clients, direct, via, proxy, floor) in &rows {
         println!(
             "{clients:>2} clients: crossbar added p50 {:.3} ms, added p99 {:.3} ms, throughput ratio {:.3}",
             via.p50 - direct.p50,
@@ -167,6 +181,12 @@ fn main() {
                 (via.p50 - direct.p50) / (proxy.p50 - direct.p50),
             );
         }
+        println!(
+            "{clients:>2} clients: bare     added p50 {:.3} ms, added p99 {:.3} ms, throughput ratio {:.3}",
+            floor.p50 - direct.p50,
+            floor.p99 - direct.p99,
+            floor.rps / direct.rps,
+        );
     }
 
     let events = stream_added(&slow, gw);
@@ -188,15 +208,16 @@ fn main() {
     println!("{leases}");
     drop((fast, slow));
     let _ = std::fs::remove_dir_all(&dir);
-    let (_, d1, v1, n1) = &rows[0];
-    let (_, direct, via, n32) = &rows[1];
+    let (_, d1, v1, n1, _) = &rows[0];
+    let (_, direct, via, n32, bare32) = &rows[1];
     let over = |v: &Figures, d: &Figures, n: &Option<Figures>| {
         n.as_ref()
             .map_or(f64::NAN, |n| (v.p50 - d.p50) / (n.p50 - d.p50))
     };
     println!(
         "overhead added_p50_ms={:.3} added_p99_ms={:.3} event_added_p50_ms={:.3} rps_ratio={:.3} \
-         over_nginx_p50={:.2} over_nginx_p50_c32={:.2} rps_ratio_c32={:.3} nginx_rps_ratio_c32={:.3}",
+         over_nginx_p50={:.2} over_nginx_p50_c32={:.2} rps_ratio_c32={:.3} nginx_rps_ratio_c32={:.3} \
+         bare_rps_ratio_c32={:.3}",
         via.p50 - direct.p50,
         via.p99 - direct.p99,
         events.added.p(50.0),
@@ -205,6 +226,7 @@ fn main() {
         over(via, direct, n32),
         via.rps / direct.rps,
         n32.as_ref().map_or(f64::NAN, |n| n.rps / direct.rps),
+        bare32.rps / direct.rps,
     );
 }
 
