@@ -61,7 +61,7 @@ impl Framed {
     fn new(sock: TcpStream) -> Framed {
         Framed {
             sock,
-            buf: vec![0; 64 << 10],
+            buf: vec![0; 16 << 10],
             have: 0,
             used: 0,
         }
