@@ -275,7 +275,7 @@ impl Table {
     /// it is. Fails only on a write. Written like a new lease: the key reserved, the lock free.
     pub fn move_to(&self, key: &Key, host: &str, now: i64) -> Result<(), LeaseError> {
         let mut inner = self.lock();
-        self.settle(&mut inner, |_, k, _| k == key)?;
+        self.settle_key(&mut inner, key)?;
         let from = match inner.leases.get(key) {
             Some(lease) if lease.host == host => return Ok(()),
             Some(lease) => lease.host.clone(),

@@ -30,7 +30,7 @@ impl Table {
         inherit: bool,
     ) -> Result<Acquired, LeaseError> {
         let mut inner = self.lock();
-        self.settle(&mut inner, |_, k, _| k == key)?;
+        self.settle_key(&mut inner, key)?;
         match self.decide(&mut inner, key, candidates, now, inherit)? {
             Step::Done(acquired) => Ok(acquired),
             Step::Write {

@@ -119,8 +119,9 @@ impl Table {
         let _operator = self.operator.lock();
         let mut inner = self.lock();
         // A write still landing on the host (or dropping a lease of it) is waited for first.
-        self.settle(&mut inner, |inner, k, to| {
-            to == host || inner.leases.get(k).is_some_and(|e| e.host == host)
+        self.settle(&mut inner, |inner| {
+            (inner.pending.iter())
+                .any(|(k, to)| to == host || inner.leases.get(k).is_some_and(|e| e.host == host))
         })?;
         let pinned: Vec<String> = (inner.pins.iter())
             .filter(|(_, h)| *h == host)
@@ -148,7 +149,9 @@ impl Table {
         keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<Key>, LeaseError> {
         let mut inner = self.lock();
-        self.settle(&mut inner, |_, k, _| k.route == route)?;
+        self.settle(&mut inner, |inner| {
+            inner.pending.keys().any(|k| k.route == route)
+        })?;
         Ok((inner.route_keys(route).into_iter())
             .filter(|k| inner.leases.get(k).is_some_and(|e| keep(&e.host)))
             .collect())

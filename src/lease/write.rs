@@ -28,15 +28,16 @@ const FORGET_CHUNK: usize = 100;
 type Guard<'a> = MutexGuard<'a, Inner>;
 
 impl Table {
-    /// Waits, the lock released meanwhile, until no pending write is on a key `conflicts` names
-    /// (it is given the key and the reserved host, "" for a drop). Fails after [`PENDING_WAIT`].
+    /// Waits, the lock released meanwhile, while `blocked` says a pending write is in the way.
+    /// Fails after [`PENDING_WAIT`]. A request asks about its own key (one hash lookup); only
+    /// operators look through every pending write.
     pub(super) fn settle(
         &self,
         inner: &mut Guard<'_>,
-        conflicts: impl Fn(&Inner, &Key, &str) -> bool,
+        blocked: impl Fn(&Inner) -> bool,
     ) -> Result<(), StoreError> {
         let deadline = Instant::now() + PENDING_WAIT;
-        while (inner.pending.iter()).any(|(k, host)| conflicts(inner, k, host)) {
+        while blocked(inner) {
             if (self.shared.settled)
                 .wait_until(inner, deadline)
                 .timed_out()
@@ -45,6 +46,11 @@ impl Table {
             }
         }
         Ok(())
+    }
+
+    /// Until no write is pending on `key`.
+    pub(super) fn settle_key(&self, inner: &mut Guard<'_>, key: &Key) -> Result<(), StoreError> {
+        self.settle(inner, |inner| inner.pending.contains_key(key))
     }
 
     /// Puts `key`'s lease on `host` (new or moved from `from`, "" if none) with its event: the
@@ -127,7 +133,9 @@ impl Table {
         let mut dropped = 0;
         for keys in keys.chunks(DROP_BATCH) {
             let mut inner = self.lock();
-            self.settle(&mut inner, |_, k, _| keys.contains(k))?;
+            self.settle(&mut inner, |inner| {
+                keys.iter().any(|k| inner.pending.contains_key(k))
+            })?;
             let batch: Vec<(Key, String)> = (keys.iter())
                 .filter_map(|k| Some((k.clone(), inner.leases.get(k)?.host.clone())))
                 .filter(|(_, host)| on(host))
