@@ -92,7 +92,7 @@ impl Table {
             })?;
             log_change(&key, Reason::Pin, from, host);
         }
-        let elsewhere = self.route_leases(route, |h| h != host)?;
+        let elsewhere = self.route_leases(route, |h| h != host);
         Ok(self.drop_leases(&elsewhere, |h| h != host, now, Reason::Pin, host)?)
     }
 
@@ -109,7 +109,7 @@ impl Table {
     /// Drops every lease of `route` (the pin stays); returns how many.
     pub fn release(&self, route: &str, now: i64) -> Result<usize, LeaseError> {
         let _operator = self.operator.lock();
-        let keys = self.route_leases(route, |_| true)?;
+        let keys = self.route_leases(route, |_| true);
         Ok(self.drop_leases(&keys, |_| true, now, Reason::Release, "")?)
     }
 
@@ -142,19 +142,15 @@ impl Table {
         Ok(pinned.len() + dropped)
     }
 
-    /// The leases of `route` whose host passes `keep`, once no write is pending on the route.
-    fn route_leases(
-        &self,
-        route: &str,
-        keep: impl Fn(&str) -> bool,
-    ) -> Result<Vec<Key>, LeaseError> {
-        let mut inner = self.lock();
-        self.settle(&mut inner, |inner| {
-            inner.pending.keys().any(|k| k.route == route)
-        })?;
-        Ok((inner.route_keys(route).into_iter())
+    /// The leases of `route` whose host passes `keep`, as the table holds them now. A new lease
+    /// still being written is not among them: it counts as made after this change (and a pin
+    /// moves it at its next turn). Not waiting for the route to be quiet means a busy route can
+    /// never starve an operator.
+    fn route_leases(&self, route: &str, keep: impl Fn(&str) -> bool) -> Vec<Key> {
+        let inner = self.lock();
+        (inner.route_keys(route).into_iter())
             .filter(|k| inner.leases.get(k).is_some_and(|e| keep(&e.host)))
-            .collect())
+            .collect()
     }
 
     /// Deletes the pins of `routes` (all to `host`) with their events in one commit.

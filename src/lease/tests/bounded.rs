@@ -293,3 +293,22 @@ fn issue12_a_sweep_logs_one_summary_line_not_one_per_lease() {
         "{lines:?}"
     );
 }
+
+/// A release takes the leases the table holds; a first turn still being written counts as made
+/// after it, so a busy route can never keep an operator waiting.
+#[test]
+fn issue12_a_release_does_not_wait_for_new_conversations_being_written() {
+    let (table, p, gate) = gated();
+    drop(gate);
+    *p.first.lock() = None;
+    check(&table, &key("projA", "c1"), 0, "titan", false);
+    let gate = arm(&p);
+    thread::scope(|s| {
+        let first_turn = s.spawn(|| table.acquire(&key("projA", "c2"), &both(), 1).unwrap());
+        let answer = gate.recv().unwrap();
+        assert_eq!(table.release("projA", 2).unwrap(), 1, "c1 only");
+        answer.send(Ok(())).unwrap();
+        assert_eq!(first_turn.join().unwrap().host, "titan");
+    });
+    assert_eq!(hosts_of(&table), pairs(&[("projA/c2", "titan")]));
+}
