@@ -114,10 +114,7 @@ fn issue12_over_max_leases_the_least_recently_used_idle_lease_is_evicted() {
 
 #[test]
 fn issue12_the_idle_sweep_commits_in_batches_of_at_most_a_thousand() {
-    let (table, p, gate) = gated();
-    drop(gate);
-    // The first submission's gate is gone: answer it by hand.
-    *p.first.lock() = None;
+    let (table, p) = ungated();
     for i in 0..2_500 {
         table
             .acquire(&key("p", &format!("{i}")), &both(), i)
@@ -183,6 +180,13 @@ fn issue12_the_kept_per_host_counts_always_equal_a_recount() {
     }
 }
 
+/// A gated table whose submissions all answer at once until [`arm`] gates the next one.
+fn ungated() -> (Table, Arc<Gated>) {
+    let (table, p, _gate) = gated();
+    *p.first.lock() = None;
+    (table, p)
+}
+
 /// Gates the next submission of `p`.
 fn arm(p: &Gated) -> Receiver<Answer> {
     let (tx, rx) = unbounded();
@@ -192,9 +196,7 @@ fn arm(p: &Gated) -> Receiver<Answer> {
 
 #[test]
 fn issue12_a_context_move_commits_with_the_table_free_and_holds_its_key() {
-    let (table, p, gate) = gated();
-    drop(gate);
-    *p.first.lock() = None;
+    let (table, p) = ungated();
     let k = key("projA", "c1");
     check(&table, &k, 0, "titan", false);
     let gate = arm(&p);
@@ -217,9 +219,7 @@ fn issue12_a_context_move_commits_with_the_table_free_and_holds_its_key() {
 
 #[test]
 fn issue12_an_operators_pin_and_release_commit_with_the_table_free() {
-    let (table, p, gate) = gated();
-    drop(gate);
-    *p.first.lock() = None;
+    let (table, p) = ungated();
     for fp in ["c1", "c2"] {
         check(&table, &key("projA", fp), 0, "titan", false);
     }
@@ -298,9 +298,7 @@ fn issue12_a_sweep_logs_one_summary_line_not_one_per_lease() {
 /// after it, so a busy route can never keep an operator waiting.
 #[test]
 fn issue12_a_release_does_not_wait_for_new_conversations_being_written() {
-    let (table, p, gate) = gated();
-    drop(gate);
-    *p.first.lock() = None;
+    let (table, p) = ungated();
     check(&table, &key("projA", "c1"), 0, "titan", false);
     let gate = arm(&p);
     thread::scope(|s| {
