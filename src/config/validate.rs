@@ -10,6 +10,28 @@ use super::raw::{RawConfig, RawHost, RawRoute};
 use super::{parse_duration, Config, Host, Problem, Route, RESERVED_ROUTES};
 
 pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
+    let body_min_rate = at_least_one(
+        "client_body_min_rate",
+        raw.client_body_min_rate,
+        64 * 1024,
+        " (bytes per second)",
+        problems,
+    );
+    let accept_queue = at_least_one("accept_queue", raw.accept_queue, 128, "", problems);
+    let max_per_peer = at_least_one(
+        "max_connections_per_peer",
+        raw.max_connections_per_peer,
+        64,
+        "",
+        problems,
+    );
+    let max_bodies_per_peer = at_least_one(
+        "max_body_readers_per_peer",
+        raw.max_body_readers_per_peer,
+        8,
+        "",
+        problems,
+    );
     let mut duration = |key: &str, value: Option<String>, default: &str| {
         let text = value.unwrap_or_else(|| default.to_string());
         match parse_duration(&text) {
@@ -32,41 +54,16 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
     let connect_timeout = duration("connect_timeout", raw.connect_timeout, "3s");
     let first_byte_timeout = duration("first_byte_timeout", raw.first_byte_timeout, "15m");
     let shutdown_grace = duration("shutdown_grace", raw.shutdown_grace, "30s");
-    let mut front = crate::conn::Settings {
+    let front = crate::conn::Settings {
         header_timeout: duration("client_header_timeout", raw.client_header_timeout, "10s"),
         body_timeout: duration("client_body_timeout", raw.client_body_timeout, "10s"),
-        body_min_rate: raw.client_body_min_rate.unwrap_or(64 * 1024),
+        body_min_rate,
         keepalive_idle: duration("keepalive_idle", raw.keepalive_idle, "15s"),
         write_timeout: duration("client_write_timeout", raw.client_write_timeout, "60s"),
-        accept_queue: raw.accept_queue.unwrap_or(128),
-        max_per_peer: raw.max_connections_per_peer.unwrap_or(64),
-        max_bodies_per_peer: raw.max_body_readers_per_peer.unwrap_or(8),
+        accept_queue,
+        max_per_peer,
+        max_bodies_per_peer,
     };
-    if front.body_min_rate == 0 {
-        problems.push(Problem::new(
-            "client_body_min_rate",
-            "must be at least 1 (bytes per second)",
-        ));
-        front.body_min_rate = 1;
-    }
-    if front.accept_queue == 0 {
-        problems.push(Problem::new("accept_queue", "must be at least 1"));
-        front.accept_queue = 1;
-    }
-    if front.max_per_peer == 0 {
-        problems.push(Problem::new(
-            "max_connections_per_peer",
-            "must be at least 1",
-        ));
-        front.max_per_peer = 1;
-    }
-    if front.max_bodies_per_peer == 0 {
-        problems.push(Problem::new(
-            "max_body_readers_per_peer",
-            "must be at least 1",
-        ));
-        front.max_bodies_per_peer = 1;
-    }
 
     let listen = socket_addr(
         "listen",
@@ -89,14 +86,14 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             format!("overlaps listen ({listen}): same port, and an unspecified address takes every address"),
         ));
     }
-    let max_leases = raw.max_leases.unwrap_or(crate::lease::MAX_LEASES);
-    if max_leases == 0 {
-        problems.push(Problem::new("max_leases", "must be at least 1"));
-    }
-    let workers = raw.workers.unwrap_or(64);
-    if workers == 0 {
-        problems.push(Problem::new("workers", "must be at least 1"));
-    }
+    let max_leases = at_least_one(
+        "max_leases",
+        raw.max_leases,
+        crate::lease::MAX_LEASES,
+        "",
+        problems,
+    );
+    let workers = at_least_one("workers", raw.workers, 64, "", problems);
     let log_level = match raw.log_level.as_deref().unwrap_or("info").parse() {
         Ok(level) => level,
         Err(_) => {
@@ -158,6 +155,23 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         hosts,
         routes,
     }
+}
+
+/// A count that must be at least 1: `value`, else `default`. A 0 is a problem (`unit` follows "at
+/// least 1" in it) and reads as 1, so the rest of validation goes on.
+fn at_least_one<T: Copy + PartialEq + From<u8>>(
+    key: &str,
+    value: Option<T>,
+    default: T,
+    unit: &str,
+    problems: &mut Vec<Problem>,
+) -> T {
+    let n = value.unwrap_or(default);
+    if n == T::from(0) {
+        problems.push(Problem::new(key, format!("must be at least 1{unit}")));
+        return T::from(1);
+    }
+    n
 }
 
 fn socket_addr(key: &str, text: &str, problems: &mut Vec<Problem>) -> SocketAddr {
