@@ -209,7 +209,7 @@ impl Table {
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
-        self.acquire_with(key, candidates, now, true)
+        self.acquire_inner(key, candidates, now, true)
     }
 
     /// [`Table::acquire`] without rule 3: a new conversation never inherits the route-level
@@ -220,24 +220,7 @@ impl Table {
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
-        self.acquire_with(key, candidates, now, false)
-    }
-
-    fn acquire_with(
-        &self,
-        key: &Key,
-        candidates: &[String],
-        now: i64,
-        inherit: bool,
-    ) -> Result<Acquired, LeaseError> {
-        let result = self.acquire_inner(key, candidates, now, inherit);
-        if !matches!(result, Err(LeaseError::Store(_))) {
-            let mut inner = self.lock();
-            for host in candidates {
-                inner.see(&key.route, host);
-            }
-        }
-        result
+        self.acquire_inner(key, candidates, now, false)
     }
 
     /// The host for a request that takes no lease (metadata on a `spread_new` route: model lists,
@@ -289,10 +272,7 @@ impl Table {
     /// Remembers `hosts` as candidates of `route` (a config's route list, at start or reload), so
     /// an operator can pin to them before any traffic arrived.
     pub fn add_candidates(&self, route: &str, hosts: &[String]) {
-        let mut inner = self.lock();
-        for host in hosts {
-            inner.see(route, host);
-        }
+        self.lock().see_all(route, hosts);
     }
 
     /// Changes the idle time used by [`Table::expire_idle`] (config reload).

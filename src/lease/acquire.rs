@@ -22,6 +22,8 @@ enum Step {
 }
 
 impl Table {
+    /// Seed 000's rules, then the write a new or moved lease needs. `candidates` are remembered
+    /// as seen for the route in the same turn of the lock, unless a write failed.
     pub(super) fn acquire_inner(
         &self,
         key: &Key,
@@ -31,7 +33,11 @@ impl Table {
     ) -> Result<Acquired, LeaseError> {
         let mut inner = self.lock();
         self.settle_key(&mut inner, key)?;
-        match self.decide(&mut inner, key, candidates, now, inherit)? {
+        let step = self.decide(&mut inner, key, candidates, now, inherit);
+        if !matches!(step, Ok(Step::Write { .. })) {
+            inner.see_all(&key.route, candidates);
+        }
+        match step? {
             Step::Done(acquired) => Ok(acquired),
             Step::Write {
                 host,
@@ -40,6 +46,7 @@ impl Table {
                 reused,
             } => {
                 self.put_reserved(inner, key, &host, now, reason, &from)?;
+                self.lock().see_all(&key.route, candidates);
                 Ok(Acquired { host, reused })
             }
         }
@@ -61,7 +68,7 @@ impl Table {
             }
             let from = match inner.leases.get(key) {
                 Some(lease) if lease.host == pin => {
-                    self.touch(inner, key, now);
+                    inner.touch(key, now);
                     return Ok(Step::Done(Acquired {
                         host: pin,
                         reused: true,
@@ -88,7 +95,7 @@ impl Table {
         if let Some(lease) = inner.leases.get(key) {
             if self.hosts.healthy(&lease.host) {
                 let host = lease.host.clone();
-                self.touch(inner, key, now);
+                inner.touch(key, now);
                 return Ok(Step::Done(Acquired { host, reused: true }));
             }
             moving_from = Some(lease.host.clone());
@@ -203,10 +210,5 @@ impl Table {
             }
             None => Err(LeaseError::NoHost),
         }
-    }
-
-    /// A later `last_used` in memory now; [`Table::flush_touches`] writes it behind.
-    fn touch(&self, inner: &mut Inner, key: &Key, now: i64) {
-        inner.touch(key, now);
     }
 }

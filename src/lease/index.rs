@@ -49,6 +49,12 @@ impl Inner {
         }
     }
 
+    pub(super) fn see_all(&mut self, route: &str, hosts: &[String]) {
+        for host in hosts {
+            self.see(route, host);
+        }
+    }
+
     /// Puts a lease in memory (replacing the key's previous one), keeping index and counts.
     pub(super) fn insert(&mut self, key: Key, host: String, created: i64, last_used: i64) {
         self.remove(&key);
