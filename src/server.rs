@@ -53,7 +53,8 @@ impl std::fmt::Display for StartError {
 impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            StartError::Store(err) => Some(err),
+            // Display already says the wrapped error; its causes follow it.
+            StartError::Store(err) => err.source(),
             StartError::Lock(err) => err.source(),
             StartError::Bind { .. } => None,
         }
