@@ -275,8 +275,9 @@ fn prune(gateway: &Gateway, now: i64) {
             limit: PRUNE_BATCH,
         },
     ];
-    // A failure is the store's to log (once per burst); the next round tries again.
-    let _ = gateway.store.submit(writes).wait();
+    // Not waited for: the writer thread commits it. A failure is the store's to log (once per
+    // burst); the next round tries again.
+    drop(gateway.store.submit(writes));
 }
 
 fn start_poller(gateway: &Gateway) -> Poller {
