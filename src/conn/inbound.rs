@@ -46,9 +46,11 @@ pub enum Fill {
 #[derive(Debug)]
 pub struct Inbound<W> {
     wire: W,
+    /// `buf[..end]` was read: `buf[..pos]` consumed, `buf[pos..end]` pending. `buf[end..]` is room
+    /// for the next read, zeroed once when the buffer grew to it, not per read.
     buf: Vec<u8>,
-    /// `buf[pos..]` is pending; `buf[..pos]` was consumed.
     pos: usize,
+    end: usize,
     /// The read timeout last set on the wire (nothing else sets one).
     timeout: Option<Duration>,
 }
@@ -59,6 +61,7 @@ impl<W: Wire> Inbound<W> {
             wire,
             buf: Vec::new(),
             pos: 0,
+            end: 0,
             timeout: None,
         }
     }
@@ -74,15 +77,32 @@ impl<W: Wire> Inbound<W> {
 
     /// Bytes received and not consumed yet.
     pub fn pending(&self) -> &[u8] {
-        &self.buf[self.pos..]
+        &self.buf[self.pos..self.end]
     }
 
     pub fn consume(&mut self, n: usize) {
-        self.pos = (self.pos + n).min(self.buf.len());
-        if self.pos == self.buf.len() {
-            self.buf.clear();
+        self.pos = (self.pos + n).min(self.end);
+        if self.pos == self.end {
+            self.pos = 0;
+            self.end = 0;
+        }
+    }
+
+    /// One read into the room after the pending bytes (moved to the front first): at most
+    /// [`READ_PIECE`], and never more than `cap` pending bytes plus one read.
+    fn read_once(&mut self, cap: usize) -> io::Result<usize> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
             self.pos = 0;
         }
+        let room = READ_PIECE.min(cap.saturating_sub(self.end).max(1));
+        if self.buf.len() < self.end + room {
+            self.buf.resize(self.end + room, 0);
+        }
+        let n = self.wire.read(&mut self.buf[self.end..self.end + room])?;
+        self.end += n;
+        Ok(n)
     }
 
     /// Drops empty lines before a request line (a client may send a CRLF after a body).
@@ -98,11 +118,6 @@ impl<W: Wire> Inbound<W> {
     /// Reads once more into the buffer, waiting at most until `deadline`; the buffer never holds
     /// more than `cap` pending bytes plus one read.
     pub fn fill(&mut self, deadline: Instant, cap: usize) -> Fill {
-        if self.pos > 0 {
-            self.buf.drain(..self.pos);
-            self.pos = 0;
-        }
-        let room = READ_PIECE.min(cap.saturating_sub(self.buf.len()).max(1));
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -120,11 +135,7 @@ impl<W: Wire> Inbound<W> {
                 }
                 self.timeout = Some(left);
             }
-            let start = self.buf.len();
-            self.buf.resize(start + room, 0);
-            let read = self.wire.read(&mut self.buf[start..]);
-            self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
-            match read {
+            match self.read_once(cap) {
                 Ok(0) => return Fill::Eof,
                 Ok(_) => return Fill::Data,
                 Err(err) if err.kind() == ErrorKind::Interrupted => {}
@@ -141,17 +152,8 @@ impl<W: Wire> Inbound<W> {
     /// One read on a non-blocking wire: `Timeout` when nothing was waiting. Same bound as
     /// [`Inbound::fill`].
     pub fn fill_now(&mut self, cap: usize) -> Fill {
-        if self.pos > 0 {
-            self.buf.drain(..self.pos);
-            self.pos = 0;
-        }
-        let room = READ_PIECE.min(cap.saturating_sub(self.buf.len()).max(1));
         loop {
-            let start = self.buf.len();
-            self.buf.resize(start + room, 0);
-            let read = self.wire.read(&mut self.buf[start..]);
-            self.buf.truncate(start + *read.as_ref().unwrap_or(&0));
-            return match read {
+            return match self.read_once(cap) {
                 Ok(0) => Fill::Eof,
                 Ok(_) => Fill::Data,
                 Err(err) if err.kind() == ErrorKind::Interrupted => continue,
