@@ -76,16 +76,16 @@ pub(super) fn exchange(
     let agent = gw.upstream();
     let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     let bodyless = plan.body.is_empty() && incoming.bodyless();
-    // A listing crossbar renames is read whole before it is sent: one deadline for all of it,
-    // so a host trickling it cannot hold the worker read by read (issue 15).
+    // A listing crossbar renames is read whole before it is sent: a bound on its head and one on
+    // its whole body, so a host trickling it cannot hold the worker read by read (issue 15).
     let whole = super::listing::renames(incoming, plan)
         .then(|| super::listing::deadline(gw.config().first_byte_timeout));
-    let mut result = send(agent, &exchange, incoming, plan, bodyless, whole).map_err(bad)?;
+    let mut result = send(agent, &exchange, incoming, plan, bodyless, whole, false).map_err(bad)?;
     // A pooled connection the host had closed (pooled connections are not probed: the request's
     // own write or first read finds it): once more on a fresh one.
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
-        result = send(agent, &exchange, incoming, plan, bodyless, whole).map_err(bad)?;
+        result = send(agent, &exchange, incoming, plan, bodyless, whole, true).map_err(bad)?;
     }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
@@ -129,7 +129,8 @@ pub(super) fn exchange(
     }
 }
 
-/// One attempt: the request (built once, cloned per attempt) with its body.
+/// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
+/// connection.
 fn send(
     agent: &ureq::Agent,
     exchange: &upstream::Exchange,
@@ -137,6 +138,7 @@ fn send(
     plan: &Plan<'_>,
     bodyless: bool,
     whole: Option<Duration>,
+    fresh: bool,
 ) -> Result<Result<http::Response<Body>, ureq::Error>, http::Error> {
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
     let mut request = http::Request::builder()
@@ -163,24 +165,42 @@ fn send(
     }
     exchange.body_follows(!plan.body.is_empty());
     Ok(if bodyless {
-        agent.run(bounded(agent, request.body(())?, whole))
+        agent.run(configured(agent, request.body(())?, whole, fresh))
     } else {
-        agent.run(bounded(agent, request.body(plan.body.as_slice())?, whole))
+        agent.run(configured(
+            agent,
+            request.body(plan.body.as_slice())?,
+            whole,
+            fresh,
+        ))
     })
 }
 
-/// `request` with one deadline for its whole exchange, answer body included, when `whole` says so.
-fn bounded<S: ureq::AsSendBody>(
+/// `request` with what this attempt needs beyond the agent's settings:
+/// - `whole` (a listing read whole): at most that long for the head, and that long for the body.
+///   Not ureq's global timeout, under which it resolves the host's name on a thread of its own
+///   (`upstream.rs`: the agent has no overall timeout for that reason).
+/// - `fresh` (the retry): an idle age of zero, so the pool hands out none of its connections to
+///   the host. After a host restart every one of them is dead, not only the first one tried.
+fn configured<S: ureq::AsSendBody>(
     agent: &ureq::Agent,
     request: http::Request<S>,
     whole: Option<Duration>,
+    fresh: bool,
 ) -> http::Request<S> {
-    match whole {
-        Some(limit) => (agent.configure_request(request))
-            .timeout_global(Some(limit))
-            .build(),
-        None => request,
+    if whole.is_none() && !fresh {
+        return request;
     }
+    let mut config = agent.configure_request(request);
+    if let Some(limit) = whole {
+        config = config
+            .timeout_recv_response(Some(limit))
+            .timeout_recv_body(Some(limit));
+    }
+    if fresh {
+        config = config.max_idle_age(Duration::ZERO);
+    }
+    config.build()
 }
 
 /// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value

@@ -1,6 +1,6 @@
 //! A model listing through crossbar names models the way crossbar's config does. A host may know a
 //! model by another name (`upstream = "..."`); its `/v1/models` (and `/models`) answer is read whole
-//! (4 MiB and one deadline for the whole exchange), each entry naming an upstream name is renamed
+//! (4 MiB, one bound on its head and one on its body), each entry naming an upstream name is renamed
 //! to the configured one in place — every other byte as the host sent it, no `Value` built — and
 //! the result is sent with its length. Every other answer passes through byte for byte (`forward::relay`).
 
@@ -25,12 +25,13 @@ use super::{record, Incoming, Plan};
 /// A listing answer is small; a host sending more than this gets the client a 502.
 const MAX_LISTING: u64 = 4 << 20;
 
-/// The longest a listing may take, head and body together, whatever `first_byte_timeout` allows
+/// The longest a listing's head may take, and then its body, whatever `first_byte_timeout` allows
 /// (a listing is answered from memory; unlike a stream it has no reason to be slow).
 const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// One deadline for the whole exchange of a listing to rename: `first_byte_timeout`, at most
-/// [`LISTING_TIMEOUT`]. Per-read timeouts alone let a host trickle it a byte at a time.
+/// The bound on a listing to rename, for its head and then for its whole body:
+/// `first_byte_timeout`, at most [`LISTING_TIMEOUT`]. Per-read timeouts alone let a host trickle it
+/// a byte at a time.
 pub(super) fn deadline(first_byte_timeout: Duration) -> Duration {
     first_byte_timeout.min(LISTING_TIMEOUT)
 }

@@ -83,6 +83,36 @@ fn a_pooled_connection_reset_while_idle_is_replaced_and_the_host_stays_up() {
     assert!(h.server().gateway().health.healthy("titan"));
 }
 
+/// Review finding: with two idle connections pooled when the host restarted, the retry took the
+/// second dead one, and the request was a 502 with the host marked down. The retry now never
+/// takes a pooled connection.
+#[test]
+fn after_a_restart_the_retry_skips_every_dead_pooled_connection() {
+    let h = Harness::start(vec![host("titan", 2)], "health_interval = \"1h\"");
+    let sim = &h.sims[0].1;
+    let (before, h) = (sim.connections(), &h);
+    // Two requests at once until two upstream connections were opened (and pooled).
+    for round in 0.. {
+        assert!(round < 200, "never two requests in flight at once");
+        std::thread::scope(|s| {
+            for i in 0..2 {
+                s.spawn(move || {
+                    let answer = h.post(CHAT, &chat(&format!("warm{i}"), round, false));
+                    assert_eq!(answer.status, 200, "{}", answer.text());
+                });
+            }
+        });
+        if sim.connections() - before >= 2 {
+            break;
+        }
+    }
+    sim.set_fault(Fault::Refuse);
+    sim.set_fault(Fault::None);
+    let next = h.post(CHAT, &chat("after", 0, false));
+    assert_eq!(next.status, 200, "{}", next.text());
+    assert!(h.server().gateway().health.healthy("titan"));
+}
+
 #[test]
 fn upstream_error_statuses_pass_through_unchanged() {
     let h = Harness::start(vec![host("titan", 1)], "");
