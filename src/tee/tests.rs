@@ -380,7 +380,9 @@ fn fields_are_read_one_by_one_whatever_the_spacing() {
         want,
         "a mistyped count is unknown, its neighbours still read"
     );
-    seen.absorb(br#"{"stop": "true"}"#);
     seen.absorb(br#"{"error": {"message": "boom"}, "message": "not a carrier"}"#);
     assert_eq!(seen.error.as_deref(), Some("boom"));
+    let mut fresh = event::Seen::new(Api::Completion);
+    fresh.absorb(br#"{"stop": "true"}"#);
+    assert!(!fresh.stopped, "a string is not true");
 }
