@@ -93,7 +93,10 @@ impl StoreHealth {
                 return;
             }
         }
-        if let Some(f) = inner.failing.take() {
+        let ended = inner.failing.take();
+        drop(inner);
+        // Logged with no lock held: a full log queue waits, and `status` must not wait with it.
+        if let Some(f) = ended {
             let secs = (unix_ms(SystemTime::now()) - f.since).max(0) / 1000;
             log::info!(
                 "store recovered db={} failed_writes={} after_s={secs}",
@@ -126,6 +129,13 @@ impl StoreHealth {
             return;
         }
         let cause = err.to_string();
+        inner.failing = Some(Failing {
+            since: unix_ms(SystemTime::now()),
+            cause: cause.clone(),
+            failed: 1,
+            good: 0,
+        });
+        drop(inner);
         log::error!(
             "store failing db={} cause={} hint={}; new conversations get 503 store unavailable and \
              accounting rows are lost until a write succeeds",
@@ -133,12 +143,6 @@ impl StoreHealth {
             val(&cause),
             val(hint(err))
         );
-        inner.failing = Some(Failing {
-            since: unix_ms(SystemTime::now()),
-            cause,
-            failed: 1,
-            good: 0,
-        });
     }
 }
 
