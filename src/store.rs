@@ -30,7 +30,7 @@ pub use backup::{backup, BackupReport};
 use checkpoint::Checkpointer;
 pub use health::{StoreHealth, StoreStatus};
 pub use lock::{lock_path, DbLock, LockError};
-pub use reader::{Reader, Table};
+pub use reader::Reader;
 pub use rows::{LeaseEvent, LeaseRow, LeaseState, Reason, RequestRow};
 pub use write::Write;
 pub use writer::Ticket;
@@ -121,11 +121,6 @@ impl Store {
         })
     }
 
-    /// The read side.
-    pub fn reader(&self) -> &Reader {
-        &self.reader
-    }
-
     /// Whether writes are going through, for status and metrics.
     pub fn status(&self) -> StoreStatus {
         self.health.status()
@@ -141,14 +136,17 @@ impl Store {
         self.submit(vec![Write::SaveLease(row.clone())]).wait()
     }
 
-    /// Writes and waits: one lease (or pin) deleted; deleting a missing one is not an error.
+    /// Writes and waits: one lease (or pin) deleted; deleting a missing one is not an error (the
+    /// store's own tests).
+    #[cfg(test)]
     pub fn delete_lease(&self, route: &str, fp: &str, model: &str) -> Result<(), StoreError> {
         let (route, fp, model) = (route.to_string(), fp.to_string(), model.to_string());
         self.submit(vec![Write::DeleteLease { route, fp, model }])
             .wait()
     }
 
-    /// Writes and waits: one event appended (its `id` is ignored).
+    /// Writes and waits: one event appended (its `id` is ignored; the store's own tests).
+    #[cfg(test)]
     pub fn record_event(&self, ev: &LeaseEvent) -> Result<(), StoreError> {
         self.submit(vec![Write::Event(ev.clone())]).wait()
     }

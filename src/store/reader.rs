@@ -5,7 +5,7 @@
 //! change a file under an older running `serve`; a schema version it does not know is refused with
 //! a message that says what to do. WAL lets it read while the writer thread commits.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use parking_lot::Mutex;
 use rusqlite::{params, Connection, OpenFlags};
@@ -17,7 +17,6 @@ use super::{sql_limit, user_version, LeaseEvent, LeaseRow, RequestRow, StoreErro
 /// One read-only connection behind a mutex; every call is a short local read.
 #[derive(Debug)]
 pub struct Reader {
-    path: PathBuf,
     conn: Mutex<Connection>,
 }
 
@@ -52,13 +51,8 @@ impl Reader {
             });
         }
         Ok(Reader {
-            path: path.to_path_buf(),
             conn: Mutex::new(conn),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The schema version of the file (the number of migrations applied).
@@ -85,12 +79,6 @@ impl Reader {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// How many rows `table` (leases, lease_events or requests) holds.
-    pub fn count(&self, table: Table) -> Result<i64, StoreError> {
-        let sql = format!("SELECT count(*) FROM {}", table.name());
-        Ok(self.conn.lock().query_row(&sql, [], |r| r.get(0))?)
     }
 
     /// The latest `limit` events, newest first.
@@ -144,23 +132,5 @@ impl Reader {
     /// The connection, for `backup`.
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> T) -> T {
         f(&self.conn.lock())
-    }
-}
-
-/// The tables [`Reader::count`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Table {
-    Leases,
-    LeaseEvents,
-    Requests,
-}
-
-impl Table {
-    fn name(self) -> &'static str {
-        match self {
-            Table::Leases => "leases",
-            Table::LeaseEvents => "lease_events",
-            Table::Requests => "requests",
-        }
     }
 }
