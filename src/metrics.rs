@@ -197,12 +197,7 @@ impl Metrics {
     }
 
     pub fn observe_lease_event(&self, reason: &str) {
-        *self
-            .inner
-            .lock()
-            .lease_events
-            .entry(reason.to_string())
-            .or_default() += 1;
+        *at(&mut self.inner.lock().lease_events, reason, || 0) += 1;
     }
 
     pub fn observe_row_lost(&self) {
