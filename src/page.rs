@@ -32,6 +32,7 @@ th{background:#f0f0f0;font-weight:600}td.n{text-align:right;font-variant-numeric
 pub fn render(gw: &Gateway, now: i64) -> String {
     let config = gw.config();
     let snapshot = gw.leases.snapshot();
+    let per_host = gw.leases.per_host();
     let slots = gw.limiter.snapshot();
     let mut out = String::with_capacity(16 * 1024);
     let _ = write!(
@@ -100,7 +101,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
             Some(s) => s.loaded.join(", "),
             None => String::new(),
         };
-        let leases = snapshot.iter().filter(|l| l.host == host.name).count();
+        let leases = per_host.get(&host.name).copied().unwrap_or(0);
         let _ = write!(
             out,
             "<tr><td><b>{}</b> <span class=muted>{}</span></td><td>{state}</td><td class=n>{ctx}</td>\

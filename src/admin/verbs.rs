@@ -126,12 +126,7 @@ pub(super) fn drain(gw: &Gateway, req: DrainRequest) -> Answer {
         return answer;
     }
     let changed = gw.drains.set(&req.host, req.on);
-    let remaining = gw
-        .leases
-        .snapshot()
-        .iter()
-        .filter(|l| l.host == req.host)
-        .count();
+    let remaining = gw.leases.per_host().get(&req.host).copied().unwrap_or(0);
     log::info!(
         "drain host={} on={} changed={changed} leases_remaining={remaining}",
         req.host,
