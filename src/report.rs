@@ -3,7 +3,7 @@
 //! directly (it works while crossbar runs: WAL), so it needs no running gateway.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -29,52 +29,14 @@ pub struct Line {
     pub ttfb_p95_ms: Option<i64>,
 }
 
-/// Why a report could not be made.
-#[derive(Debug)]
-pub enum ReportError {
-    /// The db does not exist: crossbar never ran with this config, or `db` points elsewhere.
-    NoDb(PathBuf),
-    Store(StoreError),
-}
-
-impl std::fmt::Display for ReportError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReportError::NoDb(path) => write!(
-                f,
-                "no database at {}: has crossbar run with this config?",
-                path.display()
-            ),
-            ReportError::Store(err) => write!(f, "{err}"),
-        }
-    }
-}
-
-impl std::error::Error for ReportError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ReportError::Store(err) => err.source(),
-            ReportError::NoDb(_) => None,
-        }
-    }
-}
-
-impl From<StoreError> for ReportError {
-    fn from(err: StoreError) -> ReportError {
-        ReportError::Store(err)
-    }
-}
-
 /// Reads the rows since `since` ago and renders the report (a table, or JSON).
 pub fn run(
     db: &Path,
     since: Duration,
     route: Option<&str>,
     json: bool,
-) -> Result<String, ReportError> {
-    if !db.exists() {
-        return Err(ReportError::NoDb(db.to_path_buf()));
-    }
+) -> Result<String, StoreError> {
+    // A missing file is Reader::open's error, naming it.
     let store = Reader::open(db)?;
     let from = unix_ms(SystemTime::now()) - since.as_millis() as i64;
     let lines = summarize(&store.requests_since(from, route)?);
