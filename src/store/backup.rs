@@ -53,7 +53,7 @@ pub fn backup(db: &Path, dest: &Path) -> Result<BackupReport, StoreError> {
         Ok(copy.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?)
     };
     let (copied_leases, copied_requests) = (copied("leases")?, copied("requests")?);
-    let copied_schema: i64 = copy.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let copied_schema = super::user_version(&copy)?;
     drop(copy);
     let verdict = if integrity != "ok" {
         Some(format!("integrity_check says {integrity:?}"))
