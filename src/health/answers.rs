@@ -22,7 +22,7 @@ pub const MAX_TEXTS: usize = 1024;
 /// What `/props` says, as far as crossbar reads it.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Props {
-    /// `default_generation_settings.n_ctx`: the per-slot context.
+    /// `default_generation_settings.n_ctx`: the per-slot context; `None` for 0 too.
     pub n_ctx: Option<u64>,
     pub total_slots: Option<u64>,
     /// A router's `--models-max`.
@@ -92,7 +92,8 @@ pub fn props(body: &str) -> Result<Props, ParseError> {
         .default_generation_settings
         .and_then(fields::<RawSettings>);
     Ok(Props {
-        n_ctx: settings.and_then(|s| s.n_ctx).and_then(count),
+        // 0 (a router's own `/props`) is an unknown context, which the guard leaves alone.
+        n_ctx: (settings.and_then(|s| s.n_ctx).and_then(count)).filter(|n| *n > 0),
         total_slots: raw.total_slots.and_then(count),
         max_instances: raw.max_instances.and_then(count),
     })

@@ -79,7 +79,7 @@ pub fn poll_host(agent: &ureq::Agent, host: &config::Host) -> Poll {
 /// `n_ctx` of 0 (a router's own `/props`): an unknown context, which the guard leaves alone.
 pub fn parse_props(body: &str) -> Result<(Option<u64>, Option<u64>), ParseError> {
     let props = answers::props(body)?;
-    Ok((props.n_ctx.filter(|n| *n > 0), props.total_slots))
+    Ok((props.n_ctx, props.total_slots))
 }
 
 /// Loaded model ids and aliases from a `/v1/models` or router `/models` body. Entries with a
@@ -165,8 +165,7 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
     let (per_slot_ctx, total_slots, max_instances) = match fetch(agent, host, "/props") {
         Ok(body) => {
             let props = answers::props(&body).map_err(|e| bad_answer("/props", &e))?;
-            let ctx = props.n_ctx.filter(|n| *n > 0);
-            (ctx, props.total_slots, props.max_instances)
+            (props.n_ctx, props.total_slots, props.max_instances)
         }
         Err(DownReason::Status {
             status: 404 | 501, ..
