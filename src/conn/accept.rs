@@ -5,9 +5,8 @@
 //! ECONNABORTED...) are logged once per burst and backed off; the thread never returns while the
 //! pool runs. Refusals here are logged at most once a second ([`Burst`]).
 
-use std::io::Read;
 use std::net::{IpAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,21 +23,21 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// Refusals logged at most once a second, with how many there were since the last line.
 #[derive(Debug, Default)]
 pub(super) struct Burst {
-    since_log: AtomicU64,
-    logged: parking_lot::Mutex<Option<Instant>>,
+    /// Refusals since the last line, and when that line was.
+    state: parking_lot::Mutex<(u64, Option<Instant>)>,
 }
 
 impl Burst {
     /// Counts one; `Some(n)` when a line is due (`n` refusals since the last).
     pub(super) fn hit(&self) -> Option<u64> {
-        let n = self.since_log.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut logged = self.logged.lock();
+        let mut state = self.state.lock();
+        let (since_log, logged) = &mut *state;
+        *since_log += 1;
         if logged.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
             return None;
         }
         *logged = Some(Instant::now());
-        self.since_log.store(0, Ordering::Relaxed);
-        Some(n)
+        Some(std::mem::take(since_log))
     }
 }
 
@@ -108,11 +107,7 @@ pub(super) fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) 
 
 /// `503 busy` to a connection no worker can take; logged at most once a second.
 pub(super) fn busy(sh: &Shared, conn: Conn) {
-    let sock = conn.inb.wire();
-    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
-    (sh.service.refused)(Refused::Busy);
-    refuse(sock, 503, "busy", None, Some(1));
-    if let Some(n) = sh.busy_burst.hit() {
+    if let Some(n) = refuse_busy(sh, conn.inb.wire(), Refused::Busy, None, &sh.busy_burst) {
         log::warn!(
             "refused listener={} status=503 reason=busy connections={n}",
             sh.service.name
@@ -125,11 +120,9 @@ pub(super) fn busy(sh: &Shared, conn: Conn) {
 /// read for its peer; the connection closes (lingering, so what it still sends is drained).
 /// Logged at most once a second.
 pub(super) fn per_peer_bodies(sh: &Shared, conn: Conn) {
-    (sh.service.refused)(Refused::PerPeerBodies);
     let sock = conn.inb.wire();
-    let detail = "too many request bodies being sent from this address";
-    refuse(sock, 503, "busy", Some(detail), Some(1));
-    if let Some(n) = sh.bodies_burst.hit() {
+    let detail = Some("too many request bodies being sent from this address");
+    if let Some(n) = refuse_busy(sh, sock, Refused::PerPeerBodies, detail, &sh.bodies_burst) {
         let peer = sock
             .peer_addr()
             .map_or_else(|_| "-".into(), |a| a.ip().to_string());
@@ -147,24 +140,32 @@ pub(super) fn per_peer_bodies(sh: &Shared, conn: Conn) {
 /// first (once, without waiting) so the close does not reset the answer away. Logged at most once
 /// a second.
 fn per_peer(sh: &Shared, mut sock: TcpStream, ip: IpAddr) {
-    (sh.service.refused)(Refused::PerPeer);
-    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
-    let detail = "too many connections from this address";
-    refuse(&sock, 503, "busy", Some(detail), Some(1));
+    let detail = Some("too many connections from this address");
+    let due = refuse_busy(sh, &sock, Refused::PerPeer, detail, &sh.per_peer_burst);
     if sock.set_nonblocking(true).is_ok() {
-        let mut scratch = [0u8; 4096];
-        for _ in 0..16 {
-            if !matches!(sock.read(&mut scratch), Ok(n) if n > 0) {
-                break;
-            }
-        }
+        park::drain(&mut sock, &mut [0u8; 4096], 16);
     }
     let _ = sock.shutdown(std::net::Shutdown::Both);
-    if let Some(n) = sh.per_peer_burst.hit() {
+    if let Some(n) = due {
         log::warn!(
             "refused listener={} status=503 reason=per_peer peer={ip} max={} connections={n}",
             sh.service.name,
             sh.settings.max_per_peer
         );
     }
+}
+
+/// `503 busy` (with `detail`) at once, counted as `reason`; the write gets 200 ms at most, as a
+/// refusal is worth no longer wait. `Some(n)` when `burst` says a log line is due.
+fn refuse_busy(
+    sh: &Shared,
+    sock: &TcpStream,
+    reason: Refused,
+    detail: Option<&str>,
+    burst: &Burst,
+) -> Option<u64> {
+    let _ = sock.set_write_timeout(Some(Duration::from_millis(200)));
+    (sh.service.refused)(reason);
+    refuse(sock, 503, "busy", detail, Some(1));
+    burst.hit()
 }

@@ -113,7 +113,7 @@ pub(super) fn poll(
                     }
                 }
                 Parked::Linger(mut sock, peer, until) => {
-                    if until > now && drain(&mut sock, &mut scratch) {
+                    if until > now && drain(&mut sock, &mut scratch, 64) {
                         kept.push(Parked::Linger(sock, peer, until));
                     }
                 }
@@ -221,9 +221,10 @@ fn hand(sh: &Shared, conn: Conn, queue: &Sender<Conn>, now: Instant) -> Option<C
     }
 }
 
-/// Reads and drops what a closing connection's peer still sends; false once it is done.
-fn drain(sock: &mut TcpStream, scratch: &mut [u8]) -> bool {
-    for _ in 0..64 {
+/// Reads and drops what a closing connection's peer still sends, at most `reads` reads of
+/// `scratch` on a non-blocking socket; false once the peer is done.
+pub(super) fn drain(sock: &mut TcpStream, scratch: &mut [u8], reads: usize) -> bool {
+    for _ in 0..reads {
         match sock.read(scratch) {
             Ok(0) => return false,
             Ok(_) => {}
