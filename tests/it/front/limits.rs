@@ -225,10 +225,7 @@ fn an_idle_kept_alive_connection_is_closed_at_keepalive_idle_issue_10() {
     let h = Harness::start(vec![host("titan", 1)], "keepalive_idle = \"300ms\"");
     let mut conn = Conn::open(h.addr());
     let body = chat("idle", 0, false).to_string();
-    let head = format!(
-        "POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let head = post_head(CHAT, "", &body);
     conn.reader.get_mut().write_all(head.as_bytes()).unwrap();
     let answer = conn.read_answer();
     assert_eq!(answer.status, 200, "{}", answer.text());

@@ -54,9 +54,8 @@ pub(super) fn check_splits(line: &str) {
                     "key {key:?}: {line}"
                 );
                 let after_key = &rest[key.len() + 1..];
-                let len = if let Some(quoted) = value.strip_prefix('"') {
+                let len = if value.starts_with('"') {
                     // A quoted value runs to the next unescaped quote.
-                    let _ = quoted;
                     let bytes = after_key.as_bytes();
                     let mut i = 1;
                     while i < bytes.len() && bytes[i] != b'"' {
