@@ -157,21 +157,15 @@ pub fn run(db: &Path) -> String {
          new_p99_us={:.1} rss_mib={:.1} table_mib={:.1} sweep_expired={expired} sweep_ms={sweep_ms:.0} \
          sweep_stall_max_us={stall_us:.0} acquires_during_sweep={during} touches_flushed={flushed} \
          row_commit_p50_us={:.1} row_commit_p99_us={:.1}",
-        pct(&mut reused, 50.0),
-        pct(&mut reused, 99.0),
-        pct(&mut fresh, 50.0),
-        pct(&mut fresh, 99.0),
+        crate::percentile(&mut reused, 50.0),
+        crate::percentile(&mut reused, 99.0),
+        crate::percentile(&mut fresh, 50.0),
+        crate::percentile(&mut fresh, 99.0),
         rss_after as f64 / 1024.0,
         rss_after.saturating_sub(rss_before) as f64 / 1024.0,
-        pct(&mut rows, 50.0),
-        pct(&mut rows, 99.0),
+        crate::percentile(&mut rows, 50.0),
+        crate::percentile(&mut rows, 99.0),
     )
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
 }
 
 /// This process's resident set, KiB (Linux `/proc/self/status`).
