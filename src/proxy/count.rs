@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -42,8 +43,9 @@ pub struct Counter {
     /// Invariant: a host is here only while it has calls in flight, at most [`PER_HOST`]; its
     /// name is a configured host's (the guard looks it up in the config first).
     in_flight: Mutex<HashMap<String, usize>>,
-    /// Requests waiting for a turn, over all hosts (at most one per worker).
-    waiting: Mutex<usize>,
+    /// Requests waiting for a turn, over all hosts (at most one per worker); changed only with
+    /// `in_flight` locked, read without.
+    waiting: AtomicUsize,
     /// Signalled whenever a permit comes back.
     returned: Condvar,
 }
@@ -60,7 +62,7 @@ impl Counter {
         Counter {
             agent,
             in_flight: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(0),
+            waiting: AtomicUsize::new(0),
             returned: Condvar::new(),
         }
     }
@@ -73,8 +75,7 @@ impl Counter {
             in_flight.get(host).is_some_and(|n| *n >= PER_HOST)
         };
         if full(&in_flight) && Instant::now() < deadline {
-            // Lock order: `in_flight`, then `waiting` (nothing takes them the other way).
-            *self.waiting.lock() += 1;
+            self.waiting.fetch_add(1, Ordering::Relaxed);
             while full(&in_flight) {
                 if self
                     .returned
@@ -84,7 +85,7 @@ impl Counter {
                     break;
                 }
             }
-            *self.waiting.lock() -= 1;
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
         }
         let n = in_flight.entry(host.to_string()).or_insert(0);
         if *n >= PER_HOST {
@@ -99,7 +100,7 @@ impl Counter {
 
     /// Requests waiting for a turn to count, on any host.
     pub fn waiting(&self) -> usize {
-        *self.waiting.lock()
+        self.waiting.load(Ordering::Relaxed)
     }
 
     pub(super) fn agent(&self) -> &ureq::Agent {
