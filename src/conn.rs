@@ -63,8 +63,6 @@ pub struct Counts {
     pub reading_head: usize,
     /// Waiting for the first byte of a (next) head off the workers.
     pub idle: usize,
-    /// Answered and closing.
-    pub lingering: usize,
     /// Requests whose body a worker is waiting for (all peers).
     pub reading_body: usize,
 }

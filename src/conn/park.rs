@@ -125,19 +125,18 @@ pub(super) fn poll(
     }
 }
 
-/// Publishes what the poller holds, for `Pool::counts`.
+/// Publishes what the poller holds, for `Pool::counts` (lingering closes are not counted).
 fn count(sh: &Shared, list: &[Parked]) {
-    let (mut heads, mut idle, mut lingering) = (0, 0, 0);
+    let (mut heads, mut idle) = (0, 0);
     for parked in list {
         match parked {
             Parked::Conn(conn) if conn.inb.pending().is_empty() => idle += 1,
             Parked::Conn(_) => heads += 1,
-            Parked::Linger(..) => lingering += 1,
+            Parked::Linger(..) => {}
         }
     }
-    sh.held[0].store(heads, Ordering::Relaxed);
-    sh.held[1].store(idle, Ordering::Relaxed);
-    sh.held[2].store(lingering, Ordering::Relaxed);
+    sh.held.heads.store(heads, Ordering::Relaxed);
+    sh.held.idle.store(idle, Ordering::Relaxed);
 }
 
 /// A held connection: reads what has arrived; back on the queue once its head is whole, answered

@@ -109,6 +109,15 @@ impl Conn {
     }
 }
 
+/// The connections the poller holds, by kind, as of its last look.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// Part of a head received.
+    pub(super) heads: AtomicUsize,
+    /// Waiting for the first byte of a (next) head.
+    pub(super) idle: AtomicUsize,
+}
+
 pub(super) struct Shared {
     pub(super) service: Service,
     pub(super) settings: Settings,
@@ -116,8 +125,8 @@ pub(super) struct Shared {
     pub(super) queue: Receiver<Conn>,
     pub(super) parked: parking_lot::Mutex<Vec<Parked>>,
     pub(super) wake_poller: Sender<()>,
-    /// What the poller holds: heads being read, idle connections, lingering closes.
-    pub(super) held: [AtomicUsize; 3],
+    /// What the poller holds, as of its last look.
+    pub(super) held: Held,
     pub(super) peers: Arc<Peers>,
     pub(super) busy_burst: Burst,
     pub(super) per_peer_burst: Burst,
@@ -205,12 +214,10 @@ impl Pool {
 
     /// Open connections and what the poller holds of them (as of its last look).
     pub fn counts(&self) -> Counts {
-        let held = |i: usize| self.shared.held[i].load(Ordering::Relaxed);
         Counts {
             open: self.shared.peers.total(),
-            reading_head: held(0),
-            idle: held(1),
-            lingering: held(2),
+            reading_head: self.shared.held.heads.load(Ordering::Relaxed),
+            idle: self.shared.held.idle.load(Ordering::Relaxed),
             reading_body: self.shared.peers.bodies(),
         }
     }
