@@ -63,20 +63,12 @@ impl<W: Wire> Inbound<W> {
         let mut scanned = 0;
         let mut started = false;
         loop {
-            self.skip_leading_newlines();
-            let pending = self.pending();
-            if !pending.is_empty() {
-                started = true;
-            }
-            if let Some(end) = head_end(pending, scanned) {
-                let head = parse(&pending[..end]);
+            if let Some(end) = self.head_ready(&mut scanned)? {
+                let head = parse(&self.pending()[..end]);
                 self.consume(end);
                 return head;
             }
-            if pending.len() >= MAX_HEAD {
-                return Err(HeadError::TooLarge);
-            }
-            scanned = pending.len();
+            started |= !self.pending().is_empty();
             match self.fill(deadline, MAX_HEAD) {
                 Fill::Data => {}
                 Fill::Eof | Fill::Failed(_) if !started => return Err(HeadError::Closed),
@@ -87,27 +79,26 @@ impl<W: Wire> Inbound<W> {
             }
         }
     }
-}
 
-impl<W: Wire> Inbound<W> {
-    /// Whether a whole head is pending, without reading: for the poller, which collects heads
-    /// off the workers. `scanned` is how much of the pending bytes earlier calls searched. Over
-    /// [`MAX_HEAD`] without its end is [`HeadError::TooLarge`].
-    pub(super) fn head_ready(&mut self, scanned: &mut usize) -> Result<bool, HeadError> {
+    /// Where a whole pending head ends, without reading: blank lines before it are dropped first
+    /// (RFC 9112 §2.2). `scanned` is how much of the pending bytes earlier calls searched (so a
+    /// head arriving a byte at a time is scanned once); over [`MAX_HEAD`] without its end is
+    /// [`HeadError::TooLarge`]. The poller calls it too, to collect heads off the workers.
+    pub(super) fn head_ready(&mut self, scanned: &mut usize) -> Result<Option<usize>, HeadError> {
         let before = self.pending().len();
         self.skip_leading_newlines();
         if self.pending().len() != before {
             *scanned = 0;
         }
         let pending = self.pending();
-        if head_end(pending, *scanned).is_some() {
-            return Ok(true);
+        if let Some(end) = head_end(pending, *scanned) {
+            return Ok(Some(end));
         }
         *scanned = pending.len();
         if pending.len() >= MAX_HEAD {
             return Err(HeadError::TooLarge);
         }
-        Ok(false)
+        Ok(None)
     }
 }
 

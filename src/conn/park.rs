@@ -143,6 +143,7 @@ fn count(sh: &Shared, list: &[Parked]) {
 /// when its head is refused or late, dropped when the peer left or an idle one timed out;
 /// otherwise returned to stay held.
 fn look(sh: &Shared, mut conn: Conn, queue: &Sender<Conn>, now: Instant) -> Option<Conn> {
+    let mut ended = false;
     for _ in 0..READS_PER_TICK {
         if conn.inb.pending().len() >= MAX_HEAD {
             break;
@@ -155,17 +156,8 @@ fn look(sh: &Shared, mut conn: Conn, queue: &Sender<Conn>, now: Instant) -> Opti
             }
             Fill::Timeout => break,
             Fill::Eof => {
-                let mut scanned = conn.scanned;
-                match conn.inb.head_ready(&mut scanned) {
-                    // A whole head followed by EOF is still served (the answer may be read).
-                    Ok(true) => break,
-                    Ok(false) if conn.inb.pending().is_empty() => return None,
-                    _ => {
-                        let ended = HeadError::Bad("connection ended inside the head".into());
-                        refuse_head(sh, conn, ended);
-                        return None;
-                    }
-                }
+                ended = true;
+                break;
             }
             Fill::Failed(e) => {
                 log::debug!(
@@ -177,19 +169,23 @@ fn look(sh: &Shared, mut conn: Conn, queue: &Sender<Conn>, now: Instant) -> Opti
             }
         }
     }
-    let mut scanned = conn.scanned;
-    let ready = conn.inb.head_ready(&mut scanned);
-    conn.scanned = scanned;
-    match ready {
+    match conn.inb.head_ready(&mut conn.scanned) {
+        // A whole head followed by EOF is still served (the answer may be read).
+        Ok(Some(_)) => hand(sh, conn, queue, now),
+        Ok(None) if ended && conn.inb.pending().is_empty() => None,
+        Ok(None) | Err(_) if ended => {
+            let ended = HeadError::Bad("connection ended inside the head".into());
+            refuse_head(sh, conn, ended);
+            None
+        }
         Err(err) => {
             refuse_head(sh, conn, err);
             None
         }
-        Ok(true) => hand(sh, conn, queue, now),
-        Ok(false) if until_conn(&conn) > now => Some(conn),
+        Ok(None) if until_conn(&conn) > now => Some(conn),
         // Nothing of a head by the deadline: closed quietly, as an idle connection is.
-        Ok(false) if conn.inb.pending().is_empty() => None,
-        Ok(false) => {
+        Ok(None) if conn.inb.pending().is_empty() => None,
+        Ok(None) => {
             refuse_head(sh, conn, HeadError::Timeout);
             None
         }
