@@ -369,12 +369,9 @@ const SHOWN_NAME_BYTES: usize = 64;
 fn shown_loaded(names: &[String]) -> String {
     let mut shown: Vec<String> = (names.iter().take(SHOWN_NAMES))
         .map(|name| {
-            let mut cut = name.len().min(SHOWN_NAME_BYTES);
-            while !name.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            let more = if cut < name.len() { "..." } else { "" };
-            format!("{}{more}", &name[..cut])
+            let cut = crate::logfmt::cut(name, SHOWN_NAME_BYTES);
+            let more = if cut.len() < name.len() { "..." } else { "" };
+            format!("{cut}{more}")
         })
         .collect();
     if names.len() > SHOWN_NAMES {

@@ -6,6 +6,15 @@
 
 use std::fmt;
 
+/// `s` cut to at most `max` bytes, on a char boundary: what a client or host sent sizes no line.
+pub fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// An error and its sources, joined with ": ": the whole story on one line (the CLI's error
 /// line, log values). Pass the result through [`val`] when it goes into a `key=value` line.
 pub fn chain(e: &dyn std::error::Error) -> String {

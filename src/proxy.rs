@@ -304,11 +304,7 @@ const MAX_MODEL_SHOWN: usize = 256;
 
 /// `name` cut to [`MAX_MODEL_SHOWN`] bytes on a char boundary.
 fn shown(name: &str) -> &str {
-    let mut cut = name.len().min(MAX_MODEL_SHOWN);
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &name[..cut]
+    crate::logfmt::cut(name, MAX_MODEL_SHOWN)
 }
 
 /// The config entry of a host the lease table named (it only names configured hosts).

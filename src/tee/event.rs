@@ -192,11 +192,7 @@ impl Seen {
             None => e.to_string(),
         };
         if msg.len() > MAX_ERROR {
-            let mut cut = MAX_ERROR;
-            while !msg.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            msg.truncate(cut);
+            msg.truncate(crate::logfmt::cut(&msg, MAX_ERROR).len());
         }
         self.error = Some(msg);
     }
