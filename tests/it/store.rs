@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crossbar::config::Config;
 use crossbar::server::Server;
-use crossbar::store::{self, Reader, Write};
+use crossbar::store::{self, Reader};
 use serde_json::json;
 
 use crate::support::{chat, host, request, temp_dir, Answer, Harness};
@@ -52,14 +52,7 @@ fn issue17_a_full_disk_answers_503_store_unavailable_then_recovers() {
     let gw = h.server().gateway().clone();
     assert_eq!(session(&h, "warm").status, 200);
     // SQLite's own size cap: the file may not grow past its current pages.
-    gw.store
-        .submit(vec![Write::LimitPages(Some(1))])
-        .wait()
-        .unwrap();
-    let refused = (0..400)
-        .map(|i| session(&h, &format!("s{i}")))
-        .find(|a| a.status != 200)
-        .expect("400 new conversations fitted in a full file");
+    let refused = h.fill_store();
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert_eq!(refused.json(), json!({"error": "store unavailable"}));
     assert_eq!(refused.header("Retry-After"), Some("5"));
@@ -76,10 +69,7 @@ fn issue17_a_full_disk_answers_503_store_unavailable_then_recovers() {
     // A conversation that already has its lease is still served (its touch is written behind).
     assert_eq!(session(&h, "warm").status, 200);
 
-    gw.store
-        .submit(vec![Write::LimitPages(None)])
-        .wait()
-        .unwrap();
+    h.unfill_store();
     let answer = session(&h, "after");
     assert_eq!(answer.status, 200, "{}", answer.text());
     // Recovery is declared after a run of good writes (a nearly full disk flaps); every new

@@ -100,6 +100,38 @@ impl Harness {
         Reader::open(&self.dir.join("crossbar.db")).unwrap()
     }
 
+    /// Fills the db (SQLite's page cap at the file's size) and sends new conversations until
+    /// one is refused: that answer.
+    pub fn fill_store(&self) -> Answer {
+        self.limit_pages(Some(1));
+        (0..400)
+            .map(|i| {
+                let id = format!("full{i}");
+                self.post_with(
+                    "/projA/v1/chat/completions",
+                    &[("X-Session-Id", &id)],
+                    &chat("hi", 0, false),
+                )
+            })
+            .find(|a| a.status != 200)
+            .expect("400 new conversations fitted in a full file")
+    }
+
+    /// Lifts [`Harness::fill_store`]'s cap.
+    pub fn unfill_store(&self) {
+        self.limit_pages(None);
+    }
+
+    fn limit_pages(&self, pages: Option<u32>) {
+        let write = crossbar::store::Write::LimitPages(pages);
+        self.server()
+            .gateway()
+            .store
+            .submit(vec![write])
+            .wait()
+            .unwrap();
+    }
+
     /// The accounting rows so far, oldest first.
     pub fn rows(&self) -> Vec<RequestRow> {
         self.db().requests_since(0, None).unwrap()

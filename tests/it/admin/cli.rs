@@ -373,25 +373,11 @@ fn check_explains_typos_syntax_errors_and_a_v1_url() {
 #[test]
 fn status_says_the_store_is_failing_while_it_is() {
     let h = Harness::start(vec![host("titan", 1)], "");
-    let gw = h.server().gateway().clone();
-    let limit = |pages| {
-        let write = crossbar::store::Write::LimitPages(pages);
-        gw.store.submit(vec![write]).wait().unwrap();
-    };
-    limit(Some(1));
-    let failed = (0..400)
-        .map(|i| {
-            h.post(
-                "/projA/v1/chat/completions",
-                &crate::support::chat(&format!("s{i}"), 0, false),
-            )
-        })
-        .find(|a| a.status != 200)
-        .expect("400 new conversations fitted in a full file");
+    let failed = h.fill_store();
     assert_eq!(failed.status, 503, "{}", failed.text());
     let table = verb(&h, &["status"]);
     let out = check_ok(&table);
     assert!(out.contains("STORE FAILING since"), "{out}");
     assert!(out.contains("database or disk is full"), "{out}");
-    limit(None);
+    h.unfill_store();
 }
