@@ -20,7 +20,6 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,7 +84,8 @@ thread_local! {
 #[derive(Debug)]
 struct State {
     client: Option<Arc<TcpStream>>,
-    left: Arc<AtomicBool>,
+    /// A wait for upstream ended because the client had gone.
+    left: bool,
     /// The connection came from the pool (set when a transport is first used by this request).
     reused: bool,
     /// Some bytes of the request were handed to the kernel.
@@ -103,20 +103,18 @@ struct State {
 }
 
 /// One forwarded request's watch over its upstream connection: while it lives, this thread's
-/// upstream waits look at `client` and raise `left` when it has gone. Dropping it ends the watch
-/// (and releases the client socket's handle).
+/// upstream waits look at `client` and note when it has gone. Dropping it ends the watch (and
+/// releases the client socket's handle). Its state is the thread's (`EXCHANGE`), as the
+/// transport that reads it runs on this thread.
 #[derive(Debug)]
-pub(super) struct Exchange {
-    left: Arc<AtomicBool>,
-}
+pub(super) struct Exchange(());
 
 impl Exchange {
     /// Starts watching `client` (when given) for the request about to run on this thread.
     pub(super) fn start(client: Option<Arc<TcpStream>>) -> Exchange {
-        let left = Arc::new(AtomicBool::new(false));
         let state = State {
             client,
-            left: Arc::clone(&left),
+            left: false,
             reused: true,
             sent: false,
             received: false,
@@ -125,12 +123,12 @@ impl Exchange {
             hold_head: false,
         };
         EXCHANGE.with(|e| *e.borrow_mut() = Some(state));
-        Exchange { left }
+        Exchange(())
     }
 
     /// Whether the wait for upstream ended because the client left.
     pub(super) fn client_left(&self) -> bool {
-        self.left.load(Ordering::Relaxed)
+        with_state(|s| s.left).unwrap_or(false)
     }
 
     /// Whether the failed attempt may be sent again on a fresh connection: it ran on a pooled
@@ -288,8 +286,7 @@ impl<T: Transport> Watched<T> {
 
     /// The inner wait, in steps of [`GONE_CHECK`] with a look at the exchange's client between.
     fn await_watched(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
-        let watched = with_state(|s| (s.client.clone(), Arc::clone(&s.left)));
-        let Some((Some(client), left_flag)) = watched else {
+        let Some(Some(client)) = with_state(|s| s.client.clone()) else {
             return self.inner.await_input(timeout);
         };
         let limit = timeout
@@ -307,7 +304,7 @@ impl<T: Transport> Watched<T> {
             match self.inner.await_input(stepped) {
                 Err(Error::Timeout(_)) if step < left => {
                     if crate::conn::peer_gone(&client) {
-                        left_flag.store(true, Ordering::Relaxed);
+                        with_state(|s| s.left = true);
                         return Err(Error::Io(io::Error::other("client gone")));
                     }
                 }
