@@ -209,7 +209,7 @@ impl Table {
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
-        self.acquire_inner(key, candidates, now, true)
+        Ok(self.acquire_inner(key, candidates, now, true, false)?.0)
     }
 
     /// [`Table::acquire`] without rule 3: a new conversation never inherits the route-level
@@ -220,7 +220,20 @@ impl Table {
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
-        self.acquire_inner(key, candidates, now, false)
+        Ok(self.acquire_inner(key, candidates, now, false, false)?.0)
+    }
+
+    /// [`Table::acquire`] (or, with `spread`, [`Table::acquire_spread`]) with the request marked
+    /// in flight on its lease until the returned hold drops, in the same turn of the lock: the
+    /// lease cannot be evicted between the two.
+    pub fn acquire_held(
+        &self,
+        key: &Key,
+        candidates: &[String],
+        now: i64,
+        spread: bool,
+    ) -> Result<(Acquired, Option<Hold>), LeaseError> {
+        self.acquire_inner(key, candidates, now, !spread, true)
     }
 
     /// The host for a request that takes no lease (metadata on a `spread_new` route: model lists,
@@ -264,8 +277,9 @@ impl Table {
             Some(lease) => lease.host.clone(),
             None => String::new(),
         };
-        self.put_reserved(inner, key, host, now, Reason::Ctx, &from)?;
-        self.lock().see(&key.route, host);
+        self.put_reserved(inner, key, host, now, Reason::Ctx, &from, |inner| {
+            inner.see(&key.route, host)
+        })?;
         Ok(())
     }
 

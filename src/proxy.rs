@@ -220,12 +220,9 @@ fn prepare<'c>(
         return Ok((plan, key));
     }
     let now = row.started;
-    let acquired = if route.spread_new {
-        gw.leases.acquire_spread(&key, &route.hosts, now)?
-    } else {
-        gw.leases.acquire(&key, &route.hosts, now)?
-    };
-    let hold = gw.leases.hold(&key);
+    let (acquired, hold) = gw
+        .leases
+        .acquire_held(&key, &route.hosts, now, route.spread_new)?;
     row.host = acquired.host.clone();
     let moved = if metadata {
         None

@@ -4,7 +4,9 @@
 //! counts it), committed with the lock released, put in memory. A reused lease's `last_used` is
 //! changed in memory at once and written behind.
 
-use super::{Acquired, Candidate, Inner, Key, LeaseError, Table};
+use std::sync::Arc;
+
+use super::{Acquired, Candidate, Hold, Inner, Key, LeaseError, Table};
 use crate::logfmt::val;
 use crate::store::Reason;
 
@@ -23,33 +25,51 @@ enum Step {
 
 impl Table {
     /// Seed 000's rules, then the write a new or moved lease needs. `candidates` are remembered
-    /// as seen for the route in the same turn of the lock, unless a write failed.
+    /// as seen for the route in the same turn of the lock, unless a write failed; with `hold`,
+    /// the request is marked in flight on its lease in that turn too (no moment unheld).
     pub(super) fn acquire_inner(
         &self,
         key: &Key,
         candidates: &[String],
         now: i64,
         inherit: bool,
-    ) -> Result<Acquired, LeaseError> {
+        hold: bool,
+    ) -> Result<(Acquired, Option<Hold>), LeaseError> {
         let mut inner = self.lock();
         self.settle_key(&mut inner, key)?;
         let step = self.decide(&mut inner, key, candidates, now, inherit);
         if !matches!(step, Ok(Step::Write { .. })) {
             inner.see_all(&key.route, candidates);
         }
-        match step? {
-            Step::Done(acquired) => Ok(acquired),
+        let held = match step? {
+            Step::Done(acquired) => {
+                let held = if hold { inner.hold(key) } else { None };
+                return Ok((acquired, self.hold_of(held)));
+            }
             Step::Write {
                 host,
                 reason,
                 from,
                 reused,
             } => {
-                self.put_reserved(inner, key, &host, now, reason, &from)?;
-                self.lock().see_all(&key.route, candidates);
-                Ok(Acquired { host, reused })
+                let mut held = None;
+                self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
+                    inner.see_all(&key.route, candidates);
+                    if hold {
+                        held = inner.hold(key);
+                    }
+                })?;
+                (Acquired { host, reused }, held)
             }
-        }
+        };
+        Ok((held.0, self.hold_of(held.1)))
+    }
+
+    fn hold_of(&self, key: Option<Arc<Key>>) -> Option<Hold> {
+        key.map(|key| Hold {
+            shared: self.shared.clone(),
+            key,
+        })
     }
 
     /// Seed 000's rules in order, deciding without writing (a touch is written behind).

@@ -79,6 +79,15 @@ impl Inner {
         Some(entry)
     }
 
+    /// One more request in flight on `key`'s lease (eviction passes it by); its key, for the
+    /// [`super::Hold`] that gives it back.
+    pub(super) fn hold(&mut self, key: &Key) -> Option<Arc<Key>> {
+        let (k, _) = self.leases.get_key_value(key)?;
+        let k = k.clone();
+        self.leases.get_mut(key)?.in_flight += 1;
+        Some(k)
+    }
+
     /// Moves a lease's `last_used` forward (never back: `now`s may arrive out of order).
     pub(super) fn touch(&mut self, key: &Key, now: i64) -> Option<i64> {
         let (k, entry) = self.leases.get_key_value(key)?;

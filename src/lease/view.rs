@@ -1,24 +1,12 @@
-//! The table's read side and bookkeeping outside the acquire rules: a request's hold on its lease,
-//! flushing touches to the store, counts and copies for the admin API, status page and metrics.
+//! The table's read side and bookkeeping outside the acquire rules: flushing touches to the store, counts and copies for the admin API, status page and metrics.
 //! None of these walks the table on a request's behalf except `snapshot` (admin and page only).
 
 use std::collections::BTreeMap;
 
-use super::{Hold, Key, Lease, Table};
+use super::{Key, Lease, Table};
 use crate::store::Write;
 
 impl Table {
-    /// Marks a request on `key`'s lease in flight until the returned hold drops.
-    pub fn hold(&self, key: &Key) -> Option<Hold> {
-        let mut inner = self.lock();
-        let k = inner.leases.get_key_value(key)?.0.clone();
-        inner.leases.get_mut(key)?.in_flight += 1;
-        Some(Hold {
-            shared: self.shared.clone(),
-            key: k,
-        })
-    }
-
     /// Writes the `last_used` of every lease touched since the last flush, as one job nobody
     /// waits for (issue 12: touches are written behind; a crash loses at most the touches since
     /// the last flush, which only makes those leases look idle a little early). Called by the

@@ -55,7 +55,9 @@ impl Table {
 
     /// Puts `key`'s lease on `host` (new or moved from `from`, "" if none) with its event: the
     /// key reserved and counted on `host` while the lock is released for the commit, then in
-    /// memory. The caller has settled the key. Over `max_leases`, the oldest idle lease goes.
+    /// memory, where `then` runs in the same turn of the lock once it is committed. The caller
+    /// has settled the key. Over `max_leases`, the oldest idle lease goes.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn put_reserved(
         &self,
         mut inner: Guard<'_>,
@@ -64,6 +66,7 @@ impl Table {
         now: i64,
         reason: Reason,
         from: &str,
+        then: impl FnOnce(&mut Inner),
     ) -> Result<(), StoreError> {
         inner.pending.insert(key.clone(), host.to_string());
         inner.count(&key.model, host, 1);
@@ -79,6 +82,7 @@ impl Table {
         if committed.is_ok() {
             inner.insert(key.clone(), host.to_string(), now, now);
             log_change(key, reason, from, host);
+            then(&mut inner);
             self.evict(&mut inner, now);
         }
         drop(inner);

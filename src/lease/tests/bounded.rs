@@ -93,7 +93,11 @@ fn issue12_over_max_leases_the_least_recently_used_idle_lease_is_evicted() {
     for (i, fp) in ["a", "b", "c"].into_iter().enumerate() {
         f.table.acquire(&key("p", fp), &both(), i as i64).unwrap();
     }
-    let held = f.table.hold(&key("p", "a")).unwrap();
+    // Held at its own time: the touch leaves it the oldest.
+    let (_, held) = f
+        .table
+        .acquire_held(&key("p", "a"), &both(), 0, false)
+        .unwrap();
     f.table.acquire(&key("p", "d"), &both(), 10).unwrap();
     let fps: Vec<String> = f.table.snapshot().into_iter().map(|l| l.key.fp).collect();
     assert_eq!(
