@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{Deserializer as _, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -110,7 +111,7 @@ pub(super) fn rename(body: &[u8], host: &Host) -> Option<Vec<u8>> {
             .map(|(model, _)| model.as_str())
     };
     let mut edits = Edits {
-        base: body.as_ptr() as usize,
+        body,
         configured: &configured,
         found: Vec::new(),
     };
@@ -127,16 +128,13 @@ pub(super) fn rename(body: &[u8], host: &Host) -> Option<Vec<u8>> {
         return None;
     }
     // In body order (`models` may come before `data`, and fields in any order).
-    edits.found.sort_by_key(|(start, _, _)| *start);
-    let mut out = Vec::with_capacity(body.len());
-    let mut at = 0;
-    for (start, end, name) in edits.found {
-        out.extend_from_slice(&body[at..start]);
-        serde_json::to_writer(&mut out, name).ok()?;
-        at = end;
-    }
-    out.extend_from_slice(&body[at..]);
-    Some(out)
+    edits.found.sort_by_key(|(span, _)| span.start);
+    let names: Vec<String> = (edits.found.iter())
+        .map(|(_, name)| serde_json::to_string(name))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let spans = edits.found.into_iter().map(|(span, _)| span);
+    super::model::splice(body, spans.zip(names.iter().map(|n| n.as_bytes())))
 }
 
 /// The fields renamed in a `data` entry and in a `models` entry.
@@ -145,9 +143,10 @@ const NAME_MODEL: &[&str] = &["name", "model"];
 
 /// Replacements found so far: byte ranges of the body (in order) and the configured name.
 struct Edits<'c> {
-    base: usize,
+    body: &'c [u8],
     configured: &'c dyn Fn(&str) -> Option<&'c str>,
-    found: Vec<(usize, usize, &'c str)>,
+    /// Where a name to replace is, and the configured name it becomes.
+    found: Vec<(Range<usize>, &'c str)>,
 }
 
 /// Visits one list's entries one at a time, never holding the list.
@@ -192,10 +191,10 @@ impl<'de> Visitor<'de> for Entries<'_, '_> {
                 let Ok(name) = serde_json::from_str::<Cow<'_, str>>(raw.get()) else {
                     continue;
                 };
-                if let Some(configured) = (self.edits.configured)(&name) {
-                    let start = raw.get().as_ptr() as usize - self.edits.base;
-                    let end = start + raw.get().len();
-                    self.edits.found.push((start, end, configured));
+                let configured = (self.edits.configured)(&name);
+                let span = super::model::span_in(self.edits.body, raw.get());
+                if let (Some(configured), Some(span)) = (configured, span) {
+                    self.edits.found.push((span, configured));
                 }
             }
         }

@@ -23,15 +23,8 @@ pub(super) fn named<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
     match spans.last() {
         Some(last) if body[last.clone()] == *name.as_bytes() && spans.len() == 1 => body.into(),
         Some(_) => {
-            let mut out = Vec::with_capacity(body.len() + name.len());
-            let mut at = 0;
-            for span in spans {
-                out.extend_from_slice(&body[at..span.start]);
-                out.extend_from_slice(name.as_bytes());
-                at = span.end;
-            }
-            out.extend_from_slice(&body[at..]);
-            out.into()
+            let edits = spans.into_iter().map(|span| (span, name.as_bytes()));
+            splice(body, edits).map_or(body.into(), Cow::Owned)
         }
         None => {
             let Some(open) = body.iter().position(|b| *b == b'{') else {
@@ -62,6 +55,31 @@ fn model_spans(body: &[u8]) -> Option<Vec<Range<usize>>> {
     Some(spans)
 }
 
+/// Where `raw`, a value the parser borrowed from `body` itself (`from_slice`, `from_str` of a part
+/// of it), sits in `body`: its address says so. `None` when it is not there after all.
+pub(super) fn span_in(body: &[u8], raw: &str) -> Option<Range<usize>> {
+    let start = (raw.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+    let span = start..start.checked_add(raw.len())?;
+    (body.get(span.clone()) == Some(raw.as_bytes())).then_some(span)
+}
+
+/// `body` with each span replaced by its bytes, every other byte as it was; `edits` come in
+/// body order and do not overlap (`None` if they do).
+pub(super) fn splice<'e>(
+    body: &[u8],
+    edits: impl IntoIterator<Item = (Range<usize>, &'e [u8])>,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut at = 0;
+    for (span, with) in edits {
+        out.extend_from_slice(body.get(at..span.start)?);
+        out.extend_from_slice(with);
+        at = span.end;
+    }
+    out.extend_from_slice(body.get(at..)?);
+    Some(out)
+}
+
 struct Spans<'a>(&'a [u8]);
 
 impl<'de> Visitor<'de> for Spans<'_> {
@@ -78,13 +96,9 @@ impl<'de> Visitor<'de> for Spans<'_> {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
-            // Borrowed from `body` itself (`from_slice`), so its place is its address.
             let raw = map.next_value::<&'de RawValue>()?.get();
-            let start = (raw.as_ptr() as usize).wrapping_sub(self.0.as_ptr() as usize);
-            let span = start..start + raw.len();
-            if self.0.get(span.clone()) != Some(raw.as_bytes()) {
-                return Err(serde::de::Error::custom("raw value not in the body"));
-            }
+            let span = span_in(self.0, raw)
+                .ok_or_else(|| serde::de::Error::custom("raw value not in the body"))?;
             spans.push(span);
         }
         Ok(spans)
