@@ -7,7 +7,7 @@
 //! addresses, so free loopback ports are found by binding `127.0.0.1:0` and letting go; the
 //! "crossbar listening" log line says when it is up. Log lines arrive over a channel.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -16,7 +16,9 @@ use crossbar::sim::{Sim, SimConfig, SimEvent};
 use crossbar::store::Reader;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::support::{chat, request, stderr_lines, temp_dir, wait_event, Answer, Conn};
+use crate::support::{
+    chat, free_port, request, stderr_lines, temp_dir, wait_event, wait_line, Answer, Conn,
+};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -81,21 +83,7 @@ impl Crossbar {
     /// Waits (up to 10 s) for a log line containing `needle`; returns it.
     #[track_caller]
     fn wait_log(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.log.recv_deadline(deadline) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "no log line with {needle:?}; the log so far:\n{}",
-                    self.seen.join("\n")
-                ),
-            }
-        }
+        wait_line(&self.log, &mut self.seen, needle)
     }
 
     /// Waits (up to 10 s) for the process to exit.
@@ -155,12 +143,6 @@ fn spawn_serve(path: &Path) -> (Child, Receiver<String>) {
         .expect("cannot run the crossbar binary");
     let log = stderr_lines(&mut child);
     (child, log)
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }
 
 fn sim() -> Sim {

@@ -3,14 +3,13 @@
 //! is flooded with connections until accept fails, then the flood ends: the failure is logged
 //! once, and the port serves again.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crossbar::sim::{Sim, SimConfig};
 use crossbeam_channel::Receiver;
 
-use crate::support::{chat, request, stderr_lines, temp_dir};
+use crate::support::{chat, free_port, request, stderr_lines, temp_dir, wait_line};
 
 /// A `crossbar serve` child; killed on drop.
 struct Serve {
@@ -29,27 +28,8 @@ impl Drop for Serve {
 impl Serve {
     #[track_caller]
     fn wait_log(&mut self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.log.recv_deadline(deadline) {
-                Ok(line) => {
-                    let found = line.contains(needle);
-                    self.seen.push(line);
-                    if found {
-                        return;
-                    }
-                }
-                Err(_) => panic!("no log line with {needle:?}:\n{}", self.seen.join("\n")),
-            }
-        }
+        wait_line(&self.log, &mut self.seen, needle);
     }
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 #[test]
