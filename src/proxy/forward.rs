@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use ureq::{http, Body};
 
@@ -80,12 +80,14 @@ pub(super) fn exchange(
     // its whole body, so a host trickling it cannot hold the worker read by read (issue 15).
     let whole = super::listing::renames(incoming, plan)
         .then(|| super::listing::deadline(gw.config().first_byte_timeout));
-    let mut result = send(agent, &exchange, incoming, plan, bodyless, whole, false).map_err(bad)?;
+    let mut result =
+        upstream::send(agent, &exchange, incoming, plan, bodyless, whole, false).map_err(bad)?;
     // A pooled connection the host had closed (pooled connections are not probed: the request's
     // own write or first read finds it): once more on a fresh one.
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
-        result = send(agent, &exchange, incoming, plan, bodyless, whole, true).map_err(bad)?;
+        result =
+            upstream::send(agent, &exchange, incoming, plan, bodyless, whole, true).map_err(bad)?;
     }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
@@ -127,80 +129,6 @@ pub(super) fn exchange(
             })
         }
     }
-}
-
-/// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
-/// connection.
-fn send(
-    agent: &ureq::Agent,
-    exchange: &upstream::Exchange,
-    incoming: &Incoming,
-    plan: &Plan<'_>,
-    bodyless: bool,
-    whole: Option<Duration>,
-    fresh: bool,
-) -> Result<Result<http::Response<Body>, ureq::Error>, http::Error> {
-    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
-    let mut request = http::Request::builder()
-        .method(incoming.method.as_str())
-        .uri(url.as_str());
-    let tokens = wire::connection_tokens(incoming.header("Connection"));
-    for (name, value) in &incoming.headers {
-        let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
-        let replaced = plan.host.api_key.is_some()
-            && (name.eq_ignore_ascii_case("authorization")
-                || name.eq_ignore_ascii_case("x-api-key"));
-        // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
-        // uncompressed answer costs nothing.
-        let skipped = ["expect", "accept-encoding"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h));
-        if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
-            continue;
-        }
-        request = request.header(name.as_str(), value.as_str());
-    }
-    if let Some(key) = &plan.host.api_key {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    exchange.body_follows(!plan.body.is_empty());
-    Ok(if bodyless {
-        agent.run(configured(agent, request.body(())?, whole, fresh))
-    } else {
-        agent.run(configured(
-            agent,
-            request.body(plan.body.as_slice())?,
-            whole,
-            fresh,
-        ))
-    })
-}
-
-/// `request` with what this attempt needs beyond the agent's settings:
-/// - `whole` (a listing read whole): at most that long for the head, and that long for the body.
-///   Not ureq's global timeout, under which it resolves the host's name on a thread of its own
-///   (`upstream.rs`: the agent has no overall timeout for that reason).
-/// - `fresh` (the retry): an idle age of zero, so the pool hands out none of its connections to
-///   the host. After a host restart every one of them is dead, not only the first one tried.
-fn configured<S: ureq::AsSendBody>(
-    agent: &ureq::Agent,
-    request: http::Request<S>,
-    whole: Option<Duration>,
-    fresh: bool,
-) -> http::Request<S> {
-    if whole.is_none() && !fresh {
-        return request;
-    }
-    let mut config = agent.configure_request(request);
-    if let Some(limit) = whole {
-        config = config
-            .timeout_recv_response(Some(limit))
-            .timeout_recv_body(Some(limit));
-    }
-    if fresh {
-        config = config.max_idle_age(Duration::ZERO);
-    }
-    config.build()
 }
 
 /// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value

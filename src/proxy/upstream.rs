@@ -14,8 +14,10 @@
 //! that was not streamed (llama-server closes after a streamed one while advertising keep-alive,
 //! shared/llama-server.md) and idles at most [`IDLE_AGE`] (under llama-server's 5 s keep-alive).
 //! It is not probed before reuse: a request whose reused connection turns out closed before any
-//! byte of the answer is sent again, once, on a fresh one ([`Exchange::retryable`]). The context guard's count
-//! calls use [`agent_config`] on one shared agent without the watch and without pooling.
+//! byte of the answer is sent again, once, on a connection the pool does not give ([`send`] with
+//! `fresh`: every pooled one may be dead after a host restart). [`send`] builds each attempt: the
+//! forwarded headers, the host's key, and a listing's bounds. The context guard's count calls use
+//! [`agent_config`] on one shared agent without the watch and without pooling.
 
 use std::cell::RefCell;
 use std::io;
@@ -28,10 +30,13 @@ use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
 };
-use ureq::{Agent, Error};
+use ureq::{http, Agent, Body, Error};
 
 use crate::config::Config;
 use crate::limiter::GONE_CHECK;
+use crate::wire;
+
+use super::{Incoming, Plan};
 
 /// Longest an upstream connection idles in the pool: under llama-server's keep-alive (5 s), so
 /// the server never closes one just as crossbar picks it up.
@@ -312,6 +317,80 @@ impl<T: Transport> Watched<T> {
             }
         }
     }
+}
+
+/// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
+/// connection.
+pub(super) fn send(
+    agent: &ureq::Agent,
+    exchange: &Exchange,
+    incoming: &Incoming,
+    plan: &Plan<'_>,
+    bodyless: bool,
+    whole: Option<Duration>,
+    fresh: bool,
+) -> Result<Result<http::Response<Body>, ureq::Error>, http::Error> {
+    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
+    let mut request = http::Request::builder()
+        .method(incoming.method.as_str())
+        .uri(url.as_str());
+    let tokens = wire::connection_tokens(incoming.header("Connection"));
+    for (name, value) in &incoming.headers {
+        let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
+        let replaced = plan.host.api_key.is_some()
+            && (name.eq_ignore_ascii_case("authorization")
+                || name.eq_ignore_ascii_case("x-api-key"));
+        // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
+        // uncompressed answer costs nothing.
+        let skipped = ["expect", "accept-encoding"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h));
+        if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
+            continue;
+        }
+        request = request.header(name.as_str(), value.as_str());
+    }
+    if let Some(key) = &plan.host.api_key {
+        request = request.header("Authorization", format!("Bearer {key}"));
+    }
+    exchange.body_follows(!plan.body.is_empty());
+    Ok(if bodyless {
+        agent.run(configured(agent, request.body(())?, whole, fresh))
+    } else {
+        agent.run(configured(
+            agent,
+            request.body(plan.body.as_slice())?,
+            whole,
+            fresh,
+        ))
+    })
+}
+
+/// `request` with what this attempt needs beyond the agent's settings:
+/// - `whole` (a listing read whole): at most that long for the head, and that long for the body.
+///   Not ureq's global timeout, under which it resolves the host's name on a thread of its own
+///   (`upstream.rs`: the agent has no overall timeout for that reason).
+/// - `fresh` (the retry): an idle age of zero, so the pool hands out none of its connections to
+///   the host. After a host restart every one of them is dead, not only the first one tried.
+fn configured<S: ureq::AsSendBody>(
+    agent: &ureq::Agent,
+    request: http::Request<S>,
+    whole: Option<Duration>,
+    fresh: bool,
+) -> http::Request<S> {
+    if whole.is_none() && !fresh {
+        return request;
+    }
+    let mut config = agent.configure_request(request);
+    if let Some(limit) = whole {
+        config = config
+            .timeout_recv_response(Some(limit))
+            .timeout_recv_body(Some(limit));
+    }
+    if fresh {
+        config = config.max_idle_age(Duration::ZERO);
+    }
+    config.build()
 }
 
 #[cfg(test)]

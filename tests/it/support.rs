@@ -13,6 +13,9 @@ use crossbar::sim::{Sim, SimConfig};
 use crossbar::store::{Reader, RequestRow};
 use serde_json::Value;
 
+mod process;
+pub use process::{free_port, stderr_lines, wait_line};
+
 /// A crossbar in front of named simulated hosts, with its own db in a fresh directory.
 pub struct Harness {
     pub server: Option<Server>,
@@ -340,52 +343,6 @@ impl Conn {
             body,
         }
     }
-}
-
-/// A child's stderr lines on a channel, read by a thread that ends when the child closes stderr
-/// (it exits or is killed) or the receiver is dropped.
-/// Waits (up to 10 s) for a line of `log` containing `needle` and returns it; every line read
-/// goes to `seen`, which a failure shows.
-#[track_caller]
-pub fn wait_line(
-    log: &crossbeam_channel::Receiver<String>,
-    seen: &mut Vec<String>,
-    needle: &str,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match log.recv_deadline(deadline) {
-            Ok(line) => {
-                seen.push(line.clone());
-                if line.contains(needle) {
-                    return line;
-                }
-            }
-            Err(_) => panic!(
-                "no log line with {needle:?}; the log so far:\n{}",
-                seen.join("\n")
-            ),
-        }
-    }
-}
-
-/// A loopback port that was free a moment ago (for a child process, which needs fixed ones).
-pub fn free_port() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
-
-pub fn stderr_lines(child: &mut std::process::Child) -> crossbeam_channel::Receiver<String> {
-    let stderr = child.stderr.take().expect("the child's stderr is piped");
-    let (tx, lines) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    lines
 }
 
 /// Holds `host`'s only slot (model `m`, route `projA`) with a stream its sim sends in lockstep,
