@@ -340,6 +340,7 @@ use raw::RawConfig;
 #[cfg(test)]
 use validate::check_url;
 use validate::validate;
+pub use validate::{MAX_API_KEY, MAX_URL};
 
 #[cfg(test)]
 mod tests;

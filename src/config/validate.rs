@@ -202,6 +202,12 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
             url
         }),
     };
+    if raw.api_key.as_ref().is_some_and(|k| k.len() > MAX_API_KEY) {
+        problems.push(Problem::new(
+            format!("{key}.api_key"),
+            format!("is longer than {MAX_API_KEY} bytes"),
+        ));
+    }
     if raw.weight == Some(0) {
         problems.push(Problem::new(format!("{key}.weight"), "must be at least 1"));
     }
@@ -319,8 +325,16 @@ pub(crate) fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Longest host URL and host `api_key`: with them, what crossbar adds to a client's head fits
+/// the upstream client's room for it (`proxy::upstream::HEAD_ROOM`).
+pub const MAX_URL: usize = 1024;
+pub const MAX_API_KEY: usize = 4096;
+
 /// Checks an upstream base URL and returns it without a trailing slash.
 pub(super) fn check_url(url: &str) -> Result<String, String> {
+    if url.len() > MAX_URL {
+        return Err(format!("is longer than {MAX_URL} bytes"));
+    }
     let rest = match url.split_once("://") {
         Some(("http", rest)) => rest,
         Some(("https", _)) => {

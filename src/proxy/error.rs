@@ -53,6 +53,9 @@ pub enum ProxyError {
     /// encoded `/` or NUL in the path, a header name or value upstream would refuse (spec §2's
     /// "bad request (+ what)"). The client's fault; it never counts against a host.
     BadRequest(String),
+    /// The head, as crossbar would send it upstream, is over what it writes
+    /// (`upstream::HEAD_ROOM`): the client's 431, decided before anything is sent.
+    HeadTooLarge,
     /// The body did not arrive within its deadline (`client_body_timeout` plus its size at
     /// `client_body_min_rate`).
     BodyTimeout,
@@ -75,6 +78,7 @@ impl ProxyError {
             | ProxyError::MissingV1 { .. }
             | ProxyError::ModelNotFound { .. } => 404,
             ProxyError::BodyTooLarge => 413,
+            ProxyError::HeadTooLarge => 431,
             ProxyError::BodyTimeout => 408,
             ProxyError::ClientGone(_) => 499,
             ProxyError::NoHealthyHost
@@ -166,6 +170,7 @@ impl fmt::Display for ProxyError {
             ProxyError::NotFound | ProxyError::MissingV1 { .. } => "not found",
             ProxyError::ModelNotFound { .. } => "model_not_found",
             ProxyError::BodyTooLarge => "body too large",
+            ProxyError::HeadTooLarge => "headers too large",
             ProxyError::PromptTooLarge { .. } => "prompt too large",
             ProxyError::NoHealthyHost => "no healthy host",
             ProxyError::PinnedDown(_) => "pinned host down",

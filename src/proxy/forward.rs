@@ -74,20 +74,17 @@ pub(super) fn exchange(
     }
     let exchange = upstream::Exchange::start(client);
     let agent = gw.upstream();
-    let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     let bodyless = plan.body.is_empty() && incoming.bodyless();
     // A listing crossbar renames is read whole before it is sent: a bound on its head and one on
     // its whole body, so a host trickling it cannot hold the worker read by read (issue 15).
     let whole = super::listing::renames(incoming, plan)
         .then(|| super::listing::deadline(gw.config().first_byte_timeout));
-    let mut result =
-        upstream::send(agent, &exchange, incoming, plan, bodyless, whole, false).map_err(bad)?;
+    let mut result = upstream::send(agent, &exchange, incoming, plan, bodyless, whole, false)?;
     // A pooled connection the host had closed (pooled connections are not probed: the request's
     // own write or first read finds it): once more on a fresh one.
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
-        result =
-            upstream::send(agent, &exchange, incoming, plan, bodyless, whole, true).map_err(bad)?;
+        result = upstream::send(agent, &exchange, incoming, plan, bodyless, whole, true)?;
     }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {

@@ -33,14 +33,26 @@ use ureq::unversioned::transport::{
 use ureq::{http, Agent, Body, Error};
 
 use crate::config::Config;
+use crate::conn::MAX_HEAD;
 use crate::limiter::GONE_CHECK;
 use crate::wire;
 
-use super::{Incoming, Plan};
+use super::{Incoming, Plan, ProxyError};
 
 /// Longest an upstream connection idles in the pool: under llama-server's keep-alive (5 s), so
 /// the server never closes one just as crossbar picks it up.
 pub const IDLE_AGE: Duration = Duration::from_secs(2);
+
+/// What crossbar may add to a client's head on its way upstream: the host's URL and key (each
+/// bounded by the config's checks, [`crate::config::MAX_URL`] and [`crate::config::MAX_API_KEY`]) and the headers
+/// the upstream client writes itself (Host, User-Agent, the body's length).
+const ADDED: usize = 8 << 10;
+
+/// The largest head crossbar writes upstream, and so the upstream client's output buffer (which
+/// must hold a whole head): every head the connection layer accepts ([`MAX_HEAD`]) fits with what
+/// crossbar adds. With ureq's 16 KiB buffer a 20 KB header failed as "output too small" and counted
+/// against the host (issue 24). The buffer is allocated once per connection, on first use.
+pub const HEAD_ROOM: usize = MAX_HEAD + ADDED;
 
 /// The agent settings every upstream call uses: no redirects, a connect timeout, a generous
 /// per-read timeout (the first byte waits for prefill), no overall timeout (so ureq resolves
@@ -63,10 +75,10 @@ fn settings(config: &Config, idle: usize) -> AgentConfig {
         .max_idle_age(IDLE_AGE)
         .allow_non_standard_methods(true)
         .no_delay(true)
-        // Buffers belong to a connection: sized for one relayed read (16 KiB, as `forward`
-        // reads) rather than ureq's 128 KiB.
+        // Buffers belong to a connection. Input: one relayed read (16 KiB, as `forward` reads)
+        // rather than ureq's 128 KiB. Output: any head crossbar accepted, whole.
         .input_buffer_size(16 << 10)
-        .output_buffer_size(16 << 10)
+        .output_buffer_size(HEAD_ROOM)
         .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
         .build()
 }
@@ -320,7 +332,8 @@ impl<T: Transport> Watched<T> {
 }
 
 /// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
-/// connection.
+/// connection. A request that cannot be written is the client's error, found before a byte is
+/// sent: a head over [`HEAD_ROOM`] (431), or one the HTTP library refuses (400).
 pub(super) fn send(
     agent: &ureq::Agent,
     exchange: &Exchange,
@@ -329,8 +342,11 @@ pub(super) fn send(
     bodyless: bool,
     whole: Option<Duration>,
     fresh: bool,
-) -> Result<Result<http::Response<Body>, ureq::Error>, http::Error> {
+) -> Result<Result<http::Response<Body>, ureq::Error>, ProxyError> {
     let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
+    // "METHOD url HTTP/1.1\r\n", each "name: value\r\n", the blank line; ureq's own headers
+    // are within `ADDED`.
+    let mut head = incoming.method.len() + url.len() + 13;
     let mut request = http::Request::builder()
         .method(incoming.method.as_str())
         .uri(url.as_str());
@@ -348,21 +364,23 @@ pub(super) fn send(
         if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
             continue;
         }
+        head += name.len() + value.len() + 4;
         request = request.header(name.as_str(), value.as_str());
     }
     if let Some(key) = &plan.host.api_key {
+        head += key.len() + 24;
         request = request.header("Authorization", format!("Bearer {key}"));
     }
+    if head > HEAD_ROOM {
+        return Err(ProxyError::HeadTooLarge);
+    }
+    let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     exchange.body_follows(!plan.body.is_empty());
     Ok(if bodyless {
-        agent.run(configured(agent, request.body(())?, whole, fresh))
+        agent.run(configured(agent, request.body(()).map_err(bad)?, whole, fresh))
     } else {
-        agent.run(configured(
-            agent,
-            request.body(plan.body.as_slice())?,
-            whole,
-            fresh,
-        ))
+        let body = request.body(plan.body.as_slice()).map_err(bad)?;
+        agent.run(configured(agent, body, whole, fresh))
     })
 }
 

@@ -129,3 +129,37 @@ fn upstream_error_statuses_pass_through_unchanged() {
         "an answer is not a failure"
     );
 }
+
+/// Issue 24: a head crossbar accepts is a head it can write upstream. A 20 KB header failed in
+/// ureq's 16 KiB output buffer and counted against the host: one request every 5 s kept a chosen
+/// host down and moved its leases. Heads up to the 64 KiB limit, through a header, the query
+/// string or a chat POST, now reach the host, which stays up and keeps its conversations.
+#[test]
+fn a_long_header_or_query_is_forwarded_and_never_takes_the_host_down_issue_24() {
+    let h = Harness::start(
+        vec![host("titan", 1), host("atlas", 1)],
+        "health_interval = \"1h\"",
+    );
+    let first = h.post(CHAT, &chat("long heads", 0, false));
+    assert_eq!(first.status, 200, "{}", first.text());
+    let leased = first.header("X-Crossbar-Host").unwrap().to_string();
+    let big = "h".repeat(20_000);
+    let huge = "h".repeat(60_000);
+    for headers in [vec![("X-Big", big.as_str())], vec![("X-Huge", huge.as_str())]] {
+        let answer = h.post_with(CHAT, &headers, &chat("long heads", 1, false));
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.header("X-Crossbar-Host"), Some(leased.as_str()));
+    }
+    let query = format!("/projA/v1/models?q={}", "q".repeat(30_000));
+    let listing = h.get(&query);
+    assert_eq!(listing.status, 200, "{}", listing.text());
+    let gw = h.server().gateway();
+    assert!(gw.health.healthy("titan") && gw.health.healthy("atlas"));
+    let events = h.db().recent_events(100).unwrap();
+    assert!(
+        events.iter().all(|e| e.reason.as_str() != "unhealthy"),
+        "{events:?}"
+    );
+    let listed = ["titan", "atlas"].map(|s| h.sim(s).requests());
+    assert!(listed.iter().flatten().any(|r| r.path.contains("q=qqqq")));
+}
