@@ -206,7 +206,11 @@ pub fn leases(gw: &Gateway) -> Value {
     json!({ "leases": list, "pins": pins })
 }
 
-/// `GET /admin/status`: hosts, routes with their pins, and the lease count.
+/// Warm families listed per host+model in the status (the count covers them all).
+const WARM_SHOWN: usize = 8;
+
+/// `GET /admin/status`: hosts (with what placement sees: held tokens against capacity, warm
+/// families, the prefill speed), routes with their pins, and the lease count.
 pub fn status(gw: &Gateway) -> Value {
     let config = gw.config();
     let per_host = gw.leases.per_host();
@@ -222,11 +226,18 @@ pub fn status(gw: &Gateway) -> Value {
                 .keys()
                 .map(|model| {
                     let s = slots.iter().find(|s| s.host == host.name && &s.model == model);
+                    let (held, capacity) = gw.held(&host.name, model);
+                    let warm = gw.holdings.warm_on(&host.name, model);
+                    let families: Vec<Value> = (warm.iter().take(WARM_SHOWN))
+                        .map(|(f, tokens)| json!({ "family": f.hex(), "tokens": tokens }))
+                        .collect();
                     json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
                             "loaded": gw.health.is_loaded(&host.name, model),
                             "state": gw.health.model_state(&host.name, model),
-                            "per_slot_ctx": gw.health.ctx_for(&host.name, model) })
+                            "per_slot_ctx": gw.health.ctx_for(&host.name, model),
+                            "held_tokens": held, "capacity": capacity,
+                            "warm_families": warm.len(), "families": families })
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);
@@ -240,6 +251,7 @@ pub fn status(gw: &Gateway) -> Value {
                 "in_flight": mine.clone().map(|s| s.in_flight).sum::<usize>(),
                 "queued": mine.map(|s| s.queued).sum::<usize>(),
                 "leases": per_host.get(&host.name).copied().unwrap_or(0),
+                "prefill_tps": gw.holdings.prefill_tps(&host.name),
                 "models": models,
             })
         })

@@ -146,6 +146,19 @@ impl Api {
         }
     }
 
+    /// The body's prompt family: the model and the fixed preamble every conversation of the same
+    /// agent or app starts with (system prompt, instructions, tool definitions), or `None` when
+    /// the body has none. Hashed like a conversation, in a domain of its own (`fingerprint`).
+    pub fn family(self, body: &Body) -> Option<Conversation> {
+        match self {
+            Api::Chat | Api::Other => chat::family(body),
+            Api::Messages => messages::family(body),
+            Api::Responses => responses::family(body),
+            Api::Completion => completion::family(body),
+            Api::Stateless => None,
+        }
+    }
+
     /// Whether the `input` field of this API's bodies is a conversation (Responses) rather than
     /// a completion-style prompt.
     pub fn input_is_conversation(self) -> bool {
@@ -195,6 +208,38 @@ fn normalise_content(content: &Value) -> Value {
         Value::Array(blocks) => Value::Array(blocks.iter().map(normalise_block).collect()),
         other => other.clone(),
     }
+}
+
+/// A family's parts: the model, then each non-empty piece of preamble, then the tools (their
+/// `cache_control` markers dropped); `None` when there is no preamble at all.
+fn preamble(
+    kind: &'static str,
+    body: &Body,
+    pieces: impl IntoIterator<Item = Value>,
+) -> Option<Conversation> {
+    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
+    let mut parts = vec![Value::from(model).to_string().into_bytes()];
+    parts.extend(
+        (pieces.into_iter())
+            .filter(|v| !v.is_null())
+            .map(|v| v.to_string().into_bytes()),
+    );
+    if let Some(Value::Array(tools)) = &body.tools {
+        let tools: Vec<Value> = tools.iter().map(normalise_block).collect();
+        if !tools.is_empty() {
+            parts.push(b"tools".to_vec());
+            parts.push(Value::Array(tools).to_string().into_bytes());
+        }
+    }
+    (parts.len() > 1).then_some(Conversation { kind, parts })
+}
+
+/// Roles that make up a preamble when they lead a conversation.
+fn is_preamble_role(message: &Value) -> bool {
+    matches!(
+        message.get("role").and_then(Value::as_str),
+        Some("system" | "developer")
+    )
 }
 
 fn text_block(text: &str) -> Value {

@@ -1,18 +1,28 @@
-//! The chooser rule (spec §5): which candidate host gets a new conversation.
+//! The chooser (issue 23, over spec §5): which candidate host gets a new conversation, and
+//! whether a conversation's busy host is worth leaving.
 //!
-//! A pure function over a snapshot the caller builds from config, health, drain set and limiter.
-//! It does no I/O, takes no locks and keeps no state; ties are broken by the route's order.
+//! A pure function over a snapshot the caller builds from config, health, drains, the limiter,
+//! the lease table and what hosts hold (`holdings`). It does no I/O, takes no locks and keeps no
+//! state; it is O(candidates).
 //!
-//! One rule beyond spec §5: between "fewest queued" and "highest weight" comes "fewest leases per
-//! unit of weight". Free slots say how busy a host is this instant; when conversations start while
-//! every host is idle (the usual case: a turn takes seconds, think time minutes) they all tie, and
-//! without this rule every new conversation would land on the route's first host, crowding its
-//! slots and prompt cache while the others sit empty (the affinity benchmark showed 7/4/1 of 12).
+//! Order: usable hosts only (healthy, not draining, serving the model); a host whose forwards are
+//! failing ranks last; then the model loaded, then room to load it without evicting a model in
+//! use (issue 15). Among the hosts left the **estimate** decides: the time to the first token
+//! there, that is prefill of the prompt less the family prefix the host holds warm, at the host's
+//! measured speed, plus the expected wait for a slot (0 with one free, else (queued + 1) ÷ slots ×
+//! its mean slot hold). Estimates within 10 % or 50 ms of the best are tied; ties go to the host
+//! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
+//! load), then to the lower share of capacity held per unit of weight, then to more free slots, fewer queued, fewer
+//! leases per unit of weight (without it conversations that start while every host is idle all
+//! land on the first), more weight, and the route's order.
+//!
+//! A family prefix counts as warm only when the host has room for it: held tokens plus the prompt
+//! within its capacity. Else the prompt would push the family out of its cache.
 
 use std::cmp::Ordering;
 
 /// One candidate host as seen at the moment of choosing, for one model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Info {
     pub name: String,
     pub healthy: bool,
@@ -25,266 +35,162 @@ pub struct Info {
     pub room: bool,
     /// The host's config lists the model.
     pub serves: bool,
-    /// Free slots on this host for THIS model.
+    /// Slots of this host for this model (at least 1 when it serves it).
+    pub slots: usize,
+    /// Free slots for this model, new conversations on their way there counted as taken.
     pub free: usize,
-    /// Requests waiting for a slot of this host+model.
+    /// Requests that would wait before this one (beyond the slots).
     pub queued: usize,
     /// Conversations (leases) the host already holds for this model.
     pub leases: usize,
     /// At least 1 (config validation).
     pub weight: u32,
+    /// Tokens of the request's family prefix held warm there (0: cold, or no family).
+    pub family_tokens: u64,
+    /// Prefill speed, tokens per second (the host's measured one, else the route's median).
+    pub prefill_tps: f64,
+    /// Mean time a request holds one of its slots, ms.
+    pub hold_ms: f64,
+    /// Tokens the host's live leases hold (their last prompt plus completion).
+    pub held: u64,
+    /// Tokens its KV cache holds in all; 0 when unknown.
+    pub capacity: u64,
+    /// The route-level lease of this model is on this host.
+    pub inherited: bool,
+    /// Its forwarded requests have failed since its last success.
+    pub failing: bool,
 }
 
-/// `infos` in the route's order. Among healthy, non-draining hosts that serve the model: loaded
-/// first, then room to load it without evicting a model in use, then most free slots (for this model), fewest queued, fewest leases per unit of weight,
-/// highest weight, earliest in list.
-pub fn best(infos: &[Info]) -> Option<&Info> {
-    infos
+/// Why the chosen host won, for `X-Crossbar-Placement` and the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// Its warm family prefix made it the best estimate.
+    Family,
+    /// Tied with others, and the route's lease is there.
+    Inherit,
+    /// The least loaded by the estimate and the tie-breakers.
+    LeastLoaded,
+}
+
+/// Slowest a host may look: a prefill speed of 0 or less is read as this.
+const MIN_TPS: f64 = 1.0;
+/// Estimates within this share of the best are tied...
+const TIE_SHARE: f64 = 0.10;
+/// ...or within this many ms.
+const TIE_MS: f64 = 50.0;
+/// A busy move pays off when the wait exceeds this many re-prefills of the whole prompt...
+const MOVE_FACTOR: f64 = 1.5;
+/// ...plus this many ms.
+const MOVE_MARGIN_MS: f64 = 1000.0;
+
+impl Info {
+    /// Whether the host may take a new conversation of the model at all.
+    pub fn usable(&self) -> bool {
+        self.healthy && !self.draining && self.serves
+    }
+
+    /// The family prefix that counts for a prompt of `prompt` tokens: none when the host has no
+    /// room left to keep it (held tokens plus the prompt over its capacity).
+    pub fn warm_tokens(&self, prompt: u64) -> u64 {
+        let over = self.capacity > 0 && self.held.saturating_add(prompt) > self.capacity;
+        if over {
+            0
+        } else {
+            self.family_tokens.min(prompt)
+        }
+    }
+
+    /// Milliseconds to prefill `tokens` here.
+    pub fn prefill_ms(&self, tokens: u64) -> f64 {
+        tokens as f64 * 1000.0 / self.prefill_tps.max(MIN_TPS)
+    }
+
+    /// Expected milliseconds before a slot is free for a new request.
+    pub fn wait_ms(&self) -> f64 {
+        if self.free > 0 {
+            0.0
+        } else {
+            (self.queued + 1) as f64 / self.slots.max(1) as f64 * self.hold_ms
+        }
+    }
+
+    /// The time to the first token of a new conversation of `prompt` tokens here.
+    pub fn estimate_ms(&self, prompt: u64) -> f64 {
+        self.prefill_ms(prompt - self.warm_tokens(prompt)) + self.wait_ms()
+    }
+
+    /// Share of its capacity the host's leases hold, per unit of weight (a heavier host takes
+    /// proportionally more); tokens per unit of weight when the capacity is unknown.
+    fn held_share(&self) -> f64 {
+        let weight = f64::from(self.weight.max(1));
+        if self.capacity == 0 {
+            self.held as f64 / weight
+        } else {
+            self.held as f64 / self.capacity as f64 / weight
+        }
+    }
+}
+
+/// The host for a new conversation of `prompt` tokens among `infos` (in the route's order), and
+/// why it won; `None` when no host is usable.
+pub fn best(infos: &[Info], prompt: u64) -> Option<(&Info, Why)> {
+    let usable: Vec<(usize, &Info)> = infos
         .iter()
         .enumerate()
-        .filter(|(_, i)| i.healthy && !i.draining && i.serves)
-        .max_by(|(pa, a), (pb, b)| better(a, b).then(pb.cmp(pa)))
-        .map(|(_, i)| i)
+        .filter(|(_, i)| i.usable())
+        .collect();
+    // The class: not failing, loaded, room. Only the best class competes on the estimate.
+    let class = |i: &Info| (!i.failing, i.loaded, i.room);
+    let top = usable.iter().map(|(_, i)| class(i)).max()?;
+    let contenders: Vec<(usize, &Info, f64)> = (usable.into_iter())
+        .filter(|(_, i)| class(i) == top)
+        .map(|(at, i)| (at, i, i.estimate_ms(prompt)))
+        .collect();
+    let least = (contenders.iter())
+        .map(|(_, _, e)| *e)
+        .fold(f64::INFINITY, f64::min);
+    let tied = |e: f64| e <= least * (1.0 + TIE_SHARE) || e <= least + TIE_MS;
+    let (_, winner, _) = (contenders.iter())
+        .filter(|(_, _, e)| tied(*e))
+        .max_by(|(pa, a, _), (pb, b, _)| tie_break(a, b).then(pb.cmp(pa)))?;
+    let why = if winner.warm_tokens(prompt) > 0 {
+        Why::Family
+    } else if winner.inherited {
+        Why::Inherit
+    } else {
+        Why::LeastLoaded
+    };
+    Some((winner, why))
 }
 
-/// `Greater` when `a` should win over `b` on everything but route order.
-fn better(a: &Info, b: &Info) -> Ordering {
+/// `Greater` when `a` should win a tie over `b`, on everything but route order.
+fn tie_break(a: &Info, b: &Info) -> Ordering {
     // a.leases / a.weight < b.leases / b.weight, without division.
     let per_weight = |x: &Info, y: &Info| x.leases as u64 * u64::from(y.weight);
-    a.loaded
-        .cmp(&b.loaded)
-        .then(a.room.cmp(&b.room))
+    a.inherited
+        .cmp(&b.inherited)
+        .then(b.held_share().total_cmp(&a.held_share()))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))
         .then(per_weight(b, a).cmp(&per_weight(a, b)))
         .then(a.weight.cmp(&b.weight))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A usable host: healthy, serving, not loaded, no free slots, nothing queued, no leases,
-    /// weight 1.
-    fn host(name: &str) -> Info {
-        Info {
-            name: name.into(),
-            healthy: true,
-            draining: false,
-            loaded: false,
-            room: true,
-            serves: true,
-            free: 0,
-            queued: 0,
-            leases: 0,
-            weight: 1,
-        }
+/// Where a conversation whose host is `current` should go instead, when waiting there is worse
+/// than starting over (issue 23's `move_when_busy`): the current host's expected wait exceeds
+/// 1.5 × re-prefilling the whole prompt on the best candidate with a free slot, plus 1 s.
+/// `others` are the route's other hosts; the best one is the quickest to prefill the prompt
+/// among the usable, loaded, not failing ones with a free slot.
+pub fn busy_move<'a>(current: &Info, others: &'a [Info], prompt: u64) -> Option<&'a Info> {
+    if current.free > 0 {
+        return None;
     }
-
-    #[track_caller]
-    fn check(infos: &[Info], want: Option<&str>) {
-        assert_eq!(best(infos).map(|i| i.name.as_str()), want, "{infos:#?}");
-    }
-
-    #[test]
-    fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
-        // (story, candidates in route order, expected winner)
-        let cases: Vec<(&str, Vec<Info>, &str)> = vec![
-            (
-                "loaded beats more free slots, fewer queued and more weight",
-                vec![
-                    Info {
-                        free: 4,
-                        weight: 9,
-                        ..host("cold")
-                    },
-                    Info {
-                        loaded: true,
-                        queued: 3,
-                        ..host("warm")
-                    },
-                ],
-                "warm",
-            ),
-            (
-                "then room to load it without evicting a busy model (issue 15)",
-                vec![
-                    Info {
-                        room: false,
-                        free: 4,
-                        weight: 9,
-                        ..host("full")
-                    },
-                    Info {
-                        queued: 2,
-                        ..host("spare")
-                    },
-                ],
-                "spare",
-            ),
-            (
-                "then the most free slots for this model",
-                vec![
-                    Info {
-                        free: 1,
-                        weight: 9,
-                        ..host("one")
-                    },
-                    Info {
-                        free: 2,
-                        queued: 5,
-                        ..host("two")
-                    },
-                ],
-                "two",
-            ),
-            (
-                "then the fewest queued",
-                vec![
-                    Info {
-                        queued: 2,
-                        weight: 9,
-                        ..host("busy")
-                    },
-                    Info {
-                        queued: 1,
-                        leases: 5,
-                        ..host("calm")
-                    },
-                ],
-                "calm",
-            ),
-            (
-                "then the fewest leases",
-                vec![
-                    Info {
-                        leases: 3,
-                        weight: 2,
-                        ..host("crowded")
-                    },
-                    Info {
-                        leases: 1,
-                        ..host("roomy")
-                    },
-                ],
-                "roomy",
-            ),
-            (
-                "counted per unit of weight: 3 leases on weight 2 beat 2 on weight 1",
-                vec![
-                    Info {
-                        leases: 2,
-                        ..host("small")
-                    },
-                    Info {
-                        leases: 3,
-                        weight: 2,
-                        ..host("big")
-                    },
-                ],
-                "big",
-            ),
-            (
-                "then the highest weight",
-                vec![
-                    Info {
-                        leases: 1,
-                        ..host("light")
-                    },
-                    Info {
-                        leases: 2,
-                        weight: 2,
-                        ..host("heavy")
-                    },
-                ],
-                "heavy",
-            ),
-            (
-                "then the earliest in the route's list",
-                vec![host("first"), host("second"), host("third")],
-                "first",
-            ),
-            (
-                "earliest among the tied best, not the earliest overall",
-                vec![
-                    host("worse"),
-                    Info {
-                        free: 1,
-                        ..host("a")
-                    },
-                    Info {
-                        free: 1,
-                        ..host("b")
-                    },
-                ],
-                "a",
-            ),
-        ];
-        for (story, infos, want) in cases {
-            assert_eq!(best(&infos).map(|i| i.name.as_str()), Some(want), "{story}");
-        }
-    }
-
-    #[test]
-    fn unusable_hosts_never_win_however_good_they_look() {
-        let shiny = |name: &str| Info {
-            loaded: true,
-            free: 8,
-            weight: 9,
-            ..host(name)
-        };
-        let cases: Vec<(&str, Info)> = vec![
-            (
-                "down",
-                Info {
-                    healthy: false,
-                    ..shiny("down")
-                },
-            ),
-            (
-                "draining",
-                Info {
-                    draining: true,
-                    ..shiny("draining")
-                },
-            ),
-            (
-                "not serving the model",
-                Info {
-                    serves: false,
-                    ..shiny("other")
-                },
-            ),
-        ];
-        for (story, bad) in cases {
-            let plain = host("plain");
-            assert_eq!(
-                best(&[bad.clone(), plain]).map(|i| i.name.as_str()),
-                Some("plain"),
-                "{story}"
-            );
-            assert_eq!(best(&[bad]), None, "{story} alone");
-        }
-    }
-
-    #[test]
-    fn no_candidates_means_no_choice() {
-        check(&[], None);
-    }
-
-    #[test]
-    fn a_loaded_host_with_no_free_slot_still_beats_a_cold_idle_one() {
-        // A model load costs seconds to minutes; a queue on a warm host is cheaper.
-        check(
-            &[
-                host("idle-cold"),
-                Info {
-                    loaded: true,
-                    queued: 4,
-                    ..host("busy-warm")
-                },
-            ],
-            Some("busy-warm"),
-        );
-    }
+    let wait = current.wait_ms();
+    let best = (others.iter())
+        .filter(|i| i.usable() && i.loaded && !i.failing && i.free > 0 && i.name != current.name)
+        .min_by(|a, b| a.prefill_ms(prompt).total_cmp(&b.prefill_ms(prompt)))?;
+    (wait > MOVE_FACTOR * best.prefill_ms(prompt) + MOVE_MARGIN_MS).then_some(best)
 }
+
+#[cfg(test)]
+mod tests;

@@ -201,6 +201,9 @@ fn check(args: &Args) -> Result<(), CliError> {
             config.db.display()
         );
     }
+    for warning in &config.warnings {
+        eprintln!("warning: {warning}");
+    }
     if !config.admin_listen.ip().is_loopback() && config.admin_token.is_none() {
         eprintln!(
             "warning: admin_listen {} is not loopback and no admin_token is set: anyone who can \

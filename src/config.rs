@@ -42,6 +42,9 @@ pub struct Config {
     pub log_level: log::LevelFilter,
     pub hosts: BTreeMap<String, Host>,
     pub routes: BTreeMap<String, Route>,
+    /// What works but is probably not what the operator meant (a retired key, say): `check`
+    /// prints each, `serve` logs each at start.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +56,9 @@ pub struct Host {
     pub api_key: Option<String>,
     /// Operator override of the per-slot context that `/props` reports.
     pub ctx: Option<u64>,
+    /// Operator override of how many tokens the host's KV cache holds in all (placement's
+    /// capacity), e.g. for llama-server's RAM prompt cache, which crossbar cannot read.
+    pub kv_tokens: Option<u64>,
     /// Model name → parallel slots for it.
     pub models: BTreeMap<String, usize>,
     /// Model name → the name this host knows it by (`upstream`), where they differ.
@@ -73,9 +79,8 @@ pub struct Route {
     pub hosts: Vec<String>,
     /// The model used when a request body names none.
     pub model: String,
-    /// New conversations are spread by the chooser instead of inheriting the route-level lease
-    /// (seed 000 rule 3), and metadata takes no lease. Off by default.
-    pub spread_new: bool,
+    /// A conversation whose host is far too busy moves to a free one (issue 23). Off by default.
+    pub move_when_busy: bool,
 }
 
 impl Config {

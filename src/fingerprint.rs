@@ -21,6 +21,11 @@
 //! conversation. Parts are JSON texts (never a raw NUL) or a single prompt prefix, so the encoding
 //! is unambiguous.
 //!
+//! Beside the fingerprint, the same parse gives the request's prompt [`Family`] (issue 23): the
+//! model and the fixed preamble conversations of one agent or app share ([`Api::family`]), hashed
+//! the same way under `"crossbar-family-v1\0"`. It names what a host may hold warm for a
+//! conversation it has never seen; it never keys a lease.
+//!
 //! Pure: no I/O, no clock, no locks. The body is parsed once; turns after the first user one and
 //! unknown fields are skipped without being built (see `body.rs`).
 
@@ -44,6 +49,28 @@ pub struct Peek {
     pub fp: String,
     /// The body's `stream` is `true`.
     pub stream: bool,
+    /// The prompt family, when the body has a preamble (stateless APIs never have one).
+    pub family: Option<Family>,
+}
+
+/// A prompt family: the first 4 bytes of its hash, and the preamble's size in bytes (its size in
+/// tokens is about a quarter of that, until a host's `cache_n` says better).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Family {
+    pub id: u32,
+    pub bytes: u64,
+}
+
+impl Family {
+    /// 8 lowercase hex digits, as the row, the log line and the status show it.
+    pub fn hex(self) -> String {
+        format!("{:08x}", self.id)
+    }
+
+    /// [`Family::hex`] read back (from a row); `None` for anything else.
+    pub fn parse_id(hex: &str) -> Option<u32> {
+        (hex.len() == 8).then(|| u32::from_str_radix(hex, 16).ok())?
+    }
 }
 
 /// [`peek_as`] for a Chat Completions body (and any path that is not another API's).
@@ -65,13 +92,39 @@ pub fn peek_as(api: Api, body: &[u8], session: Option<&str>) -> Peek {
         .as_ref()
         .is_some_and(|b| b.stream.as_ref().and_then(|s| s.as_bool()) == Some(true));
     let session = session.map(str::trim).filter(|s| !s.is_empty());
+    let family = (parsed.as_ref())
+        .filter(|_| api.takes_lease())
+        .and_then(|b| family(api, b));
     let fp = match (session, parsed) {
         _ if !api.takes_lease() => String::new(),
         (Some(key), _) => explicit(key),
         (None, Some(b)) => body_fp(api, &b),
         (None, None) => String::new(),
     };
-    Peek { model, fp, stream }
+    Peek {
+        model,
+        fp,
+        stream,
+        family,
+    }
+}
+
+fn family(api: Api, b: &Body) -> Option<Family> {
+    let Conversation { kind, parts } = api.family(b)?;
+    let mut h = Sha256::new();
+    h.update(b"crossbar-family-v1\0");
+    h.update(kind.as_bytes());
+    h.update(b"\0");
+    for part in &parts {
+        h.update(part);
+        h.update(b"\0");
+    }
+    let digest = h.finalize();
+    Some(Family {
+        id: u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]),
+        // The model's name is not preamble.
+        bytes: parts.iter().skip(1).map(|p| p.len() as u64).sum(),
+    })
 }
 
 /// The first 8 characters of a fingerprint, for log lines (`""` stays `""`).
@@ -136,3 +189,5 @@ impl Hasher {
 mod tests;
 #[cfg(test)]
 mod tests_api;
+#[cfg(test)]
+mod tests_family;

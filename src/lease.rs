@@ -26,10 +26,12 @@ use parking_lot::{Condvar, Mutex};
 use crate::logfmt::val;
 use crate::store::{LeaseRow, LeaseState, Reason, Store, StoreError, Ticket, Write};
 use index::Inner;
+pub use placed::{Ask, Placed};
 
 mod acquire;
 mod index;
 mod operator;
+mod placed;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -53,11 +55,13 @@ pub struct Lease {
     pub last_used: i64,
 }
 
-/// The answer to [`Table::acquire`]: the host, and whether its cache should already be warm.
+/// The answer to [`Table::acquire`]: the host, whether its cache should already be warm (the
+/// conversation's own lease, reused), and why the request went there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquired {
     pub host: String,
     pub reused: bool,
+    pub placed: Placed,
 }
 
 /// Why a lease could not be given or changed.
@@ -92,13 +96,36 @@ pub struct Candidate {
     pub host: String,
     /// Leases the host already holds for the same model (conversations whose caches it keeps).
     pub leases: usize,
+    /// Tokens those leases hold (each one's last prompt plus completion).
+    pub held: u64,
     /// Every model the host holds a lease of (a router evicting one of them loses its caches).
     pub leased_models: Vec<String>,
+    /// The route-level lease of the model is on this host (seed 000's rule 3, a preference now).
+    pub inherited: bool,
 }
 
-/// Picks one of `candidates` for a new lease of `model`, answering with its host name.
+/// Picks hosts for new leases. Called with the table's lock held: it must answer from memory and
+/// never call back into the table.
 pub trait Chooser: Send + Sync {
-    fn choose(&self, candidates: &[Candidate], model: &str) -> Option<String>;
+    /// One of `candidates` for a new lease of `model`, and why; at `now` (unix ms).
+    fn choose(
+        &self,
+        candidates: &[Candidate],
+        model: &str,
+        ask: &Ask,
+        now: i64,
+    ) -> Option<(String, Placed)>;
+
+    /// Where a conversation on the busy host `current` should move, if waiting there costs more
+    /// than starting over on one of `others`; `None` to stay.
+    fn busy_move(
+        &self,
+        current: &Candidate,
+        others: &[Candidate],
+        model: &str,
+        ask: &Ask,
+        now: i64,
+    ) -> Option<String>;
 }
 
 /// The lease table. Cheap to share behind an `Arc`; every method takes the one lock, and none
@@ -131,6 +158,14 @@ impl fmt::Debug for Hold {
     }
 }
 
+impl Hold {
+    /// Records the tokens the held lease holds on its host now (its last prompt plus completion),
+    /// which the chooser weighs against the host's capacity.
+    pub fn set_held(&self, tokens: u64) {
+        self.shared.inner.lock().set_held(&self.key, tokens);
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         if let Some(e) = self.shared.inner.lock().leases.get_mut(&self.key) {
@@ -155,6 +190,7 @@ impl Table {
             leases: HashMap::new(),
             by_use: BTreeSet::new(),
             counts: HashMap::new(),
+            held: HashMap::new(),
             pending: HashMap::new(),
             touched: HashSet::new(),
             pins: BTreeMap::new(),
@@ -199,56 +235,54 @@ impl Table {
         self.shared.inner.lock()
     }
 
-    /// The host for `key` (seed 000, rules in order): the route's pin; the key's own lease on a
-    /// healthy host (draining still serves); the route-level lease of the same model; a new lease
-    /// on a healthy, non-draining candidate picked by the chooser. `candidates` are remembered as
-    /// seen for the route unless a write failed.
+    /// The host for `key` (seed 000's rules, rule 3 as issue 23 has it): the route's pin; the
+    /// key's own lease on a healthy host (draining still serves); else the chooser's pick among
+    /// healthy, non-draining candidates, the route-level lease's host offered as inherited.
+    /// `candidates` are remembered as seen for the route unless a write failed.
     pub fn acquire(
         &self,
         key: &Key,
         candidates: &[String],
         now: i64,
     ) -> Result<Acquired, LeaseError> {
-        Ok(self.acquire_inner(key, candidates, now, true, false)?.0)
+        Ok(self
+            .acquire_inner(key, candidates, now, &Ask::default(), false)?
+            .0)
     }
 
-    /// [`Table::acquire`] without rule 3: a new conversation never inherits the route-level
-    /// lease, the chooser spreads it (a route with `spread_new`).
-    pub fn acquire_spread(
-        &self,
-        key: &Key,
-        candidates: &[String],
-        now: i64,
-    ) -> Result<Acquired, LeaseError> {
-        Ok(self.acquire_inner(key, candidates, now, false, false)?.0)
-    }
-
-    /// [`Table::acquire`] (or, with `spread`, [`Table::acquire_spread`]) with the request marked
-    /// in flight on its lease until the returned hold drops, in the same turn of the lock: the
-    /// lease cannot be evicted between the two.
+    /// [`Table::acquire`] for a request described by `ask`, marked in flight on its lease until
+    /// the returned hold drops, in the same turn of the lock: the lease cannot be evicted between
+    /// the two.
     pub fn acquire_held(
         &self,
         key: &Key,
         candidates: &[String],
         now: i64,
-        spread: bool,
+        ask: &Ask,
     ) -> Result<(Acquired, Option<Hold>), LeaseError> {
-        self.acquire_inner(key, candidates, now, !spread, true)
+        self.acquire_inner(key, candidates, now, ask, true)
     }
 
-    /// The host for a request that takes no lease (metadata on a `spread_new` route: model lists,
-    /// health, tokenizer): the pin, the key's own lease, or the chooser's pick — without creating or
-    /// touching anything, so a chat UI listing models keeps no route-level lease alive.
-    pub fn lookup(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
+    /// The host for a request that takes no lease (metadata: model lists, health, tokenizer,
+    /// counts): the pin, the key's own lease, or the chooser's pick — without creating or touching
+    /// anything, so a chat UI polling its model list leaves no lease for new conversations to
+    /// follow (issue 23).
+    pub fn lookup(&self, key: &Key, candidates: &[String], now: i64) -> Result<String, LeaseError> {
         let inner = self.lock();
-        self.lookup_locked(&inner, key, candidates)
+        self.lookup_locked(&inner, key, candidates, now)
     }
 
-    /// The host for a stateless request (embeddings, rerank): the pin, else the chooser's pick
-    /// among the usable candidates; no lease is read, created or touched.
-    pub fn place(&self, key: &Key, candidates: &[String]) -> Result<String, LeaseError> {
+    /// Where a stateless request goes (embeddings, rerank): the pin, else the chooser's pick among
+    /// the usable candidates; no lease is read, created or touched.
+    pub fn place(
+        &self,
+        key: &Key,
+        candidates: &[String],
+        now: i64,
+        ask: &Ask,
+    ) -> Result<Acquired, LeaseError> {
         let inner = self.lock();
-        self.place_locked(&inner, key, candidates)
+        self.place_locked(&inner, key, candidates, now, ask)
     }
 
     /// The host `route` is pinned to, if any.

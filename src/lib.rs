@@ -10,6 +10,7 @@ pub mod config;
 pub mod conn;
 pub mod fingerprint;
 pub mod health;
+pub mod holdings;
 pub mod lease;
 pub mod limiter;
 pub mod logfmt;

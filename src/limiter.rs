@@ -51,13 +51,28 @@ pub struct Limiter {
     shared: Arc<Shared>,
 }
 
-/// One taken slot. Dropping it frees the slot and wakes the next waiter.
+/// One taken slot. Dropping it frees the slot, folds how long it was held into the slot's mean
+/// (placement's expected wait, issue 23) and wakes the next waiter.
 #[derive(Debug)]
 pub struct Permit {
     shared: Arc<Shared>,
     host: String,
     model: String,
+    since: Instant,
 }
+
+/// What one host+model's slots look like now, for placement (one turn of the lock).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    pub parallel: usize,
+    pub in_flight: usize,
+    pub queued: usize,
+    /// Recent mean time a permit was held, ms; `None` before the first one was given back.
+    pub hold_ms: Option<f64>,
+}
+
+/// Weight of the newest hold in the slot's mean: about the last ten holds count.
+const HOLD_WEIGHT: f64 = 0.2;
 
 /// What one host+model looks like right now, for the admin API and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +201,26 @@ impl Limiter {
         }
     }
 
+    /// Slots, requests in flight and queued, and the mean hold of `host`+`model` (all 0 when the
+    /// pair is not configured).
+    pub fn load(&self, host: &str, model: &str) -> Load {
+        let inner = self.shared.inner.lock();
+        match inner.slots.get(host).and_then(|m| m.get(model)) {
+            Some(s) => Load {
+                parallel: s.parallel,
+                in_flight: s.in_flight,
+                queued: s.waiting.len(),
+                hold_ms: s.hold_ms,
+            },
+            None => Load {
+                parallel: 0,
+                in_flight: 0,
+                queued: 0,
+                hold_ms: None,
+            },
+        }
+    }
+
     /// Requests holding a slot of `host`+`model`.
     pub fn in_flight(&self, host: &str, model: &str) -> usize {
         self.read(host, model, |s| s.in_flight)
@@ -229,6 +264,7 @@ impl Limiter {
             shared: Arc::clone(&self.shared),
             host: host.to_string(),
             model: model.to_string(),
+            since: Instant::now(),
         }
     }
 
@@ -245,12 +281,20 @@ impl Limiter {
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut inner = self.shared.inner.lock();
+        let held = self.since.elapsed().as_secs_f64() * 1000.0;
         // A permit is only made for an existing slot, and a held slot is never removed.
         if let Some(slot) = inner.slot(&self.host, &self.model) {
             slot.in_flight = slot.in_flight.saturating_sub(1);
+            slot.hold_ms = Some(mean_hold(slot.hold_ms, held));
             slot.wake_if_admissible();
         }
     }
+}
+
+/// The slot's mean hold after one more of `held` ms: the first sets it, later ones move it
+/// [`HOLD_WEIGHT`] of the way.
+fn mean_hold(mean: Option<f64>, held: f64) -> f64 {
+    mean.map_or(held, |mean| mean + HOLD_WEIGHT * (held - mean))
 }
 
 #[derive(Debug)]
@@ -282,6 +326,8 @@ struct Slot {
     next_ticket: u64,
     waiting: VecDeque<u64>,
     cond: Arc<Condvar>,
+    /// Recent mean time a permit was held, ms.
+    hold_ms: Option<f64>,
 }
 
 impl Inner {
@@ -310,6 +356,7 @@ impl Slot {
             next_ticket: 0,
             waiting: VecDeque::new(),
             cond: Arc::new(Condvar::new()),
+            hold_ms: None,
         }
     }
 

@@ -42,6 +42,8 @@ struct Inner {
     /// Time waiting for a slot, by (route, host).
     queue_wait: Pairs<Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// (route, host) → why requests were placed there (`crate::lease::Placed`, issue 23).
+    placements: Pairs<BTreeMap<String, u64>>,
     /// Accounting rows the store could not write.
     rows_lost: u64,
     /// (listener, reason) → connections answered before a request was routed (no accounting row).
@@ -140,6 +142,11 @@ impl Metrics {
         add(&mut totals.completion, row.completion_tokens);
         at(&mut inner.durations, route, || Histogram::new(BUCKETS))
             .observe(row.total_ms.max(0) as f64 / 1000.0);
+        // Only crossbar's own words (lease::Placed) reach the row's `placed`: a small label set.
+        if !row.placed.is_empty() && row.placed != "none" && !row.host.is_empty() {
+            let reasons = inner.placements.at(route, host, BTreeMap::new);
+            *at(reasons, &row.placed, || 0) += 1;
+        }
         if !row.host.is_empty() {
             let positive = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
             at(&mut inner.recent, &row.host, recent::Window::default).request(

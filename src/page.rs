@@ -63,7 +63,8 @@ pub fn render(gw: &Gateway, now: i64) -> String {
 
     out.push_str(
         "<h2>Hosts</h2><table><tr><th>host</th><th>state</th><th>per-slot ctx</th><th>models loaded</th>\
-         <th>slots busy / total</th><th>queued</th><th>leases</th></tr>",
+         <th>slots busy / total</th><th>queued</th><th>leases</th><th>tokens held / capacity</th>\
+         <th>warm prompt families</th></tr>",
     );
     for host in config.hosts.values() {
         let status = gw.health.get(&host.name);
@@ -102,13 +103,38 @@ pub fn render(gw: &Gateway, now: i64) -> String {
             None => String::new(),
         };
         let leases = per_host.get(&host.name).copied().unwrap_or(0);
+        // What placement sees (issue 23), summed over the host's models.
+        let (mut held, mut capacity, mut warm) = (0, 0, Vec::new());
+        for model in host.models.keys() {
+            let (h, c) = gw.held(&host.name, model);
+            (held, capacity) = (held + h, capacity + c);
+            warm.extend(gw.holdings.warm_on(&host.name, model));
+        }
+        let capacity = if capacity == 0 {
+            "?".to_string()
+        } else {
+            group(capacity)
+        };
+        let families = (warm.iter().take(4))
+            .map(|(f, tokens)| format!("{} ({} tok)", f.hex(), group(*tokens)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = warm.len().saturating_sub(4);
+        let families = if more > 0 {
+            format!("{families} +{more}")
+        } else {
+            families
+        };
         let _ = write!(
             out,
             "<tr><td><b>{}</b> <span class=muted>{}</span></td><td>{state}</td><td class=n>{ctx}</td>\
-             <td>{}</td><td class=n>{busy} / {total}</td><td class=n>{queued}</td><td class=n>{leases}</td></tr>",
+             <td>{}</td><td class=n>{busy} / {total}</td><td class=n>{queued}</td><td class=n>{leases}</td>\
+             <td class=n>{} / {capacity}</td><td>{}</td></tr>",
             esc(&host.name),
             esc(&host.url),
-            esc(&loaded)
+            esc(&loaded),
+            group(held),
+            esc(&families)
         );
     }
     out.push_str("</table>");

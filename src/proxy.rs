@@ -22,8 +22,9 @@ use std::time::Instant;
 use crate::api::Api;
 use crate::config::Config;
 use crate::conn::{BodyError, Request};
-use crate::fingerprint;
-use crate::lease::Key;
+use crate::fingerprint::{self, Family};
+use crate::holdings::Arrival;
+use crate::lease::{Ask, Key, Placed};
 use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
@@ -41,15 +42,23 @@ pub const HOST_HEADER: &str = "X-Crossbar-Host";
 pub const LEASE_HEADER: &str = "X-Crossbar-Lease";
 pub const ROUTE_HEADER: &str = "X-Crossbar-Route";
 pub const CTX_HEADER: &str = "X-Crossbar-Ctx";
+pub const PLACEMENT_HEADER: &str = "X-Crossbar-Placement";
 
-/// A request that passed every check: its host, and (unless it is stateless or spread metadata)
-/// its lease.
+/// A request that passed every check: its host, and (unless it is stateless or metadata) its
+/// lease.
 struct Plan<'a> {
     host: &'a crate::config::Host,
     api: Api,
     rest: String,
     body: Vec<u8>,
     lease: LeaseUse,
+    /// Why the request went to its host (issue 23).
+    placed: Placed,
+    family: Option<Family>,
+    /// The model, as the lease and the limiter name it.
+    model: String,
+    /// Counts the request as arriving on its host until it has its slot (a chooser's placement).
+    arrival: Option<Arrival>,
     /// Whether the request takes a limiter slot: metadata never does (llama-server answers it
     /// without one, so it must not wait behind generations here).
     slot: bool,
@@ -63,7 +72,7 @@ struct Plan<'a> {
 enum LeaseUse {
     New,
     Reused,
-    /// Metadata on a `spread_new` route: no lease (and, like all metadata, no slot).
+    /// Metadata: no lease (and no slot), so a polled model list steers nothing (issue 23).
     None,
     /// Stateless (embeddings, rerank: `Api::takes_lease`): no lease, but a slot.
     Stateless,
@@ -89,18 +98,19 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         ..RequestRow::default()
     };
     let config = gw.config();
-    let (plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
+    let (mut plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
         Ok(ready) => ready,
         Err(err) => return refuse(gw, request, err, row, clock),
     };
+    row.placed = plan.placed.as_str().to_string();
     // Metadata uses no slot upstream, so it never waits behind generations for one here. A
     // client that leaves while queued leaves the queue within a second (seed 001 step 4).
     let permit = if plan.slot {
         let model = &key.model;
-        match gw
-            .limiter
-            .acquire_unless(&plan.host.name, model, || request.client_gone())
-        {
+        let taken = (gw.limiter).acquire_unless(&plan.host.name, model, || request.client_gone());
+        // Its place in line or its slot now counts it; no longer an arrival.
+        drop(plan.arrival.take());
+        match taken {
             Ok((permit, waited)) => {
                 row.queued_ms = waited.as_millis() as i64;
                 gw.metrics
@@ -142,6 +152,28 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     }
 }
 
+/// What a request the host answered whole teaches placement, before the answer's end goes out (a
+/// client's next turn finds it learned): the host is not failing; after a 2xx, its family is warm
+/// there, a warm first turn sizes the family, and the conversation holds its prompt plus
+/// completion there.
+fn learn(gw: &Gateway, plan: &Plan<'_>, row: &RequestRow) {
+    if !plan.slot {
+        return;
+    }
+    let ok = (200..300).contains(&row.status) && row.err.is_empty();
+    let served = crate::holdings::Served {
+        ok,
+        family: plan.family,
+        warm_first_turn: plan.placed == Placed::Family,
+        cached: row.cached_tokens.and_then(|c| u64::try_from(c).ok()),
+    };
+    gw.holdings.served(&plan.host.name, &plan.model, served);
+    if let (true, Some(hold)) = (ok, &plan._hold) {
+        let held = row.prompt_tokens.unwrap_or(0) + row.completion_tokens.unwrap_or(0);
+        hold.set_held(u64::try_from(held).unwrap_or(0));
+    }
+}
+
 /// Everything before the slot: route, body, fingerprint, lease and context guard. Fills in the
 /// row as it learns the route, conversation, model and host.
 fn prepare<'c>(
@@ -161,15 +193,16 @@ fn prepare<'c>(
         BodyError::Timeout => ProxyError::BodyTimeout,
         other => ProxyError::BadBody(other.to_string()),
     })?;
-    let (model, fp) = if incoming.bodyless() {
-        (None, String::new())
+    let (model, fp, family) = if incoming.bodyless() {
+        (None, String::new(), None)
     } else {
         let session = incoming
             .header("X-Session-Id")
             .or_else(|| incoming.header("X-Conversation-Id"));
         let peek = fingerprint::peek_as(api, &body, session);
-        (peek.model, peek.fp)
+        (peek.model, peek.fp, peek.family)
     };
+    row.family = family.map(Family::hex).unwrap_or_default();
     // A body that names no model is forwarded naming the route's (a router needs one).
     let named = model.is_some() || incoming.bodyless();
     let mut key = Key {
@@ -189,98 +222,105 @@ fn prepare<'c>(
             served: config.models_of(&route.hosts),
         });
     }
-    // Metadata is the route-level request (seed 001 step 2): its lease is the one new
-    // conversations inherit (seed 000 rule 3), unless the route spreads them.
-    let metadata = route::is_metadata(&incoming.method, &rest);
-    if metadata {
+    let now = row.started;
+    // Metadata (seed 001 step 2) takes no lease and leaves none: a chat UI polling its model
+    // list must not steer new conversations (issue 23, over seed 000 rule 3).
+    if route::is_metadata(&incoming.method, &rest) {
         key.fp.clear();
         row.fp.clear();
-        if route.spread_new {
-            let (mut plan, key) =
-                lookup_plan(gw, config, key, &route.hosts, (api, rest), body, row)?;
-            plan.body = outgoing(plan.host, plan.body, &key.model, named);
-            return Ok((plan, key));
-        }
-    } else if !api.takes_lease() {
-        // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
-        row.host = gw.leases.place(&key, &route.hosts)?;
+        row.host = gw.leases.lookup(&key, &route.hosts, now)?;
         let host = configured_host(config, &row.host)?;
         let body = outgoing(host, body, &key.model, named);
-        let (lease, slot, ctx_moved) = (LeaseUse::Stateless, true, None);
-        let plan = Plan {
-            host,
-            api,
-            rest,
-            body,
-            lease,
-            slot,
-            ctx_moved,
-            _hold: None,
-        };
+        let plan = plan(host, (api, rest, &key), body, LeaseUse::None, Placed::None);
         return Ok((plan, key));
     }
-    let now = row.started;
-    let (acquired, hold) = gw
-        .leases
-        .acquire_held(&key, &route.hosts, now, route.spread_new)?;
-    row.host = acquired.host.clone();
-    let moved = if metadata {
-        None
-    } else {
-        let prompt = ctxguard::Prompt {
-            rest: &rest,
-            body: &body,
-            estimate: ctxguard::estimate(incoming, body.len()),
-        };
-        row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
-        ctxguard::check(gw, config, &key, &acquired.host, &prompt, row, now)?
+    let ask = Ask {
+        family,
+        // A quarter of the body's bytes: the same measure as a family's size before a host
+        // answered (the context guard's own estimate keeps its safety margin).
+        prompt: body.len() as u64 / 4,
+        slot: true,
+        move_when_busy: route.move_when_busy,
     };
+    if !api.takes_lease() {
+        // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
+        let placed = gw.leases.place(&key, &route.hosts, now, &ask)?;
+        row.host = placed.host;
+        let host = configured_host(config, &row.host)?;
+        let body = outgoing(host, body, &key.model, named);
+        let mut plan = plan(
+            host,
+            (api, rest, &key),
+            body,
+            LeaseUse::Stateless,
+            placed.placed,
+        );
+        plan.slot = true;
+        plan.arrival = arrival(gw, &plan, &key);
+        return Ok((plan, key));
+    }
+    let (acquired, hold) = gw.leases.acquire_held(&key, &route.hosts, now, &ask)?;
+    row.host = acquired.host.clone();
+    let mut placed = acquired.placed;
+    let prompt = ctxguard::Prompt {
+        rest: &rest,
+        body: &body,
+        estimate: ctxguard::estimate(incoming, body.len()),
+    };
+    row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
+    // Counted where the chooser placed it, until it has its slot (a ctx move below included).
+    let chosen = placed
+        .chosen()
+        .then(|| Arrival::of(&gw.holdings, &row.host, &key.model));
+    let moved = ctxguard::check(gw, config, &key, &acquired.host, &prompt, row, now)?;
     if let Some(moved) = &moved {
         row.host = moved.to.clone();
+        placed = Placed::Ctx;
     }
     let host = configured_host(config, &row.host)?;
-    let plan = Plan {
-        host,
-        api,
-        rest,
-        body: outgoing(host, body, &key.model, named),
-        // A move lands on a cold cache: that is a new lease, whatever the old one was.
-        lease: if acquired.reused && moved.is_none() {
-            LeaseUse::Reused
-        } else {
-            LeaseUse::New
-        },
-        slot: !metadata,
-        ctx_moved: moved.map(|m| format!("moved:{}>{}", m.from, m.to)),
-        _hold: hold,
+    // A move lands on a cold cache: that is a new lease, whatever the old one was.
+    let lease = if acquired.reused && moved.is_none() {
+        LeaseUse::Reused
+    } else {
+        LeaseUse::New
     };
+    let body = outgoing(host, body, &key.model, named);
+    let mut plan = plan(host, (api, rest, &key), body, lease, placed);
+    plan.slot = true;
+    plan.family = family;
+    plan.arrival = chosen;
+    plan.ctx_moved = moved.map(|m| format!("moved:{}>{}", m.from, m.to));
+    plan._hold = hold;
     Ok((plan, key))
 }
 
-/// A metadata request's plan on a `spread_new` route: the route-level key's host by lookup (pin,
-/// existing lease, or the chooser), no lease created or kept alive.
-fn lookup_plan<'c>(
-    gw: &Gateway,
-    config: &'c Config,
-    key: Key,
-    candidates: &[String],
-    (api, rest): (Api, String),
+/// A plan with no slot, no family, no arrival, no ctx move and no hold yet.
+fn plan<'c>(
+    host: &'c crate::config::Host,
+    (api, rest, key): (Api, String, &Key),
     body: Vec<u8>,
-    row: &mut RequestRow,
-) -> Result<(Plan<'c>, Key), ProxyError> {
-    row.host = gw.leases.lookup(&key, candidates)?;
-    let host = configured_host(config, &row.host)?;
-    let plan = Plan {
+    lease: LeaseUse,
+    placed: Placed,
+) -> Plan<'c> {
+    Plan {
         host,
         api,
         rest,
         body,
-        lease: LeaseUse::None,
+        lease,
+        placed,
+        family: None,
+        model: key.model.clone(),
+        arrival: None,
         slot: false,
         ctx_moved: None,
         _hold: None,
-    };
-    Ok((plan, key))
+    }
+}
+
+/// The arrival a chooser's placement counted for this request, to give back with its slot.
+fn arrival(gw: &Gateway, plan: &Plan<'_>, key: &Key) -> Option<Arrival> {
+    (plan.placed.chosen()).then(|| Arrival::of(&gw.holdings, &plan.host.name, &key.model))
 }
 
 /// The body as `host` gets it: naming the model by the host's name for it (`upstream`), and

@@ -27,6 +27,11 @@ pub struct Line {
     pub cached_share: Option<f64>,
     pub ttfb_p50_ms: Option<i64>,
     pub ttfb_p95_ms: Option<i64>,
+    /// New conversations placed where their prompt family was warm (issue 23)...
+    pub family_first_turns: u64,
+    /// ...and the prompt tokens their hosts served from cache: the first-turn prefill that family
+    /// placement saved.
+    pub family_saved_tokens: i64,
 }
 
 /// Reads the rows since `since` ago and renders the report (a table, or JSON).
@@ -80,6 +85,10 @@ pub fn summarize(rows: &[RequestRow]) -> Vec<Line> {
         if let (Some(p), Some(c)) = (row.prompt_tokens, row.cached_tokens) {
             add(share_prompt, Some(p));
             add(share_cached, Some(c));
+        }
+        if row.placed == "family" && row.status < 400 && row.err.is_empty() {
+            line.family_first_turns += 1;
+            add(&mut line.family_saved_tokens, row.cached_tokens);
         }
     }
     groups
@@ -143,6 +152,14 @@ fn render(lines: &[Line], since: Duration) -> String {
         ]);
     }
     out.push_str(&crate::cli::table(&rows));
+    let turns: u64 = lines.iter().map(|l| l.family_first_turns).sum();
+    if turns > 0 {
+        let saved = (lines.iter()).fold(0i64, |t, l| t.saturating_add(l.family_saved_tokens));
+        out.push_str(&format!(
+            "first-turn prefill saved by family placement: {saved} tokens over {turns} new \
+             conversations placed where their prompt family was warm\n"
+        ));
+    }
     out
 }
 
@@ -230,6 +247,33 @@ mod tests {
             .collect();
         assert_eq!(apis, [("messages", 2, 90), ("responses", 1, 0)]);
         assert!(render(&lines, Duration::from_secs(3600)).contains("API"));
+    }
+
+    /// Issue 23: the first-turn prefill family placement saved, per line and in the table's foot.
+    #[test]
+    fn first_turns_placed_for_their_family_count_what_they_saved() {
+        let mut rows = vec![
+            row("a", "titan", 200, 10, Some((9000, 8000, 5))),
+            row("a", "titan", 200, 10, Some((9000, 7990, 5))),
+            row("a", "titan", 200, 10, Some((9100, 9050, 5))),
+            row("a", "titan", 502, 10, Some((9000, 8000, 0))),
+        ];
+        rows[0].placed = "family".into();
+        rows[1].placed = "family".into();
+        rows[2].placed = "sticky".into();
+        rows[3].placed = "family".into();
+        let lines = summarize(&rows);
+        assert_eq!(
+            (lines[0].family_first_turns, lines[0].family_saved_tokens),
+            (2, 15990)
+        );
+        let text = render(&lines, Duration::from_secs(3600));
+        assert!(
+            text.contains("first-turn prefill saved by family placement: 15990 tokens over 2"),
+            "{text}"
+        );
+        let none = render(&summarize(&rows[2..3]), Duration::from_secs(3600));
+        assert!(!none.contains("family placement"), "{none}");
     }
 
     /// Review finding: upstream-reported counts were summed unchecked (a panic in debug builds).

@@ -75,6 +75,7 @@ pub struct Server {
 impl Server {
     /// Opens the store, loads the leases, binds the listeners and starts all threads.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        warn_about(&config);
         let lock = DbLock::acquire(&config.db).map_err(StartError::Lock)?;
         let store = Store::open(&config.db).map_err(StartError::Store)?;
         let bind = |what, addr: SocketAddr| {
@@ -154,6 +155,7 @@ impl Server {
     /// the connection layer's limits only change with a restart; everything else changes now,
     /// leases kept.
     pub fn reload(&self, config: Config) {
+        warn_about(&config);
         let old = self.gateway.config();
         if config.listen != old.listen
             || config.admin_listen != old.admin_listen
@@ -289,4 +291,11 @@ fn start_poller(gateway: &Gateway) -> Poller {
         config.health_interval,
         timeout,
     )
+}
+
+/// Logs what the config does that the operator probably did not mean (`Config::warnings`).
+fn warn_about(config: &Config) {
+    for warning in &config.warnings {
+        log::warn!("config warning={}", crate::logfmt::val(warning));
+    }
 }

@@ -10,14 +10,17 @@ use std::time::SystemTime;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::choose;
 use crate::config::Config;
 use crate::health::Health;
+use crate::holdings::Holdings;
 use crate::lease::{self, Key};
 use crate::limiter::Limiter;
 use crate::logfmt::val;
 use crate::metrics::Metrics;
 use crate::store::{unix_ms, LeaseRow, Store, StoreError, Ticket, Write};
+
+mod view;
+use view::View;
 
 /// Everything a request needs, shared by all threads.
 pub struct Gateway {
@@ -28,6 +31,8 @@ pub struct Gateway {
     pub health: Arc<Health>,
     pub drains: Arc<Drains>,
     pub metrics: Arc<Metrics>,
+    /// What each host holds warm, what is on its way there, how fast it prefills (issue 23).
+    pub holdings: Arc<Holdings>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     /// The pooled agent every forwarded request goes through.
@@ -82,11 +87,20 @@ impl Gateway {
         ));
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
+        let holdings = Arc::new(Holdings::default());
+        match store.recent_families(RECENT_FAMILIES) {
+            Ok(rows) => holdings.rebuild(rows),
+            Err(err) => log::warn!(
+                "warm families not rebuilt error={}",
+                val(&crate::logfmt::chain(&err))
+            ),
+        }
         let view = Arc::new(View {
             config: config.clone(),
             health: health.clone(),
             limiter: limiter.clone(),
             drains: drains.clone(),
+            holdings: holdings.clone(),
         });
         let metrics = Arc::new(Metrics::default());
         let persister = Arc::new(Counted {
@@ -120,6 +134,7 @@ impl Gateway {
             health,
             drains,
             metrics,
+            holdings,
             last_prompt: Mutex::new(HashMap::new()),
             upstream,
             counter,
@@ -146,6 +161,8 @@ impl Gateway {
             }
         }
         self.limiter.retain(|host, model| new.serves(host, model));
+        self.holdings
+            .retain_hosts(|host| new.hosts.contains_key(host));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
         self.leases.set_idle(new.lease_idle);
         self.leases.set_max_leases(new.max_leases);
@@ -174,6 +191,16 @@ impl Gateway {
             .insert(key.clone(), (prompt, unloads))
     }
 
+    /// What placement sees of `host`+`model` (issue 23): tokens its leases hold against its
+    /// capacity (0 when unknown), and the families it holds warm, most recent first.
+    pub fn held(&self, host: &str, model: &str) -> (u64, u64) {
+        let config = self.config();
+        let capacity = (config.hosts.get(host)).map_or(0, |h| {
+            view::capacity(&self.health, h, model, config.parallel(host, model))
+        });
+        (self.leases.held(model, host), capacity)
+    }
+
     /// Forgets prompt sizes of conversations that no longer hold a lease.
     pub fn prune_last_prompt(&self) {
         let known: Vec<Key> = self.last_prompt.lock().keys().cloned().collect();
@@ -187,61 +214,8 @@ impl Gateway {
     }
 }
 
-/// The lease table's window on live host state.
-struct View {
-    config: Arc<RwLock<Arc<Config>>>,
-    health: Arc<Health>,
-    limiter: Arc<Limiter>,
-    drains: Arc<Drains>,
-}
-
-impl lease::HostView for View {
-    fn healthy(&self, host: &str) -> bool {
-        self.health.healthy(host)
-    }
-
-    fn draining(&self, host: &str) -> bool {
-        self.drains.contains(host)
-    }
-}
-
-impl lease::Chooser for View {
-    fn choose(&self, candidates: &[lease::Candidate], model: &str) -> Option<String> {
-        let config = self.config.read().clone();
-        let infos: Vec<choose::Info> = candidates
-            .iter()
-            .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
-            .map(|(host, c)| {
-                let leases = c.leases;
-                let parallel = config.parallel(&host.name, model);
-                let in_flight = self.limiter.in_flight(&host.name, model);
-                // A full router evicts one of its loaded models to load this one: no room when
-                // any of them is in use — a request in flight, or a conversation leased there
-                // whose cache the swap would wipe (health's lock is released before the
-                // limiter's is taken).
-                let room = match self.health.full_router(&host.name) {
-                    None => true,
-                    Some(loaded) => !(loaded.iter()).any(|m| {
-                        c.leased_models.contains(m) || self.limiter.in_flight(&host.name, m) > 0
-                    }),
-                };
-                choose::Info {
-                    name: host.name.clone(),
-                    healthy: self.health.healthy(&host.name),
-                    draining: self.drains.contains(&host.name),
-                    loaded: self.health.is_loaded(&host.name, model),
-                    room,
-                    serves: parallel > 0,
-                    free: parallel.saturating_sub(in_flight),
-                    queued: self.limiter.queued(&host.name, model),
-                    leases,
-                    weight: host.weight,
-                }
-            })
-            .collect();
-        choose::best(&infos).map(|info| info.name.clone())
-    }
-}
+/// Answered rows read back at start to rebuild the families hosts hold warm.
+const RECENT_FAMILIES: usize = 20_000;
 
 /// The store as the lease table's persister, counting lease events for `/metrics` on the way.
 struct Counted {

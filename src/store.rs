@@ -172,6 +172,13 @@ impl Store {
         self.reader.recent_requests(limit)
     }
 
+    pub fn recent_families(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::holdings::Recent>, StoreError> {
+        self.reader.recent_families(limit)
+    }
+
     pub fn requests_since(
         &self,
         since_ms: i64,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbar::lease::{Candidate, Chooser, HostView, Key, Table};
+use crossbar::lease::{Ask, Candidate, Chooser, HostView, Key, Placed, Table};
 use crossbar::store::{unix_ms, LeaseRow, LeaseState, RequestRow, Store, Write};
 
 const LEASES: usize = 100_000;
@@ -33,11 +33,28 @@ impl HostView for AllUp {
 }
 
 impl Chooser for AllUp {
-    fn choose(&self, candidates: &[Candidate], _: &str) -> Option<String> {
+    fn choose(
+        &self,
+        candidates: &[Candidate],
+        _: &str,
+        _: &Ask,
+        _: i64,
+    ) -> Option<(String, Placed)> {
         candidates
             .iter()
             .min_by_key(|c| c.leases)
-            .map(|c| c.host.clone())
+            .map(|c| (c.host.clone(), Placed::LeastLoaded))
+    }
+
+    fn busy_move(
+        &self,
+        _: &Candidate,
+        _: &[Candidate],
+        _: &str,
+        _: &Ask,
+        _: i64,
+    ) -> Option<String> {
+        None
     }
 }
 

@@ -3,12 +3,14 @@
 //! Conversation: the model plus every message up to and including the first `user` one (all of
 //! them when none is), each as compact JSON with sorted keys, kind `chat`; a body without
 //! `messages` is read as a completion-style prompt (the seed's rule, kept byte for byte: live
-//! leases are keyed by it). Streams end with `data: [DONE]` (the tee knows that one). Usage:
+//! leases are keyed by it). Family: the leading system/developer messages and `tools`. Streams end with `data: [DONE]` (the tee knows that one). Usage:
 //! `prompt_tokens` (cached included), `prompt_tokens_details.cached_tokens`, `completion_tokens`.
 
 use serde_json::Value;
 
-use super::{completion, count, Conversation, Counts};
+use super::{
+    completion, count, is_preamble_role, normalise_content, preamble, Conversation, Counts,
+};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &[
@@ -35,6 +37,24 @@ pub(super) fn conversation(body: &Body) -> Option<Conversation> {
         kind: "chat",
         parts,
     })
+}
+
+/// Family (kind `chat-family`): the model, the leading `system`/`developer` messages (role and
+/// content) and `tools`. A body without `messages` is a completion-style prompt's family.
+pub(super) fn family(body: &Body) -> Option<Conversation> {
+    let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
+        return completion::family(body);
+    };
+    let leading = messages
+        .iter()
+        .take_while(|m| is_preamble_role(m))
+        .map(|m| {
+            serde_json::json!({
+                "role": m.get("role").cloned().unwrap_or(Value::Null),
+                "content": m.get("content").map_or(Value::Null, normalise_content),
+            })
+        });
+    preamble("chat-family", body, leading)
 }
 
 pub(super) fn counts(usage: &Value) -> Counts {

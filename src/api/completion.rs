@@ -50,6 +50,49 @@ pub const TURN_MARKERS: &[&str] = &[
     "\nassistant:",
 ];
 
+/// Where a user turn starts in the same templates: a prompt's family is the text before the
+/// first of them (its system turn), when that text holds more than a BOS token's worth.
+pub const USER_MARKERS: &[&str] = &[
+    "<|im_start|>user",
+    "<|start_header_id|>user<|end_header_id|>",
+    "[INST]",
+    "<start_of_turn>user",
+    "<|user|>",
+    "<|User|>",
+    "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>",
+    "### Instruction:",
+    "\nUser:",
+    "\nUSER:",
+    "\nuser:",
+];
+
+/// Shortest text before a user marker that counts as a preamble (`<|begin_of_text|>`, `<s>` and
+/// the like are shorter).
+const MIN_PREAMBLE: usize = 24;
+
+/// How far into a prompt its first user turn is looked for: a system prompt of about 16k tokens.
+const FAMILY_WINDOW: usize = 64 << 10;
+
+/// Family (kind `prompt-family`): the model and the prompt's text before its first user turn,
+/// when that turn starts within [`FAMILY_WINDOW`] bytes. Token-list prompts and prompts without a
+/// user marker have no family.
+pub(super) fn family(body: &Body) -> Option<Conversation> {
+    let prompt = first_prompt(body)?.as_str()?.as_bytes();
+    let prompt = &prompt[..prompt.len().min(FAMILY_WINDOW)];
+    let at = USER_MARKERS
+        .iter()
+        .filter_map(|m| {
+            let m = m.as_bytes();
+            prompt.windows(m.len()).position(|w| w == m)
+        })
+        .min()?;
+    let text = std::str::from_utf8(&prompt[..at]).ok()?;
+    if text.trim().len() < MIN_PREAMBLE {
+        return None;
+    }
+    super::preamble("prompt-family", body, [Value::from(text)])
+}
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let prompt = first_prompt(body)?;
     Some(match prompt.as_str() {

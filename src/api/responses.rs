@@ -14,7 +14,7 @@
 
 use serde_json::Value;
 
-use super::{count, normalise_content, Conversation, Counts, Ending};
+use super::{count, is_preamble_role, normalise_content, preamble, Conversation, Counts, Ending};
 use crate::fingerprint::body::{Body, Input};
 
 pub(super) const PATHS: &[&str] = &["/v1/responses", "/responses", COUNT, COUNT_UNVERSIONED];
@@ -37,6 +37,24 @@ pub(super) fn conversation(body: &Body) -> Option<Conversation> {
         kind: "responses",
         parts,
     })
+}
+
+/// Family (kind `responses-family`): the model, `instructions`, the leading system/developer
+/// message items of `input`, and `tools`.
+pub(super) fn family(body: &Body) -> Option<Conversation> {
+    let leading: Vec<Value> = match body.input.as_ref() {
+        Some(Input::Items(items)) => (items.iter())
+            .take_while(|i| is_preamble_role(i))
+            .map(normalise_item)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let instructions = body.instructions.clone().unwrap_or(Value::Null);
+    preamble(
+        "responses-family",
+        body,
+        std::iter::once(instructions).chain(leading),
+    )
 }
 
 /// Whether an `input` item is the user's message (the last item the fingerprint reads).

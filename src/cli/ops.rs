@@ -106,6 +106,15 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// A token count as people read it: `950`, `12.3k`, `1.2M`.
+fn kilo(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
 pub fn status(args: &Args) -> Result<(), CliError> {
     let status = Admin::from(args)?.call("GET", "/admin/status", None)?;
     if args.json {
@@ -113,7 +122,7 @@ pub fn status(args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     let mut rows = vec![header(&[
-        "HOST", "STATE", "CTX", "BUSY", "QUEUED", "LEASES", "LOADED", "URL",
+        "HOST", "STATE", "CTX", "BUSY", "QUEUED", "LEASES", "HELD", "WARM", "LOADED", "URL",
     ])];
     for h in status["hosts"].as_array().into_iter().flatten() {
         let mut state = if h["healthy"].as_bool() == Some(true) {
@@ -153,6 +162,17 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             (false, [_, _, ..]) => "per model".to_string(),
             _ => text(&h["per_slot_ctx"]),
         };
+        // What placement sees (issue 23): tokens held against capacity, warm prompt families.
+        let sum = |field: &str| {
+            models
+                .iter()
+                .map(|m| m[field].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
+        let held = match sum("capacity") {
+            0 => format!("{}/?", kilo(sum("held_tokens"))),
+            cap => format!("{}/{}", kilo(sum("held_tokens")), kilo(cap)),
+        };
         rows.push(vec![
             text(&h["name"]),
             state,
@@ -160,6 +180,8 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             format!("{}/{slots}", text(&h["in_flight"])),
             text(&h["queued"]),
             text(&h["leases"]),
+            held,
+            sum("warm_families").to_string(),
             loaded.join(","),
             text(&h["url"]),
         ]);

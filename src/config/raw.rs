@@ -45,6 +45,7 @@ pub(super) struct RawHost {
     pub(super) weight: Option<u32>,
     pub(super) api_key: Option<String>,
     pub(super) ctx: Option<u64>,
+    pub(super) kv_tokens: Option<u64>,
     #[serde(default)]
     pub(super) models: BTreeMap<String, RawModel>,
 }
@@ -60,6 +61,7 @@ pub(super) struct RawRoute {
     #[serde(default)]
     pub(super) hosts: Vec<String>,
     pub(super) model: Option<String>,
-    #[serde(default)]
-    pub(super) spread_new: bool,
+    /// Retired by issue 23 (placement spreads new conversations): read, ignored, warned about.
+    pub(super) spread_new: Option<bool>,
+    pub(super) move_when_busy: Option<bool>,
 }

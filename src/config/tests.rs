@@ -317,3 +317,42 @@ fn empty_config_says_what_is_missing() {
         ]
     );
 }
+
+/// Issue 23's keys: `kv_tokens` and `move_when_busy` are checked and default sensibly;
+/// `spread_new` is retired — accepted, ignored, and warned about — so old configs keep loading.
+#[test]
+fn placement_keys_are_checked_and_spread_new_is_a_warning() {
+    let cfg = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(cfg.hosts["titan"].kv_tokens, None);
+    assert!(!cfg.routes["projA"].move_when_busy);
+    assert!(cfg.warnings.is_empty());
+    let set = MINIMAL.replace(
+        "url = \"http://10.0.0.1:8080/\"",
+        "url = \"http://10.0.0.1:8080/\"\nkv_tokens = 131072",
+    ) + "move_when_busy = true\nspread_new = true\n";
+    let cfg = Config::from_toml(&set).unwrap();
+    assert_eq!(cfg.hosts["titan"].kv_tokens, Some(131072));
+    assert!(cfg.routes["projA"].move_when_busy);
+    assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
+    assert!(cfg.warnings[0].starts_with("routes.projA.spread_new is ignored"));
+    let zero = MINIMAL.replace(
+        "url = \"http://10.0.0.1:8080/\"",
+        "url = \"http://10.0.0.1:8080/\"\nkv_tokens = 0",
+    );
+    check_problem(
+        &zero,
+        "hosts.titan.kv_tokens: must be at least 1 token; leave it out to use slots x per-slot context",
+    );
+    let typo = MINIMAL.to_string() + "move_when_bussy = true\n";
+    check_problem(
+        &typo,
+        "routes.projA.move_when_bussy: unknown key; did you mean `move_when_busy`?",
+    );
+    let long = MINIMAL.replace(
+        "http://10.0.0.1:8080/",
+        &format!("http://10.0.0.1:8080/{}", "a".repeat(1100)),
+    );
+    assert!(problems(&long)
+        .iter()
+        .any(|l| l.starts_with("hosts.titan.url: is longer than 1024 bytes")));
+}

@@ -125,10 +125,18 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             (name, host)
         })
         .collect();
+    let mut warnings = Vec::new();
     let routes = raw
         .routes
         .into_iter()
         .map(|(name, r)| {
+            if r.spread_new.is_some() {
+                warnings.push(format!(
+                    "routes.{name}.spread_new is ignored: crossbar now places every new \
+                     conversation by load and warm prompt families, and a model listing leaves \
+                     no lease to follow; remove the key"
+                ));
+            }
             let route = validate_route(&name, r, &hosts, problems);
             (name, route)
         })
@@ -154,6 +162,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         log_level,
         hosts,
         routes,
+        warnings,
     }
 }
 
@@ -208,6 +217,12 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
             format!("is longer than {MAX_API_KEY} bytes"),
         ));
     }
+    if raw.kv_tokens == Some(0) {
+        problems.push(Problem::new(
+            format!("{key}.kv_tokens"),
+            "must be at least 1 token; leave it out to use slots x per-slot context",
+        ));
+    }
     if raw.weight == Some(0) {
         problems.push(Problem::new(format!("{key}.weight"), "must be at least 1"));
     }
@@ -254,6 +269,7 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
         weight: raw.weight.unwrap_or(1),
         api_key: raw.api_key.filter(|k| !k.is_empty()),
         ctx: raw.ctx,
+        kv_tokens: raw.kv_tokens,
         models,
         upstream,
     }
@@ -314,7 +330,7 @@ fn validate_route(
         name: name.to_string(),
         hosts: raw.hosts,
         model,
-        spread_new: raw.spread_new,
+        move_when_busy: raw.move_when_busy.unwrap_or(false),
     }
 }
 

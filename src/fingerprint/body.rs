@@ -31,6 +31,8 @@ pub struct Body {
     pub system: Option<Value>,
     /// OpenAI Responses' `instructions`.
     pub instructions: Option<Value>,
+    /// The tool definitions every API may carry (part of a request's prompt family).
+    pub tools: Option<Value>,
     /// OpenAI Responses' `input` (only for that API; elsewhere `input` is a prompt field).
     pub input: Option<Input>,
     pub prompts: [Option<Value>; 4],
@@ -128,6 +130,7 @@ impl<'de> Visitor<'de> for BodyVisitor<'_> {
                 }
                 "system" => body.system = map.next_value_seed(field)?,
                 "instructions" => body.instructions = map.next_value_seed(field)?,
+                "tools" => body.tools = map.next_value_seed(field)?,
                 "messages" => {
                     body.messages = map.next_value_seed(leading(is_user))?.map(|i| match i {
                         Input::Items(items) => items,

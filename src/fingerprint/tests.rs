@@ -274,7 +274,8 @@ fn a_body_of_too_many_values_is_no_conversation_but_keeps_its_model() {
         Peek {
             model: None,
             fp: String::new(),
-            stream: false
+            stream: false,
+            family: None,
         }
     );
 }

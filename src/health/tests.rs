@@ -9,6 +9,7 @@ fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
         weight: 1,
         api_key: None,
         ctx,
+        kv_tokens: None,
         models: models.iter().map(|m| (m.to_string(), 1)).collect(),
         upstream: BTreeMap::new(),
     }

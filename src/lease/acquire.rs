@@ -1,4 +1,5 @@
-//! The lease decision (seed 000's four rules) and the places a request without a lease goes. A
+//! The lease decision (seed 000's rules, rule 3 a preference since issue 23, and issue 23's move
+//! off a busy host) and the places a request without a lease goes. A
 //! new or moved lease is decided under the lock and then written the way `write` writes every
 //! change: reserved (so a concurrent turn of the same conversation waits for it and the chooser
 //! counts it), committed with the lock released, put in memory. A reused lease's `last_used` is
@@ -6,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::{Acquired, Candidate, Hold, Inner, Key, LeaseError, Table};
+use super::{Acquired, Ask, Candidate, Hold, Inner, Key, LeaseError, Placed, Table};
 use crate::logfmt::val;
 use crate::store::Reason;
 
@@ -19,9 +20,12 @@ enum Step {
         host: String,
         reason: Reason,
         from: String,
-        reused: bool,
+        placed: Placed,
     },
 }
+
+/// No conversation moves off a busy host twice within this long (unix ms).
+pub const BUSY_MOVE_EVERY: i64 = 10 * 60_000;
 
 impl Table {
     /// Seed 000's rules, then the write a new or moved lease needs. `candidates` are remembered
@@ -32,12 +36,12 @@ impl Table {
         key: &Key,
         candidates: &[String],
         now: i64,
-        inherit: bool,
+        ask: &Ask,
         hold: bool,
     ) -> Result<(Acquired, Option<Hold>), LeaseError> {
         let mut inner = self.lock();
         self.settle_key(&mut inner, key)?;
-        let step = self.decide(&mut inner, key, candidates, now, inherit);
+        let step = self.decide(&mut inner, key, candidates, now, ask);
         if !matches!(step, Ok(Step::Write { .. })) {
             inner.see_all(&key.route, candidates);
         }
@@ -50,16 +54,29 @@ impl Table {
                 host,
                 reason,
                 from,
-                reused,
+                placed,
             } => {
                 let mut held = None;
                 self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
                     inner.see_all(&key.route, candidates);
+                    if placed == Placed::Busy {
+                        if let Some(entry) = inner.leases.get_mut(key) {
+                            entry.busy_moved = now;
+                        }
+                    }
                     if hold {
                         held = inner.hold(key);
                     }
                 })?;
-                (Acquired { host, reused }, held)
+                let reused = false;
+                (
+                    Acquired {
+                        host,
+                        reused,
+                        placed,
+                    },
+                    held,
+                )
             }
         };
         Ok((held.0, self.hold_of(held.1)))
@@ -72,14 +89,16 @@ impl Table {
         })
     }
 
-    /// Seed 000's rules in order, deciding without writing (a touch is written behind).
+    /// Seed 000's rules in order, deciding without writing (a touch is written behind). Rule 3
+    /// (inherit the route-level lease) is a preference the chooser weighs since issue 23, never a
+    /// rule that beats load; rule 2 may give way to a move off a busy host where the route allows.
     fn decide(
         &self,
         inner: &mut Inner,
         key: &Key,
         candidates: &[String],
         now: i64,
-        inherit: bool,
+        ask: &Ask,
     ) -> Result<Step, LeaseError> {
         // 1. A pin outranks everything, health included.
         if let Some(pin) = inner.pins.get(&key.route).cloned() {
@@ -92,6 +111,7 @@ impl Table {
                     return Ok(Step::Done(Acquired {
                         host: pin,
                         reused: true,
+                        placed: Placed::Pinned,
                     }));
                 }
                 Some(lease) => lease.host.clone(),
@@ -106,54 +126,87 @@ impl Table {
                 host: pin,
                 reason,
                 from,
-                reused: false,
+                placed: Placed::Pinned,
             });
         }
 
-        // 2. The key's own lease, on a healthy host (draining or not), stays put.
+        // 2. The key's own lease, on a healthy host (draining or not), stays put — unless the
+        //    route moves conversations off a busy host and this one is worth moving.
         let mut moving_from = None;
         if let Some(lease) = inner.leases.get(key) {
             if self.hosts.healthy(&lease.host) {
                 let host = lease.host.clone();
+                if let Some(to) = self.busy_move(inner, key, &host, candidates, now, ask) {
+                    return Ok(Step::Write {
+                        host: to,
+                        reason: Reason::Busy,
+                        from: host,
+                        placed: Placed::Busy,
+                    });
+                }
                 inner.touch(key, now);
-                return Ok(Step::Done(Acquired { host, reused: true }));
+                return Ok(Step::Done(Acquired {
+                    host,
+                    reused: true,
+                    placed: Placed::Sticky,
+                }));
             }
             moving_from = Some(lease.host.clone());
         }
 
-        // 3. A new conversation follows its route's lease for the model: that cache is warm. A
-        //    draining host gets no new leases, inherited ones included. Skipped when the route
-        //    spreads new conversations instead.
-        if inherit && moving_from.is_none() && !key.fp.is_empty() {
-            let route_key = Key {
-                route: key.route.clone(),
-                fp: String::new(),
-                model: key.model.clone(),
-            };
-            if let Some(parent) = inner.leases.get(&route_key) {
-                if self.hosts.healthy(&parent.host) && !self.hosts.draining(&parent.host) {
-                    return Ok(Step::Write {
-                        host: parent.host.clone(),
-                        reason: Reason::New,
-                        from: String::new(),
-                        reused: true,
-                    });
-                }
-            }
-        }
-
-        // 4. Choose among usable candidates; nothing is created when there is none.
-        let host = self.choose_locked(inner, key, candidates, moving_from.as_deref())?;
-        Ok(Step::Write {
-            host,
-            reason: if moving_from.is_some() {
-                Reason::Unhealthy
-            } else {
-                Reason::New
+        // 3 and 4. Choose among usable candidates, the route-level lease's host (a new
+        //    conversation's only) offered as inherited; nothing is created when there is none.
+        let inherit = moving_from.is_none() && !key.fp.is_empty();
+        let (host, placed) = self.choose_locked(
+            inner,
+            key,
+            candidates,
+            moving_from.as_deref(),
+            inherit,
+            now,
+            ask,
+        )?;
+        Ok(match moving_from {
+            Some(from) => Step::Write {
+                host,
+                reason: Reason::Unhealthy,
+                from,
+                placed: Placed::Unhealthy,
             },
-            from: moving_from.unwrap_or_default(),
-            reused: false,
+            None => Step::Write {
+                host,
+                reason: Reason::New,
+                from: String::new(),
+                placed,
+            },
         })
+    }
+
+    /// Issue 23's wait-or-move: where `key`'s conversation on `host` should go instead, when its
+    /// route allows it, it has not moved for that within [`BUSY_MOVE_EVERY`], and the chooser
+    /// finds waiting on `host` costlier than starting over elsewhere.
+    fn busy_move(
+        &self,
+        inner: &Inner,
+        key: &Key,
+        host: &str,
+        candidates: &[String],
+        now: i64,
+        ask: &Ask,
+    ) -> Option<String> {
+        let lease = inner.leases.get(key)?;
+        if !ask.move_when_busy || (lease.busy_moved > 0 && now - lease.busy_moved < BUSY_MOVE_EVERY)
+        {
+            return None;
+        }
+        let current = candidate(inner, &key.model, host, None);
+        let others: Vec<Candidate> = (candidates.iter())
+            .filter(|h| h.as_str() != host)
+            .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
+            .map(|h| candidate(inner, &key.model, h, None))
+            .collect();
+        let to = (self.chooser).busy_move(&current, &others, &key.model, ask, now)?;
+        others.iter().any(|c| c.host == to).then_some(to)
     }
 
     /// Where a request that holds no lease goes (metadata, see `proxy::route::is_metadata`): the
@@ -164,13 +217,19 @@ impl Table {
         inner: &Inner,
         key: &Key,
         candidates: &[String],
+        now: i64,
     ) -> Result<String, LeaseError> {
         if let Some(pinned) = self.pinned_locked(inner, &key.route) {
             return pinned;
         }
         match inner.leases.get(key) {
             Some(lease) if self.hosts.healthy(&lease.host) => Ok(lease.host.clone()),
-            _ => self.choose_locked(inner, key, candidates, None),
+            _ => {
+                let ask = Ask::default();
+                Ok(self
+                    .choose_locked(inner, key, candidates, None, false, now, &ask)?
+                    .0)
+            }
         }
     }
 
@@ -193,35 +252,44 @@ impl Table {
         inner: &Inner,
         key: &Key,
         candidates: &[String],
-    ) -> Result<String, LeaseError> {
-        if let Some(pinned) = self.pinned_locked(inner, &key.route) {
-            return pinned;
-        }
-        self.choose_locked(inner, key, candidates, None)
+        now: i64,
+        ask: &Ask,
+    ) -> Result<Acquired, LeaseError> {
+        let (host, placed) = match self.pinned_locked(inner, &key.route) {
+            Some(pinned) => (pinned?, Placed::Pinned),
+            None => self.choose_locked(inner, key, candidates, None, false, now, ask)?,
+        };
+        Ok(Acquired {
+            host,
+            reused: false,
+            placed,
+        })
     }
 
-    /// Rule 4's choice: the chooser's pick among healthy, non-draining candidates other than
-    /// `excluded`, each offered with its lease count for the model (reservations included).
+    /// The chooser's pick among healthy, non-draining candidates other than `excluded`, each
+    /// offered with its lease count and held tokens for the model (reservations included), the
+    /// route-level lease's host marked inherited when `inherit`.
+    #[allow(clippy::too_many_arguments)]
     fn choose_locked(
         &self,
         inner: &Inner,
         key: &Key,
         candidates: &[String],
         excluded: Option<&str>,
-    ) -> Result<String, LeaseError> {
+        inherit: bool,
+        now: i64,
+        ask: &Ask,
+    ) -> Result<(String, Placed), LeaseError> {
+        let parent = inherit.then(|| route_lease_host(inner, key)).flatten();
         let usable: Vec<Candidate> = candidates
             .iter()
             .filter(|h| Some(h.as_str()) != excluded)
             .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
-            .map(|h| Candidate {
-                host: h.clone(),
-                leases: inner.leases_of(&key.model, h),
-                leased_models: inner.models_on(h),
-            })
+            .map(|h| candidate(inner, &key.model, h, parent))
             .collect();
-        match self.chooser.choose(&usable, &key.model) {
-            Some(host) if usable.iter().any(|c| c.host == host) => Ok(host),
-            Some(host) => {
+        match self.chooser.choose(&usable, &key.model, ask, now) {
+            Some((host, placed)) if usable.iter().any(|c| c.host == host) => Ok((host, placed)),
+            Some((host, _)) => {
                 log::debug!(
                     "lease chooser picked a host it was not offered host={}",
                     val(&host)
@@ -231,4 +299,26 @@ impl Table {
             None => Err(LeaseError::NoHost),
         }
     }
+}
+
+/// `host` as the chooser sees it for a lease of `model`; `parent`: the host of the route-level
+/// lease a new conversation may inherit.
+fn candidate(inner: &Inner, model: &str, host: &str, parent: Option<&str>) -> Candidate {
+    Candidate {
+        host: host.to_string(),
+        leases: inner.leases_of(model, host),
+        held: inner.held_on(model, host),
+        leased_models: inner.models_on(host),
+        inherited: parent == Some(host),
+    }
+}
+
+/// The host of the route-level lease of `key`'s model, if there is one.
+fn route_lease_host<'i>(inner: &'i Inner, key: &Key) -> Option<&'i str> {
+    let route_key = Key {
+        route: key.route.clone(),
+        fp: String::new(),
+        model: key.model.clone(),
+    };
+    inner.leases.get(&route_key).map(|l| l.host.as_str())
 }

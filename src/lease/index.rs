@@ -16,6 +16,10 @@ pub(super) struct Entry {
     pub(super) last_used: i64,
     /// Requests holding a [`super::Hold`] on this lease; only leases with none are evicted.
     pub(super) in_flight: u32,
+    /// Tokens the lease holds on its host: its last prompt plus completion (0 until answered).
+    pub(super) held: u64,
+    /// When it last moved because its host was busy (unix ms; 0: never). Memory only.
+    pub(super) busy_moved: i64,
 }
 
 /// Invariants:
@@ -23,6 +27,7 @@ pub(super) struct Entry {
 /// - `leases` never holds a pin; a key's lease is on exactly one host.
 /// - `by_use` holds `(last_used, key)` for exactly the entries of `leases`.
 /// - `counts[model][host]` = leases of `model` on `host` plus pending reservations there.
+/// - `held[model][host]` = the sum of `held` over the leases of `model` on `host`.
 /// - a key in `pending` has a write in flight; only its writer changes its entry.
 /// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
 ///   minus hosts dropped by [`super::Table::drop_host`]. It is knowledge, not persisted state.
@@ -30,6 +35,7 @@ pub(super) struct Inner {
     pub(super) leases: HashMap<Arc<Key>, Entry>,
     pub(super) by_use: BTreeSet<(i64, Arc<Key>)>,
     pub(super) counts: HashMap<String, HashMap<String, usize>>,
+    pub(super) held: HashMap<String, HashMap<String, u64>>,
     pub(super) pending: HashMap<Key, String>,
     /// Leases whose `last_used` in memory is ahead of the db's, until the next flush.
     pub(super) touched: HashSet<Arc<Key>>,
@@ -66,8 +72,43 @@ impl Inner {
             created,
             last_used,
             in_flight: 0,
+            held: 0,
+            busy_moved: 0,
         };
         self.leases.insert(key, entry);
+    }
+
+    /// Sets the tokens `key`'s lease holds, keeping the per-host sums.
+    pub(super) fn set_held(&mut self, key: &Key, tokens: u64) {
+        let Some(entry) = self.leases.get_mut(key) else {
+            return;
+        };
+        let before = std::mem::replace(&mut entry.held, tokens);
+        let host = entry.host.clone();
+        self.add_held(&key.model, &host, before, tokens);
+    }
+
+    fn add_held(&mut self, model: &str, host: &str, minus: u64, plus: u64) {
+        if minus == plus {
+            return;
+        }
+        let hosts = match self.held.get_mut(model) {
+            Some(hosts) => hosts,
+            None => self.held.entry(model.to_string()).or_default(),
+        };
+        let sum = match hosts.get_mut(host) {
+            Some(sum) => sum,
+            None => hosts.entry(host.to_string()).or_default(),
+        };
+        *sum = sum.saturating_sub(minus).saturating_add(plus);
+    }
+
+    /// Tokens the leases of `model` on `host` hold.
+    pub(super) fn held_on(&self, model: &str, host: &str) -> u64 {
+        (self.held.get(model))
+            .and_then(|hosts| hosts.get(host))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Takes a lease out of memory, keeping index and counts.
@@ -76,6 +117,7 @@ impl Inner {
         self.touched.remove(&k);
         self.by_use.remove(&(entry.last_used, k));
         self.count(&key.model, &entry.host, -1);
+        self.add_held(&key.model, &entry.host, entry.held, 0);
         Some(entry)
     }
 

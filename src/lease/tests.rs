@@ -12,6 +12,7 @@ use super::*;
 use crate::store::LeaseEvent;
 
 mod bounded;
+mod busy;
 mod failures;
 mod lookup;
 mod operator;
@@ -46,25 +47,60 @@ impl HostView for FakeHosts {
     }
 }
 
-/// Picks the preferred host when offered (a "better host"), else the first candidate.
+/// Picks the preferred host when offered (a "better host": it stands for load), else the
+/// inherited one (the real chooser's tie-breaker), else the first candidate. `busy` names the
+/// host a conversation should leave for, when offered.
 #[derive(Default)]
 struct FakeChooser {
     prefer: Mutex<Option<String>>,
+    busy: Mutex<Option<String>>,
+    /// The asks the table passed, in order.
+    asks: Mutex<Vec<Ask>>,
 }
 
 impl FakeChooser {
     fn prefer(&self, h: &str) {
         *self.prefer.lock() = Some(h.into());
     }
+    fn no_preference(&self) {
+        *self.prefer.lock() = None;
+    }
+    fn leave_for(&self, h: Option<&str>) {
+        *self.busy.lock() = h.map(str::to_string);
+    }
 }
 
 impl Chooser for FakeChooser {
-    fn choose(&self, candidates: &[Candidate], _model: &str) -> Option<String> {
+    fn choose(
+        &self,
+        candidates: &[Candidate],
+        _model: &str,
+        ask: &Ask,
+        _now: i64,
+    ) -> Option<(String, Placed)> {
+        self.asks.lock().push(*ask);
         let prefer = self.prefer.lock().clone();
         match prefer {
-            Some(p) if candidates.iter().any(|c| c.host == p) => Some(p),
-            _ => candidates.first().map(|c| c.host.clone()),
+            Some(p) if candidates.iter().any(|c| c.host == p) => Some((p, Placed::LeastLoaded)),
+            _ => match candidates.iter().find(|c| c.inherited) {
+                Some(c) => Some((c.host.clone(), Placed::Inherit)),
+                None => candidates
+                    .first()
+                    .map(|c| (c.host.clone(), Placed::LeastLoaded)),
+            },
         }
+    }
+
+    fn busy_move(
+        &self,
+        _current: &Candidate,
+        others: &[Candidate],
+        _model: &str,
+        _ask: &Ask,
+        _now: i64,
+    ) -> Option<String> {
+        let to = self.busy.lock().clone()?;
+        others.iter().any(|c| c.host == to).then_some(to)
     }
 }
 
@@ -191,11 +227,8 @@ fn ev(reason: Reason, from: &str, to: &str) -> (Reason, String, String) {
 fn check(t: &Table, k: &Key, now: i64, host: &str, reused: bool) {
     let got = t.acquire(k, &both(), now).unwrap();
     assert_eq!(
-        got,
-        Acquired {
-            host: host.into(),
-            reused
-        },
+        (got.host.as_str(), got.reused),
+        (host, reused),
         "acquire {k:?} at {now}"
     );
 }
@@ -214,28 +247,43 @@ fn pairs(xs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Issue 23 over seed 000 rule 3: the route-level lease's host is offered to the chooser as
+/// inherited, a preference it weighs against load; a new conversation there is still `new`.
 #[test]
-fn a_fingerprint_lease_inherits_the_route_lease() {
+fn a_new_conversation_is_offered_its_route_lease_host_as_a_preference() {
     let f = fix();
     f.chooser.prefer("mini");
     check(&f.table, &key("projA", ""), 0, "mini", false);
-    // A better host appearing is never a reason: the new conversation follows the warm cache.
+    // Nothing else to weigh: the fake chooser takes the inherited host, and says so.
+    f.chooser.no_preference();
+    let first = f.table.acquire(&key("projA", "c1"), &both(), 10).unwrap();
+    let want = Acquired {
+        host: "mini".into(),
+        reused: false,
+        placed: Placed::Inherit,
+    };
+    assert_eq!(first, want);
+    let next = f.table.acquire(&key("projA", "c1"), &both(), 20).unwrap();
+    assert_eq!((next.reused, next.placed), (true, Placed::Sticky));
+    // Load (the chooser's preference) beats the inherited host for the next conversation.
     f.chooser.prefer("titan");
-    check(&f.table, &key("projA", "c1"), 10, "mini", true);
-    check(&f.table, &key("projA", "c1"), 20, "mini", true);
+    let second = f.table.acquire(&key("projA", "c2"), &both(), 30).unwrap();
+    assert_eq!(
+        (second.host.as_str(), second.placed),
+        ("titan", Placed::LeastLoaded)
+    );
     // A different model has no route lease to inherit.
+    f.chooser.no_preference();
     let other = Key {
         model: "llama".into(),
         ..key("projA", "c1")
     };
+    let got = f.table.acquire(&other, &both(), 40).unwrap();
     assert_eq!(
-        f.table.acquire(&other, &both(), 30).unwrap(),
-        Acquired {
-            host: "titan".into(),
-            reused: false
-        }
+        (got.host.as_str(), got.placed),
+        ("titan", Placed::LeastLoaded)
     );
-    assert_eq!(hosts_of(&f.table).len(), 3);
+    assert_eq!(hosts_of(&f.table).len(), 4);
 }
 
 #[test]
@@ -264,7 +312,7 @@ fn a_lease_on_an_unhealthy_host_moves_and_stays_moved_when_it_recovers() {
 fn a_draining_host_serves_its_leases_but_gets_no_new_ones() {
     let f = fix();
     check(&f.table, &key("projA", ""), 0, "titan", false);
-    check(&f.table, &key("projA", "c1"), 0, "titan", true);
+    check(&f.table, &key("projA", "c1"), 0, "titan", false);
     f.hosts.drain("titan");
     check(&f.table, &key("projA", "c1"), 10, "titan", true);
     check(&f.table, &key("projA", "c2"), 20, "mini", false);

@@ -58,6 +58,11 @@ impl Table {
         out
     }
 
+    /// Tokens the leases of `model` on `host` hold (their last prompt plus completion).
+    pub fn held(&self, model: &str, host: &str) -> u64 {
+        self.lock().held_on(model, host)
+    }
+
     /// Copies of every lease, sorted by key; pins are not leases and are not included.
     pub fn snapshot(&self) -> Vec<Lease> {
         let inner = self.lock();

@@ -377,3 +377,21 @@ fn permits_cross_threads_and_errors_read_well() {
     assert_eq!(LimitError::Timeout.to_string(), "queue timeout");
     assert_eq!(LimitError::Closed.to_string(), "shutting down");
 }
+
+/// Issue 23: the load placement reads in one look, and how long permits were held (the first
+/// hold sets the mean, later ones move it a fifth of the way).
+#[test]
+fn load_reports_slots_and_the_mean_hold_of_permits() {
+    let l = Limiter::new(4, Duration::from_secs(1));
+    l.set_capacity("h", "m", 2);
+    assert_eq!(l.load("h", "m").hold_ms, None);
+    assert_eq!(l.load("nowhere", "m").parallel, 0);
+    let (a, _) = l.acquire("h", "m").unwrap();
+    let load = l.load("h", "m");
+    assert_eq!((load.parallel, load.in_flight, load.queued), (2, 1, 0));
+    drop(a);
+    let first = l.load("h", "m").hold_ms.expect("a hold was measured");
+    assert!((0.0..1000.0).contains(&first), "{first}");
+    assert_eq!(mean_hold(None, 100.0), 100.0);
+    assert_eq!(mean_hold(Some(100.0), 200.0), 120.0);
+}

@@ -98,6 +98,18 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_placements_total",
+            "counter",
+            "Where requests were placed and why (sticky, family, inherit, least-loaded, ctx, busy, unhealthy, pinned), by route and host.",
+        );
+        for (route, host, reasons) in inner.placements.iter() {
+            for (reason, n) in reasons {
+                let labels = labels(&[("route", route), ("host", host), ("reason", reason)]);
+                let _ = writeln!(out, "crossbar_placements_total{labels} {n}");
+            }
+        }
+        header(
+            &mut out,
             "crossbar_store_rows_lost_total",
             "counter",
             "Accounting rows the store could not write.",

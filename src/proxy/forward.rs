@@ -18,7 +18,10 @@ use crate::tee::Tee;
 use crate::wire::{self, BodyWriter, Framing, HeadOut};
 
 use super::record::{client_gone, finish_row};
-use super::{record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER};
+use super::{
+    record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER,
+    PLACEMENT_HEADER,
+};
 
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
@@ -107,6 +110,7 @@ pub(super) fn exchange(
             // longer than `first_byte_timeout`: that is a slow load, not a dead host (issue 15).
             let loading =
                 (gw.health.model_state(&host, &row.model)).is_some_and(|state| state != "loaded");
+            gw.holdings.failed(&host);
             if !loading {
                 let reason = DownReason::ForwardFailed {
                     path: plan.rest.clone(),
@@ -252,6 +256,7 @@ pub(super) fn relay(
     }
     finish_row(gw, row, clock, &tee);
     record(gw, row);
+    super::learn(gw, plan, row);
     drop(permit);
     if let Err(err) = out.finish() {
         log::debug!(
@@ -301,6 +306,10 @@ pub(super) fn response_headers(
     }
     headers.push((HOST_HEADER.to_string(), plan.host.name.clone()));
     headers.push((LEASE_HEADER.to_string(), plan.lease.as_str().to_string()));
+    headers.push((
+        PLACEMENT_HEADER.to_string(),
+        plan.placed.as_str().to_string(),
+    ));
     if let Some(moved) = &plan.ctx_moved {
         headers.push((CTX_HEADER.to_string(), moved.clone()));
     }

@@ -216,6 +216,7 @@ mod tests {
             weight: 1,
             api_key: None,
             ctx: None,
+            kv_tokens: None,
             models: BTreeMap::from([("qwen-coder".to_string(), 1), ("chat".to_string(), 1)]),
             upstream: BTreeMap::from([("qwen-coder".to_string(), "Qwen2.5-Coder".to_string())]),
         };
@@ -240,6 +241,7 @@ mod tests {
             weight: 1,
             api_key: None,
             ctx: None,
+            kv_tokens: None,
             models: BTreeMap::from([("qwen".to_string(), 1)]),
             upstream: BTreeMap::from([("qwen".to_string(), "coder".to_string())]),
         };

@@ -29,17 +29,20 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
 }
 
 /// The one plain line per request (never the body). `lease` is `new`, `reused`, `none`
-/// (metadata) or `-` when crossbar answered itself before a lease was in play.
+/// (metadata) or `-` when crossbar answered itself before a lease was in play; `placed` says why
+/// the host was chosen (issue 23), `family` the prompt family (8 hex).
 pub(super) fn log_request(row: &RequestRow, lease: &str) {
     if !log::log_enabled!(log::Level::Info) {
         return;
     }
     let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
     let mut line = format!(
-        "route={} api={} host={} lease={lease} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
+        "route={} api={} host={} lease={lease} placed={} family={} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
         val(or_dash(&row.route)),
         or_dash(&row.api),
         val(or_dash(&row.host)),
+        or_dash(&row.placed),
+        or_dash(&row.family),
         val(or_dash(&row.model)),
         val(or_dash(fingerprint::short(&row.fp))),
         row.status,
@@ -101,6 +104,7 @@ fn or_dash(s: &str) -> &str {
 pub(super) fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
     if let Some((tokens, us)) = tee.prefill() {
         gw.metrics.observe_prefill(&row.host, tokens, us);
+        gw.holdings.prefilled(&row.host, tokens, us);
     }
     let usage = tee.usage();
     row.prompt_tokens = usage.prompt_tokens;

@@ -377,7 +377,12 @@ pub(super) fn send(
     let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
     exchange.body_follows(!plan.body.is_empty());
     Ok(if bodyless {
-        agent.run(configured(agent, request.body(()).map_err(bad)?, whole, fresh))
+        agent.run(configured(
+            agent,
+            request.body(()).map_err(bad)?,
+            whole,
+            fresh,
+        ))
     } else {
         let body = request.body(plan.body.as_slice()).map_err(bad)?;
         agent.run(configured(agent, body, whole, fresh))

@@ -13,6 +13,8 @@ use rusqlite::{params, Connection, OpenFlags};
 use super::requests::{request_from_row, REQUEST_COLUMNS};
 use super::schema::MIGRATIONS;
 use super::{sql_limit, user_version, LeaseEvent, LeaseRow, RequestRow, StoreError};
+use crate::fingerprint::Family;
+use crate::holdings::Recent;
 
 /// One read-only connection behind a mutex; every call is a short local read.
 #[derive(Debug)]
@@ -127,6 +129,38 @@ impl Reader {
         ))?;
         let rows = stmt.query_map(params![since_ms, route], request_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The newest `limit` answered rows that name a prompt family, oldest first, as the warm
+    /// families hosts held (issue 23's rebuild at start). A first turn placed for its family
+    /// carries its cached tokens: the family's measured size.
+    pub fn recent_families(&self, limit: usize) -> Result<Vec<Recent>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT host, model, family, placed, cached_tokens FROM requests
+             WHERE family != '' AND status < 400 AND host != ''
+             ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([sql_limit(limit)], |r| {
+            let family: String = r.get(2)?;
+            let placed: String = r.get(3)?;
+            let cached: Option<i64> = r.get(4)?;
+            Ok(Family::parse_id(&family).map(|family| Recent {
+                host: r.get(0).unwrap_or_default(),
+                model: r.get(1).unwrap_or_default(),
+                family,
+                warm_first_cached: cached
+                    .filter(|_| placed == "family")
+                    .and_then(|c| u64::try_from(c).ok()),
+            }))
+        })?;
+        let mut out: Vec<Recent> = rows
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        out.reverse();
+        Ok(out)
     }
 
     /// The connection, for `backup`.

@@ -8,14 +8,16 @@ use super::RequestRow;
 
 pub(super) const REQUEST_COLUMNS: &str =
     "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
-     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact, api";
+     status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact, api, \
+     family, placed";
 
 pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
            status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est,
-           ctx_exact, api)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+           ctx_exact, api, family, placed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+           ?19)",
     )?;
     stmt.execute(params![
         row.started,
@@ -34,7 +36,9 @@ pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::R
         row.err,
         row.ctx_est,
         row.ctx_exact,
-        row.api
+        row.api,
+        row.family,
+        row.placed
     ])?;
     Ok(())
 }
@@ -59,5 +63,7 @@ pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         ctx_est: r.get(15)?,
         ctx_exact: r.get(16)?,
         api: r.get(17)?,
+        family: r.get(18)?,
+        placed: r.get(19)?,
     })
 }

@@ -43,6 +43,8 @@ pub enum Reason {
     Removed,
     /// The table was at `max_leases`: the least recently used idle lease made room.
     Evicted,
+    /// Its host was so busy that starting over elsewhere was quicker (`move_when_busy`, issue 23).
+    Busy,
 }
 
 /// One row of the `lease_events` table; `id` is 0 until stored.
@@ -85,6 +87,10 @@ pub struct RequestRow {
     /// The prompt's exact token count, when the guard asked a host for it (the estimate did not
     /// fit); `None` otherwise.
     pub ctx_exact: Option<i64>,
+    /// The request's prompt family, 8 hex digits (`""`: none, or a row older than the column).
+    pub family: String,
+    /// Why it went where it went (`crate::lease::Placed::as_str`; `""` in older rows).
+    pub placed: String,
 }
 
 impl LeaseState {
@@ -107,10 +113,11 @@ impl Reason {
             Reason::Ctx => "ctx",
             Reason::Removed => "removed",
             Reason::Evicted => "evicted",
+            Reason::Busy => "busy",
         }
     }
 
-    pub(crate) const ALL: [Reason; 8] = [
+    pub(crate) const ALL: [Reason; 9] = [
         Reason::New,
         Reason::Unhealthy,
         Reason::Idle,
@@ -119,6 +126,7 @@ impl Reason {
         Reason::Ctx,
         Reason::Removed,
         Reason::Evicted,
+        Reason::Busy,
     ];
 }
 

@@ -59,6 +59,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE requests ADD COLUMN ctx_exact INTEGER;",
     // 3: the API each request spoke (chat, messages, responses, completion, stateless, other).
     "ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT '';",
+    // 4: issue 23's placement: the request's prompt family (8 hex, '' for none) and why it went
+    //    where it went (sticky, family, inherit, least-loaded, ctx, busy, unhealthy, pinned, none).
+    "ALTER TABLE requests ADD COLUMN family TEXT NOT NULL DEFAULT '';
+    ALTER TABLE requests ADD COLUMN placed TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Brings the database up to `MIGRATIONS.len()` in one transaction; a no-op when it is already

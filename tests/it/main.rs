@@ -13,6 +13,7 @@ mod limits;
 mod listing;
 mod models;
 mod paths;
+mod placement;
 mod proxy;
 mod restart;
 mod router;

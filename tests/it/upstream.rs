@@ -145,7 +145,10 @@ fn a_long_header_or_query_is_forwarded_and_never_takes_the_host_down_issue_24() 
     let leased = first.header("X-Crossbar-Host").unwrap().to_string();
     let big = "h".repeat(20_000);
     let huge = "h".repeat(60_000);
-    for headers in [vec![("X-Big", big.as_str())], vec![("X-Huge", huge.as_str())]] {
+    for headers in [
+        vec![("X-Big", big.as_str())],
+        vec![("X-Huge", huge.as_str())],
+    ] {
         let answer = h.post_with(CHAT, &headers, &chat("long heads", 1, false));
         assert_eq!(answer.status, 200, "{}", answer.text());
         assert_eq!(answer.header("X-Crossbar-Host"), Some(leased.as_str()));

@@ -147,6 +147,7 @@ fn host(name: &str, url: &str) -> config::Host {
         weight: 1,
         api_key: None,
         ctx: None,
+        kv_tokens: None,
         models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
         upstream: BTreeMap::new(),
     }

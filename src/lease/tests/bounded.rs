@@ -96,7 +96,7 @@ fn issue12_over_max_leases_the_least_recently_used_idle_lease_is_evicted() {
     // Held at its own time: the touch leaves it the oldest.
     let (_, held) = f
         .table
-        .acquire_held(&key("p", "a"), &both(), 0, false)
+        .acquire_held(&key("p", "a"), &both(), 0, &Ask::default())
         .unwrap();
     f.table.acquire(&key("p", "d"), &both(), 10).unwrap();
     let fps: Vec<String> = f.table.snapshot().into_iter().map(|l| l.key.fp).collect();

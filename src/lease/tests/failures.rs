@@ -9,7 +9,7 @@ use super::*;
 fn a_persister_that_fails_leaves_memory_exactly_as_it_was() {
     let f = fix();
     check(&f.table, &key("projA", ""), 0, "titan", false);
-    check(&f.table, &key("projA", "c1"), 0, "titan", true);
+    check(&f.table, &key("projA", "c1"), 0, "titan", false);
     check(&f.table, &key("projB", "c1"), 0, "titan", false);
     f.table.pin("projB", "titan", 0).unwrap();
     let (before, pins, rows) = (f.table.snapshot(), f.table.pins(), f.p.rows());

@@ -1,5 +1,5 @@
-//! Stories of a `spread_new` route: `lookup`, where a request that takes no lease goes (it leaves
-//! no trace), and `acquire_spread`, which never inherits the route-level lease.
+//! `lookup`: where a metadata request goes (it takes no lease and leaves no trace, so a polled
+//! model list steers nothing, issue 23), and `place`, where a stateless request goes.
 
 use super::*;
 
@@ -9,7 +9,7 @@ fn a_lookup_follows_pin_then_lease_then_chooser_and_creates_nothing() {
     let meta = key("projA", "");
     f.chooser.prefer("mini");
     assert_eq!(
-        f.table.lookup(&meta, &both()).unwrap(),
+        f.table.lookup(&meta, &both(), 0).unwrap(),
         "mini",
         "the chooser's pick"
     );
@@ -23,10 +23,10 @@ fn a_lookup_follows_pin_then_lease_then_chooser_and_creates_nothing() {
     // An existing route-level lease answers while its host is healthy.
     check(&f.table, &meta, 20, "titan", false);
     f.chooser.prefer("mini");
-    assert_eq!(f.table.lookup(&meta, &both()).unwrap(), "titan");
+    assert_eq!(f.table.lookup(&meta, &both(), 0).unwrap(), "titan");
     f.hosts.down("titan");
     assert_eq!(
-        f.table.lookup(&meta, &both()).unwrap(),
+        f.table.lookup(&meta, &both(), 0).unwrap(),
         "mini",
         "not a dead host"
     );
@@ -42,33 +42,45 @@ fn a_lookup_on_a_pinned_route_goes_to_the_pin_or_fails_like_acquire() {
     let f = fix();
     check(&f.table, &key("projA", "c1"), 0, "titan", false);
     f.table.pin("projA", "mini", 10).unwrap();
-    assert_eq!(f.table.lookup(&key("projA", ""), &both()).unwrap(), "mini");
+    assert_eq!(
+        f.table.lookup(&key("projA", ""), &both(), 0).unwrap(),
+        "mini"
+    );
     f.hosts.down("mini");
     assert!(matches!(
-        f.table.lookup(&key("projA", ""), &both()),
+        f.table.lookup(&key("projA", ""), &both(), 0),
         Err(LeaseError::PinnedDown { host }) if host == "mini"
     ));
     f.hosts.down("titan");
     assert!(matches!(
-        f.table.lookup(&key("projB", ""), &both()),
+        f.table.lookup(&key("projB", ""), &both(), 0),
         Err(LeaseError::NoHost)
     ));
 }
 
 #[test]
-fn a_spreading_route_chooses_for_new_conversations_despite_the_route_lease_issue_11() {
+fn a_stateless_request_goes_to_the_pin_or_the_choosers_pick_and_leaves_nothing() {
     let f = fix();
-    f.chooser.prefer("mini");
-    check(&f.table, &key("projA", ""), 0, "mini", false);
-    f.chooser.prefer("titan");
-    let spread = f.table.acquire_spread(&key("projA", "c1"), &both(), 10);
-    let want = Acquired {
-        host: "titan".into(),
-        reused: false,
+    let k = key("projA", "");
+    let ask = Ask {
+        prompt: 100,
+        slot: true,
+        ..Ask::default()
     };
-    assert_eq!(spread.unwrap(), want);
-    // The conversation's own lease still holds on its next turn, whatever the chooser prefers.
     f.chooser.prefer("mini");
-    let next = f.table.acquire_spread(&key("projA", "c1"), &both(), 20);
-    assert_eq!(next.unwrap().host, "titan");
+    let got = f.table.place(&k, &both(), 0, &ask).unwrap();
+    assert_eq!(
+        (got.host.as_str(), got.placed),
+        ("mini", Placed::LeastLoaded)
+    );
+    assert_eq!(
+        f.chooser.asks.lock().last(),
+        Some(&ask),
+        "the ask reaches the chooser"
+    );
+    assert!(f.table.snapshot().is_empty() && f.p.events.lock().is_empty());
+    f.table.add_candidates("projA", &both());
+    f.table.pin("projA", "titan", 1).unwrap();
+    let got = f.table.place(&k, &both(), 2, &ask).unwrap();
+    assert_eq!((got.host.as_str(), got.placed), ("titan", Placed::Pinned));
 }

@@ -20,6 +20,7 @@ pub(super) fn silent_host(name: &str) -> (TcpListener, Host) {
         weight: 1,
         api_key: None,
         ctx: None,
+        kv_tokens: None,
         models: Default::default(),
         upstream: Default::default(),
     };

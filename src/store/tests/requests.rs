@@ -118,3 +118,46 @@ fn issue12_a_prune_round_deletes_at_most_its_limit_of_the_oldest_rows_before_the
     assert_eq!(rows, [100, 200], "the cutoff's own row stays");
     assert_eq!(rows, events);
 }
+
+/// Issue 23: a restart rebuilds what hosts hold warm from the newest answered rows that name a
+/// family, oldest first; a warm first turn's cached tokens measure its family; failures, rows
+/// without a family and malformed family columns are left out.
+#[test]
+fn recent_families_are_the_newest_answered_rows_with_a_family_oldest_first() {
+    let db = TempDb::new("rows");
+    let store = Store::open(&db.path).unwrap();
+    let row = |started, host: &str, family: &str, placed: &str, status, cached| RequestRow {
+        host: host.into(),
+        model: "m".into(),
+        family: family.into(),
+        placed: placed.into(),
+        cached_tokens: cached,
+        ..request(started, "projA", status)
+    };
+    for r in [
+        row(1, "a", "0000000a", "least-loaded", 200, Some(0)),
+        row(2, "b", "0000000a", "family", 200, Some(900)),
+        row(3, "b", "", "sticky", 200, Some(50)),
+        row(4, "a", "0000000b", "family", 502, Some(0)),
+        row(5, "a", "not-hex!", "family", 200, Some(1)),
+        row(6, "a", "0000000c", "sticky", 200, Some(70)),
+    ] {
+        store.record_request(&r).unwrap();
+    }
+    let got: Vec<(String, u32, Option<u64>)> = store
+        .recent_families(10)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.host, r.family, r.warm_first_cached))
+        .collect();
+    let want = [
+        ("a".to_string(), 10, None),
+        ("b".to_string(), 10, Some(900)),
+        ("a".to_string(), 12, None),
+    ];
+    assert_eq!(got, want);
+    let newest: Vec<u32> = (store.recent_families(2).unwrap().iter())
+        .map(|r| r.family)
+        .collect();
+    assert_eq!(newest, [12], "the newest two rows, one malformed");
+}

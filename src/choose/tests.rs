@@ -1,0 +1,409 @@
+//! The chooser's stories: each tie-breaker in its turn, hosts that never win, and issue 23's
+//! estimate (a warm family against a queue, capacity, bursts, the inherited host, failing hosts,
+//! the busy move).
+
+use super::*;
+
+/// A usable host: healthy, serving, not loaded, one slot and none free, nothing queued, no
+/// leases, weight 1, nothing warm, 1,000 tokens/s, a slot held 1 s, capacity unknown.
+fn host(name: &str) -> Info {
+    Info {
+        name: name.into(),
+        healthy: true,
+        draining: false,
+        loaded: false,
+        room: true,
+        serves: true,
+        slots: 1,
+        free: 0,
+        queued: 0,
+        leases: 0,
+        weight: 1,
+        family_tokens: 0,
+        prefill_tps: 1000.0,
+        hold_ms: 1000.0,
+        held: 0,
+        capacity: 0,
+        inherited: false,
+        failing: false,
+    }
+}
+
+/// An idle loaded host with `slots` free slots.
+fn idle(name: &str, slots: usize) -> Info {
+    Info {
+        loaded: true,
+        slots,
+        free: slots,
+        ..host(name)
+    }
+}
+
+fn winner(infos: &[Info], prompt: u64) -> Option<(&str, Why)> {
+    best(infos, prompt).map(|(i, why)| (i.name.as_str(), why))
+}
+
+#[track_caller]
+fn check(infos: &[Info], want: Option<&str>) {
+    assert_eq!(winner(infos, 0).map(|w| w.0), want, "{infos:#?}");
+}
+
+#[test]
+fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
+    // (story, candidates in route order, expected winner)
+    let cases: Vec<(&str, Vec<Info>, &str)> = vec![
+        (
+            "loaded beats more free slots, fewer queued and more weight",
+            vec![
+                Info {
+                    free: 4,
+                    weight: 9,
+                    ..host("cold")
+                },
+                Info {
+                    loaded: true,
+                    queued: 3,
+                    ..host("warm")
+                },
+            ],
+            "warm",
+        ),
+        (
+            "then room to load it without evicting a busy model (issue 15)",
+            vec![
+                Info {
+                    room: false,
+                    free: 4,
+                    weight: 9,
+                    ..host("full")
+                },
+                Info {
+                    queued: 2,
+                    ..host("spare")
+                },
+            ],
+            "spare",
+        ),
+        (
+            "then the most free slots for this model",
+            vec![
+                Info {
+                    free: 1,
+                    weight: 9,
+                    ..host("one")
+                },
+                Info {
+                    free: 2,
+                    queued: 5,
+                    ..host("two")
+                },
+            ],
+            "two",
+        ),
+        (
+            "then the fewest queued",
+            vec![
+                Info {
+                    queued: 2,
+                    weight: 9,
+                    ..host("busy")
+                },
+                Info {
+                    queued: 1,
+                    leases: 5,
+                    ..host("calm")
+                },
+            ],
+            "calm",
+        ),
+        (
+            "then the fewest leases",
+            vec![
+                Info {
+                    leases: 3,
+                    weight: 2,
+                    ..host("crowded")
+                },
+                Info {
+                    leases: 1,
+                    ..host("roomy")
+                },
+            ],
+            "roomy",
+        ),
+        (
+            "counted per unit of weight: 3 leases on weight 2 beat 2 on weight 1",
+            vec![
+                Info {
+                    leases: 2,
+                    ..host("small")
+                },
+                Info {
+                    leases: 3,
+                    weight: 2,
+                    ..host("big")
+                },
+            ],
+            "big",
+        ),
+        (
+            "then the highest weight",
+            vec![
+                Info {
+                    leases: 1,
+                    ..host("light")
+                },
+                Info {
+                    leases: 2,
+                    weight: 2,
+                    ..host("heavy")
+                },
+            ],
+            "heavy",
+        ),
+        (
+            "then the earliest in the route's list",
+            vec![host("first"), host("second"), host("third")],
+            "first",
+        ),
+        (
+            "earliest among the tied best, not the earliest overall",
+            vec![
+                host("worse"),
+                Info {
+                    free: 1,
+                    ..host("a")
+                },
+                Info {
+                    free: 1,
+                    ..host("b")
+                },
+            ],
+            "a",
+        ),
+    ];
+    for (story, infos, want) in cases {
+        assert_eq!(winner(&infos, 0).map(|w| w.0), Some(want), "{story}");
+    }
+}
+
+#[test]
+fn unusable_hosts_never_win_however_good_they_look() {
+    let shiny = |name: &str| Info {
+        loaded: true,
+        free: 8,
+        weight: 9,
+        ..host(name)
+    };
+    let cases: Vec<(&str, Info)> = vec![
+        (
+            "down",
+            Info {
+                healthy: false,
+                ..shiny("down")
+            },
+        ),
+        (
+            "draining",
+            Info {
+                draining: true,
+                ..shiny("draining")
+            },
+        ),
+        (
+            "not serving the model",
+            Info {
+                serves: false,
+                ..shiny("other")
+            },
+        ),
+    ];
+    for (story, bad) in cases {
+        let plain = host("plain");
+        assert_eq!(
+            winner(&[bad.clone(), plain], 0).map(|w| w.0),
+            Some("plain"),
+            "{story}"
+        );
+        assert_eq!(best(&[bad], 0), None, "{story} alone");
+    }
+}
+
+#[test]
+fn no_candidates_means_no_choice() {
+    check(&[], None);
+}
+
+#[test]
+fn a_loaded_host_with_no_free_slot_still_beats_a_cold_idle_one() {
+    // A model load costs seconds to minutes; a queue on a warm host is cheaper.
+    check(
+        &[
+            host("idle-cold"),
+            Info {
+                loaded: true,
+                queued: 4,
+                ..host("busy-warm")
+            },
+        ],
+        Some("busy-warm"),
+    );
+}
+
+/// Issue 23's stories: the estimate (prefill less the warm family, plus the wait) decides.
+#[test]
+fn the_estimate_weighs_a_warm_family_against_the_queue_it_would_wait_in() {
+    let warm = |name: &str, tokens| Info {
+        family_tokens: tokens,
+        ..idle(name, 2)
+    };
+    // A 9,000-token first turn whose 8,000-token family is warm on b: 1 s there, 9 s on a.
+    let infos = [idle("a", 2), warm("b", 8000)];
+    assert_eq!(winner(&infos, 9000), Some(("b", Why::Family)));
+    // The same warm host with both slots busy and three waiting, slots held 30 s: a 60 s
+    // wait loses to a cold prefill on a free host.
+    let saturated = Info {
+        free: 0,
+        queued: 3,
+        hold_ms: 30_000.0,
+        ..warm("b", 8000)
+    };
+    assert_eq!(
+        winner(&[idle("a", 2), saturated.clone()], 9000),
+        Some(("a", Why::LeastLoaded))
+    );
+    // With slots held 2 s, one waiting: a 3 s wait plus 1 s of prefill beats 9 s cold.
+    let short = Info {
+        hold_ms: 2_000.0,
+        queued: 1,
+        ..saturated
+    };
+    assert_eq!(
+        winner(&[idle("a", 2), short], 9000),
+        Some(("b", Why::Family))
+    );
+}
+
+#[test]
+fn a_host_with_no_room_for_the_prompt_counts_its_family_as_cold() {
+    let full = Info {
+        family_tokens: 8000,
+        held: 60_000,
+        capacity: 64_000,
+        ..idle("full", 2)
+    };
+    let roomy = Info {
+        held: 1_000,
+        capacity: 64_000,
+        ..idle("roomy", 2)
+    };
+    assert_eq!(full.warm_tokens(9000), 0);
+    // Tied on a cold prefill, the lower share held wins.
+    assert_eq!(
+        winner(&[full.clone(), roomy.clone()], 9000),
+        Some(("roomy", Why::LeastLoaded))
+    );
+    // A small prompt still fits beside what it holds: the family counts.
+    assert_eq!(full.warm_tokens(3000), 3000);
+    assert_eq!(winner(&[roomy, full], 3500), Some(("full", Why::Family)));
+}
+
+#[test]
+fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
+    // Eight conversations at once on three idle 2-slot hosts: each placement counts as an
+    // arrival (a slot taken, or a place in line) for the next.
+    let mut hosts = vec![idle("a", 2), idle("b", 2), idle("c", 2)];
+    let mut placed = Vec::new();
+    for _ in 0..8 {
+        let name = winner(&hosts, 1000).unwrap().0.to_string();
+        let host = hosts.iter_mut().find(|h| h.name == name).unwrap();
+        if host.free > 0 {
+            host.free -= 1;
+        } else {
+            host.queued += 1;
+        }
+        host.leases += 1;
+        placed.push(name);
+    }
+    let count = |n: &str| placed.iter().filter(|p| *p == n).count();
+    assert_eq!(
+        (count("a"), count("b"), count("c")),
+        (3, 3, 2),
+        "{placed:?}"
+    );
+}
+
+#[test]
+fn the_inherited_host_wins_only_a_tie() {
+    let inherited = |info: Info| Info {
+        inherited: true,
+        ..info
+    };
+    // Tied (both idle): the route's lease decides, over route order and held tokens.
+    let roomy = Info {
+        held: 0,
+        capacity: 10_000,
+        ..idle("a", 2)
+    };
+    let parent = Info {
+        held: 5_000,
+        capacity: 10_000,
+        ..inherited(idle("b", 2))
+    };
+    assert_eq!(
+        winner(&[roomy.clone(), parent], 1000),
+        Some(("b", Why::Inherit))
+    );
+    // A polled listing's lease on a busy host no longer steers: its queue is not a tie.
+    let busy = Info {
+        free: 0,
+        queued: 4,
+        ..inherited(idle("b", 2))
+    };
+    assert_eq!(winner(&[roomy, busy], 1000), Some(("a", Why::LeastLoaded)));
+}
+
+#[test]
+fn a_failing_host_ranks_last_and_speed_counts() {
+    let failing = Info {
+        failing: true,
+        family_tokens: 8000,
+        ..idle("failing", 2)
+    };
+    assert_eq!(
+        winner(&[failing.clone(), host("cold-busy")], 9000),
+        Some(("cold-busy", Why::LeastLoaded))
+    );
+    assert_eq!(winner(&[failing], 9000), Some(("failing", Why::Family)));
+    // Twice the prefill speed is half the estimate: not a tie.
+    let fast = Info {
+        prefill_tps: 2000.0,
+        ..idle("fast", 2)
+    };
+    assert_eq!(
+        winner(&[idle("slow", 2), fast], 4000).map(|w| w.0),
+        Some("fast")
+    );
+}
+
+#[test]
+fn a_busy_host_is_left_only_when_waiting_costs_more_than_starting_over() {
+    let leased = |queued, hold_ms| Info {
+        free: 0,
+        queued,
+        hold_ms,
+        ..idle("leased", 2)
+    };
+    let other = idle("other", 2);
+    // 8,000 tokens re-prefilled at 1,000/s: 8 s; the bar is 1.5 × 8 s + 1 s = 13 s.
+    // Wait (3 + 1) / 2 × 5 s = 10 s: stay.
+    let others = [other.clone()];
+    assert_eq!(busy_move(&leased(3, 5_000.0), &others, 8000), None);
+    // Wait (5 + 1) / 2 × 5 s = 15 s: move.
+    let to = busy_move(&leased(5, 5_000.0), &others, 8000);
+    assert_eq!(to.map(|i| i.name.as_str()), Some("other"));
+    // Never while the leased host has a free slot, nor to a host without one.
+    assert_eq!(busy_move(&idle("leased", 2), &others, 8000), None);
+    let full = Info { free: 0, ..other };
+    assert_eq!(busy_move(&leased(50, 5_000.0), &[full], 8000), None);
+}

@@ -1,0 +1,363 @@
+//! What each host holds, as placing a new conversation needs it (issue 23): the prompt families
+//! warm there, the new conversations on their way there, its measured prefill speed and whether
+//! its forwards are failing; and, across hosts, how many tokens each family's preamble is.
+//!
+//! Kept per host+model in memory, every table bounded: at most [`WARM_CAP`] families per
+//! host+model (least recently served forgotten first), [`FAMILY_CAP`] family sizes, [`ARRIVING_CAP`]
+//! arrivals per host+model (each forgotten after [`ARRIVAL_TTL`]), [`PREFILLS`] prefills per host.
+//! Entries exist only for host+model pairs a route offered for a model it serves, so nothing a
+//! client names grows them. Rebuilt at start from recent rows ([`Holdings::rebuild`]).
+//!
+//! Pure bookkeeping under one lock: no I/O, no clock (`now` is a parameter), no calls out. The lease
+//! table's chooser reads and writes it with the table's lock held (lock order: lease table, then
+//! this), so a burst of new conversations is placed one after another, each seeing the ones
+//! before it as warm families and arrivals.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::fingerprint::Family;
+
+/// Most families remembered warm per host+model.
+pub const WARM_CAP: usize = 256;
+/// Most family sizes remembered.
+pub const FAMILY_CAP: usize = 4096;
+/// Most arrivals counted per host+model.
+pub const ARRIVING_CAP: usize = 1024;
+/// An arrival that never reached its slot (its lease write failed, its request was refused) is
+/// forgotten after this long, unix ms.
+pub const ARRIVAL_TTL: i64 = 10_000;
+/// Prefills kept per host for its speed.
+pub const PREFILLS: usize = 32;
+/// Shorter prefills say more about per-request overhead than about a host's speed.
+pub const MIN_PREFILL: u64 = 64;
+
+/// What placement knows about one host+model, for one request's family.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Facts {
+    /// Tokens of the request's family prefix the host holds warm (0: none, or no family).
+    pub family_tokens: u64,
+    /// New conversations placed there that have not taken a slot yet.
+    pub arriving: usize,
+    /// Measured prefill speed, tokens per second, when the host has answered one.
+    pub prefill_tps: Option<f64>,
+    /// Its forwarded requests have been failing since its last success.
+    pub failing: bool,
+}
+
+/// One recent answered row with a family, for [`Holdings::rebuild`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recent {
+    pub host: String,
+    pub model: String,
+    pub family: u32,
+    /// Its cached tokens, when it was a first turn placed for its family.
+    pub warm_first_cached: Option<u64>,
+}
+
+/// The shared memory of what hosts hold. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Holdings {
+    inner: Mutex<Inner>,
+}
+
+/// Invariants: `pairs[host][model].warm.len() <= WARM_CAP`, `.arriving.len() <= ARRIVING_CAP`
+/// (oldest first), `hosts[h].prefills.len() <= PREFILLS`, `families.len() <= FAMILY_CAP`; `tick`
+/// grows with every use, so a smaller stamp is a less recent use.
+#[derive(Debug, Default)]
+struct Inner {
+    pairs: HashMap<String, HashMap<String, Pair>>,
+    hosts: HashMap<String, HostFacts>,
+    families: HashMap<u32, Size>,
+    tick: u64,
+}
+
+#[derive(Debug, Default)]
+struct Pair {
+    /// Family id → the tick it was last placed or served here.
+    warm: HashMap<u32, u64>,
+    /// When each arrival was placed, oldest first.
+    arriving: VecDeque<i64>,
+}
+
+#[derive(Debug, Default)]
+struct HostFacts {
+    /// `(tokens, microseconds)` of recent prefills of at least [`MIN_PREFILL`] tokens.
+    prefills: VecDeque<(u64, u64)>,
+    failing: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    /// The smallest first-turn `cache_n` seen where the family was warm.
+    cached: Option<u64>,
+    bytes: u64,
+    stamp: u64,
+}
+
+/// How one request the host answered went, for [`Holdings::served`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Served {
+    /// A whole 2xx answer; anything else only says the host is not failing.
+    pub ok: bool,
+    pub family: Option<Family>,
+    /// A first turn placed where its family was warm: its `cache_n` measures the family.
+    pub warm_first_turn: bool,
+    pub cached: Option<u64>,
+}
+
+impl Holdings {
+    /// [`Facts`] of `host`+`model` for a request of `family`, arrivals older than
+    /// [`ARRIVAL_TTL`] forgotten first.
+    pub fn facts(&self, host: &str, model: &str, family: Option<Family>, now: i64) -> Facts {
+        let mut inner = self.inner.lock();
+        let size = family.map_or(0, |f| inner.family_tokens(f));
+        let host_facts = inner.hosts.get(host);
+        let prefill_tps = host_facts.and_then(HostFacts::tps);
+        let failing = host_facts.is_some_and(|h| h.failing);
+        let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) else {
+            return Facts {
+                prefill_tps,
+                failing,
+                ..Facts::default()
+            };
+        };
+        while pair.arriving.front().is_some_and(|t| now - t > ARRIVAL_TTL) {
+            pair.arriving.pop_front();
+        }
+        let warm = family.is_some_and(|f| pair.warm.contains_key(&f.id));
+        Facts {
+            family_tokens: if warm { size } else { 0 },
+            arriving: pair.arriving.len(),
+            prefill_tps,
+            failing,
+        }
+    }
+
+    /// A new conversation (or a stateless request) was placed on `host`: its family counts as warm
+    /// there from now on, and it counts as arriving until it takes its slot
+    /// ([`Holdings::arrived`]). `slot` is false for a request that will take none.
+    pub fn placed(&self, host: &str, model: &str, family: Option<Family>, slot: bool, now: i64) {
+        let mut inner = self.inner.lock();
+        let tick = inner.next_tick();
+        if let Some(f) = family {
+            inner.remember_size(f, tick);
+        }
+        let pair = inner.pair(host, model);
+        if let Some(f) = family {
+            warm(pair, f.id, tick);
+        }
+        if slot {
+            if pair.arriving.len() == ARRIVING_CAP {
+                pair.arriving.pop_front();
+            }
+            pair.arriving.push_back(now);
+        }
+    }
+
+    /// One request placed on `host`+`model` took its slot (or gave up before): it no longer counts
+    /// as arriving.
+    pub fn arrived(&self, host: &str, model: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) {
+            pair.arriving.pop_front();
+        }
+    }
+
+    /// A request on `host`+`model` was answered by the host: the host is not failing; after a
+    /// whole 2xx answer its family is warm there, and a warm first turn's `cache_n` may lower the
+    /// family's size.
+    pub fn served(&self, host: &str, model: &str, served: Served) {
+        let mut inner = self.inner.lock();
+        let tick = inner.next_tick();
+        inner.host(host).failing = false;
+        let (true, Some(family)) = (served.ok, served.family) else {
+            return;
+        };
+        inner.remember_size(family, tick);
+        if let (true, Some(cached)) = (served.warm_first_turn, served.cached) {
+            if let Some(size) = inner.families.get_mut(&family.id) {
+                size.cached = Some(size.cached.map_or(cached, |c| c.min(cached)));
+            }
+        }
+        warm(inner.pair(host, model), family.id, tick);
+    }
+
+    /// A prefill of `tokens` took `us` microseconds on `host` (an answer's `timings`): it counts
+    /// towards the host's speed when it is long enough to say something.
+    pub fn prefilled(&self, host: &str, tokens: u64, us: u64) {
+        if tokens < MIN_PREFILL || us == 0 {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let prefills = &mut inner.host(host).prefills;
+        if prefills.len() == PREFILLS {
+            prefills.pop_front();
+        }
+        prefills.push_back((tokens, us));
+    }
+
+    /// A forward to `host` failed in a way that may be the host's: it ranks last among new
+    /// placements until it answers again.
+    pub fn failed(&self, host: &str) {
+        self.inner.lock().host(host).failing = true;
+    }
+
+    /// The families warm on `host`+`model`, most recently used first, with their sizes in tokens.
+    pub fn warm_on(&self, host: &str, model: &str) -> Vec<(Family, u64)> {
+        let inner = self.inner.lock();
+        let Some(pair) = inner.pairs.get(host).and_then(|m| m.get(model)) else {
+            return Vec::new();
+        };
+        let mut warm: Vec<(u64, u32)> = pair.warm.iter().map(|(id, t)| (*t, *id)).collect();
+        warm.sort_unstable_by(|a, b| b.cmp(a));
+        (warm.into_iter())
+            .map(|(_, id)| {
+                let bytes = inner.families.get(&id).map_or(0, |s| s.bytes);
+                let family = Family { id, bytes };
+                (family, inner.family_tokens_of(id).unwrap_or(bytes / 4))
+            })
+            .collect()
+    }
+
+    /// The measured prefill speed of `host`, tokens per second.
+    pub fn prefill_tps(&self, host: &str) -> Option<f64> {
+        self.inner.lock().hosts.get(host).and_then(HostFacts::tps)
+    }
+
+    /// Rebuilds warm families and family sizes from recent rows, oldest first (at start: what the
+    /// hosts held before a restart is still in their caches).
+    pub fn rebuild(&self, rows: impl IntoIterator<Item = Recent>) {
+        let mut inner = self.inner.lock();
+        for row in rows {
+            let tick = inner.next_tick();
+            let family = Family {
+                id: row.family,
+                bytes: 0,
+            };
+            inner.remember_size(family, tick);
+            if let (Some(cached), Some(size)) =
+                (row.warm_first_cached, inner.families.get_mut(&row.family))
+            {
+                size.cached = Some(size.cached.map_or(cached, |c| c.min(cached)));
+            }
+            warm(inner.pair(&row.host, &row.model), row.family, tick);
+        }
+    }
+
+    /// Forgets hosts the config no longer has.
+    pub fn retain_hosts(&self, keep: impl Fn(&str) -> bool) {
+        let mut inner = self.inner.lock();
+        inner.pairs.retain(|h, _| keep(h));
+        inner.hosts.retain(|h, _| keep(h));
+    }
+}
+
+/// A request placed by the chooser, counted as arriving on its host+model until this drops (when
+/// it has its slot, or gave up before): RAII, so no way out of the request path leaks one.
+#[derive(Debug)]
+pub struct Arrival {
+    holdings: Arc<Holdings>,
+    host: String,
+    model: String,
+}
+
+impl Arrival {
+    /// The arrival [`Holdings::placed`] counted for a request on `host`+`model`.
+    pub fn of(holdings: &Arc<Holdings>, host: &str, model: &str) -> Arrival {
+        Arrival {
+            holdings: holdings.clone(),
+            host: host.to_string(),
+            model: model.to_string(),
+        }
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        self.holdings.arrived(&self.host, &self.model);
+    }
+}
+
+impl Inner {
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    fn host(&mut self, host: &str) -> &mut HostFacts {
+        if !self.hosts.contains_key(host) {
+            self.hosts.insert(host.to_string(), HostFacts::default());
+        }
+        self.hosts.get_mut(host).expect("inserted above")
+    }
+
+    fn pair(&mut self, host: &str, model: &str) -> &mut Pair {
+        // Looked up before inserting so the common case allocates nothing.
+        if !self.pairs.contains_key(host) {
+            self.pairs.insert(host.to_string(), HashMap::new());
+        }
+        let models = self.pairs.get_mut(host).expect("inserted above");
+        if !models.contains_key(model) {
+            models.insert(model.to_string(), Pair::default());
+        }
+        models.get_mut(model).expect("inserted above")
+    }
+
+    fn family_tokens_of(&self, id: u32) -> Option<u64> {
+        let size = self.families.get(&id)?;
+        Some(size.cached.unwrap_or(size.bytes / 4))
+    }
+
+    /// A family's size in tokens: its smallest warm first-turn `cache_n`, else its bytes ÷ 4.
+    fn family_tokens(&self, family: Family) -> u64 {
+        self.family_tokens_of(family.id).unwrap_or(family.bytes / 4)
+    }
+
+    fn remember_size(&mut self, family: Family, tick: u64) {
+        if let Some(size) = self.families.get_mut(&family.id) {
+            size.stamp = tick;
+            // A size rebuilt from rows learns its bytes from the family's next request.
+            size.bytes = size.bytes.max(family.bytes);
+            return;
+        }
+        if self.families.len() >= FAMILY_CAP {
+            evict_oldest(&mut self.families, |s| s.stamp);
+        }
+        let size = Size {
+            cached: None,
+            bytes: family.bytes,
+            stamp: tick,
+        };
+        self.families.insert(family.id, size);
+    }
+}
+
+/// Marks `id` warm in `pair` at `tick`, forgetting the least recently used family past the cap.
+fn warm(pair: &mut Pair, id: u32, tick: u64) {
+    if !pair.warm.contains_key(&id) && pair.warm.len() >= WARM_CAP {
+        evict_oldest(&mut pair.warm, |t| *t);
+    }
+    pair.warm.insert(id, tick);
+}
+
+/// Removes the entry with the smallest stamp (a scan: only when a full table takes a new entry).
+fn evict_oldest<V>(map: &mut HashMap<u32, V>, stamp: impl Fn(&V) -> u64) {
+    let oldest = map.iter().min_by_key(|(_, v)| stamp(v)).map(|(k, _)| *k);
+    if let Some(k) = oldest {
+        map.remove(&k);
+    }
+}
+
+impl HostFacts {
+    fn tps(&self) -> Option<f64> {
+        let (tokens, us) =
+            (self.prefills.iter()).fold((0u64, 0u64), |(t, u), (a, b)| (t + a, u + b));
+        (us > 0).then(|| tokens as f64 * 1e6 / us as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! What hosts hold: warm families from placement and answers, sizes from warm first turns,
+//! arrivals until their slot, prefill speed, failing, and every table's bound.
+
+use super::*;
+
+fn fam(id: u32, bytes: u64) -> Option<Family> {
+    Some(Family { id, bytes })
+}
+
+#[test]
+fn a_family_is_warm_from_its_placement_and_sized_by_its_warm_first_turns() {
+    let h = Holdings::default();
+    let f = fam(7, 4000);
+    assert_eq!(
+        h.facts("a", "m", f, 0).family_tokens,
+        0,
+        "cold before anything"
+    );
+    h.placed("a", "m", f, true, 0);
+    // Before an answer says better, bytes ÷ 4.
+    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 1000);
+    assert_eq!(
+        h.facts("b", "m", f, 0).family_tokens,
+        0,
+        "only where placed"
+    );
+    assert_eq!(h.facts("a", "other", f, 0).family_tokens, 0, "per model");
+    // A cold first turn's cache_n says nothing about the family; warm ones do, the smallest wins.
+    let served = |cached, warm_first_turn| Served {
+        ok: true,
+        family: f,
+        warm_first_turn,
+        cached: Some(cached),
+    };
+    h.served("a", "m", served(10, false));
+    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 1000);
+    h.served("a", "m", served(950, true));
+    h.served("a", "m", served(990, true));
+    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 950);
+    // Served elsewhere, warm there too, at the learned size.
+    h.served("b", "m", served(5000, false));
+    assert_eq!(h.facts("b", "m", f, 0).family_tokens, 950);
+    // A failed answer warms nothing.
+    let failed = Served {
+        ok: false,
+        ..served(0, false)
+    };
+    h.served("c", "m", failed);
+    assert_eq!(h.facts("c", "m", f, 0).family_tokens, 0);
+    assert_eq!(
+        h.warm_on("a", "m"),
+        vec![(Family { id: 7, bytes: 4000 }, 950)]
+    );
+}
+
+#[test]
+fn arrivals_count_until_their_slot_and_expire_when_they_never_come() {
+    let h = Holdings::default();
+    h.placed("a", "m", None, true, 1_000);
+    h.placed("a", "m", None, true, 2_000);
+    h.placed("a", "m", None, false, 2_000);
+    assert_eq!(
+        h.facts("a", "m", None, 2_000).arriving,
+        2,
+        "no slot, no arrival"
+    );
+    h.arrived("a", "m");
+    assert_eq!(h.facts("a", "m", None, 2_000).arriving, 1);
+    // One whose request never reached its slot is forgotten after the TTL.
+    assert_eq!(h.facts("a", "m", None, 2_000 + ARRIVAL_TTL + 1).arriving, 0);
+    h.arrived("a", "m");
+    h.arrived("nowhere", "m");
+    assert_eq!(h.facts("a", "m", None, 0).arriving, 0);
+}
+
+#[test]
+fn prefill_speed_comes_from_recent_long_prefills_and_failing_lasts_until_an_answer() {
+    let h = Holdings::default();
+    assert_eq!(h.facts("a", "m", None, 0).prefill_tps, None);
+    h.prefilled("a", 10, 1_000_000); // too short to say anything
+    h.prefilled("a", 1_000, 1_000_000);
+    h.prefilled("a", 3_000, 1_000_000);
+    assert_eq!(h.prefill_tps("a"), Some(2_000.0));
+    for _ in 0..PREFILLS {
+        h.prefilled("a", 500, 1_000_000);
+    }
+    assert_eq!(h.prefill_tps("a"), Some(500.0), "only the last {PREFILLS}");
+    h.failed("a");
+    assert!(h.facts("a", "m", None, 0).failing);
+    h.served("a", "m", Served::default());
+    assert!(!h.facts("a", "m", None, 0).failing);
+}
+
+#[test]
+fn every_table_is_bounded() {
+    let h = Holdings::default();
+    for id in 0..(WARM_CAP as u32 + 10) {
+        h.placed("a", "m", fam(id, 400), false, 0);
+    }
+    let warm = h.warm_on("a", "m");
+    assert_eq!(warm.len(), WARM_CAP);
+    // The least recently used went first; the newest is first in the list.
+    assert_eq!(warm[0].0.id, WARM_CAP as u32 + 9);
+    assert!(warm.iter().all(|(f, _)| f.id >= 10));
+    for id in 0..(FAMILY_CAP as u32 + 5) {
+        h.placed("b", "m", fam(1_000_000 + id, 400), false, 0);
+    }
+    assert_eq!(h.inner.lock().families.len(), FAMILY_CAP);
+    for t in 0..(ARRIVING_CAP as i64 + 5) {
+        h.placed("c", "m", None, true, t);
+    }
+    assert_eq!(h.facts("c", "m", None, 0).arriving, ARRIVING_CAP);
+    h.retain_hosts(|host| host == "a");
+    assert!(h.warm_on("b", "m").is_empty());
+    assert_eq!(h.warm_on("a", "m").len(), WARM_CAP);
+}
+
+#[test]
+fn a_restart_rebuilds_warm_families_and_sizes_from_rows() {
+    let h = Holdings::default();
+    let row = |host: &str, family, cached| Recent {
+        host: host.to_string(),
+        model: "m".to_string(),
+        family,
+        warm_first_cached: cached,
+    };
+    h.rebuild([row("a", 5, None), row("b", 5, Some(800)), row("a", 6, None)]);
+    let f = fam(5, 4000);
+    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 800);
+    assert_eq!(h.facts("b", "m", f, 0).family_tokens, 800);
+    // A family whose size no row measured learns its bytes from its next request.
+    assert_eq!(h.facts("a", "m", fam(6, 2000), 0).family_tokens, 0);
+    h.placed("c", "m", fam(6, 2000), false, 0);
+    assert_eq!(h.facts("a", "m", fam(6, 2000), 0).family_tokens, 500);
+}

@@ -1,0 +1,189 @@
+//! The lease table's window on live host state: its `HostView` (health, drains) and its
+//! `Chooser`, which builds the chooser's snapshot of each candidate (`choose::Info`) from the
+//! config, health, the limiter and what hosts hold, then asks `choose`. Called with the lease
+//! table's lock held: it takes the other locks one at a time and never calls back into the table.
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::Drains;
+use crate::choose;
+use crate::config::Config;
+use crate::health::Health;
+use crate::holdings::Holdings;
+use crate::lease::{self, Placed};
+use crate::limiter::Limiter;
+
+/// A prefill speed for a route none of whose hosts has measured one yet (then all tie on it).
+const DEFAULT_TPS: f64 = 1000.0;
+/// A slot hold for a host+model that has given none back yet, when no other host has either.
+const DEFAULT_HOLD_MS: f64 = 1000.0;
+
+/// The lease table's window on live host state.
+pub(super) struct View {
+    pub(super) config: Arc<RwLock<Arc<Config>>>,
+    pub(super) health: Arc<Health>,
+    pub(super) limiter: Arc<Limiter>,
+    pub(super) drains: Arc<Drains>,
+    pub(super) holdings: Arc<Holdings>,
+}
+
+impl lease::HostView for View {
+    fn healthy(&self, host: &str) -> bool {
+        self.health.healthy(host)
+    }
+
+    fn draining(&self, host: &str) -> bool {
+        self.drains.contains(host)
+    }
+}
+
+impl lease::Chooser for View {
+    fn choose(
+        &self,
+        candidates: &[lease::Candidate],
+        model: &str,
+        ask: &lease::Ask,
+        now: i64,
+    ) -> Option<(String, Placed)> {
+        let infos = self.infos(candidates, model, ask, now);
+        let (info, why) = choose::best(&infos, ask.prompt)?;
+        let placed = match why {
+            choose::Why::Family => Placed::Family,
+            choose::Why::Inherit => Placed::Inherit,
+            choose::Why::LeastLoaded => Placed::LeastLoaded,
+        };
+        if ask.slot || ask.family.is_some() {
+            (self.holdings).placed(&info.name, model, ask.family, ask.slot, now);
+        }
+        Some((info.name.clone(), placed))
+    }
+
+    fn busy_move(
+        &self,
+        current: &lease::Candidate,
+        others: &[lease::Candidate],
+        model: &str,
+        ask: &lease::Ask,
+        now: i64,
+    ) -> Option<String> {
+        // Cheap first: most turns find a free slot on their host and look no further.
+        let load = self.limiter.load(&current.host, model);
+        if load.in_flight + load.queued < load.parallel {
+            return None;
+        }
+        let mut all = Vec::with_capacity(others.len() + 1);
+        all.push(current.clone());
+        all.extend_from_slice(others);
+        let mut infos = self.infos(&all, model, ask, now);
+        let current = infos.remove(0);
+        let to = choose::busy_move(&current, &infos, ask.prompt)?
+            .name
+            .clone();
+        (self.holdings).placed(&to, model, ask.family, ask.slot, now);
+        Some(to)
+    }
+}
+
+impl View {
+    /// The chooser's snapshot of each candidate for a request of `model` (`ask`), in order. A
+    /// host that has not measured its prefill speed or slot hold yet gets the median of those that
+    /// have. Locks taken one at a time (config, then per host health, limiter, holdings).
+    fn infos(
+        &self,
+        candidates: &[lease::Candidate],
+        model: &str,
+        ask: &lease::Ask,
+        now: i64,
+    ) -> Vec<choose::Info> {
+        let config = self.config.read().clone();
+        let mut infos: Vec<choose::Info> = candidates
+            .iter()
+            .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
+            .map(|(host, c)| self.info(&config, host, c, model, ask, now))
+            .collect();
+        let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0));
+        let hold = median(infos.iter().map(|i| i.hold_ms).filter(|h| *h > 0.0));
+        for info in &mut infos {
+            if info.prefill_tps <= 0.0 {
+                info.prefill_tps = tps.unwrap_or(DEFAULT_TPS);
+            }
+            if info.hold_ms <= 0.0 {
+                info.hold_ms = hold.unwrap_or(DEFAULT_HOLD_MS);
+            }
+        }
+        infos
+    }
+
+    /// One candidate; an unmeasured speed or hold is left at 0 for [`View::infos`] to fill.
+    fn info(
+        &self,
+        config: &Config,
+        host: &crate::config::Host,
+        c: &lease::Candidate,
+        model: &str,
+        ask: &lease::Ask,
+        now: i64,
+    ) -> choose::Info {
+        let name = &host.name;
+        let load = self.limiter.load(name, model);
+        let facts = self.holdings.facts(name, model, ask.family, now);
+        // Arrivals already queued in the limiter are among its queued: the larger of the two
+        // counts them once.
+        let busy = load.in_flight + load.queued.max(facts.arriving);
+        let parallel = config.parallel(name, model);
+        // A full router evicts one of its loaded models to load this one: no room when any of
+        // them is in use — a request in flight, or a conversation leased there whose cache the
+        // swap would wipe (health's lock is released before the limiter's is taken).
+        let room = match self.health.full_router(name) {
+            None => true,
+            Some(loaded) => !(loaded.iter())
+                .any(|m| c.leased_models.contains(m) || self.limiter.in_flight(name, m) > 0),
+        };
+        let capacity = capacity(&self.health, host, model, parallel);
+        choose::Info {
+            name: name.clone(),
+            healthy: self.health.healthy(name),
+            draining: self.drains.contains(name),
+            loaded: self.health.is_loaded(name, model),
+            room,
+            serves: parallel > 0,
+            slots: parallel,
+            free: parallel.saturating_sub(busy),
+            queued: busy.saturating_sub(parallel),
+            leases: c.leases,
+            weight: host.weight,
+            family_tokens: facts.family_tokens,
+            prefill_tps: facts.prefill_tps.unwrap_or(0.0),
+            hold_ms: load.hold_ms.unwrap_or(0.0),
+            held: c.held,
+            capacity,
+            inherited: c.inherited,
+            failing: facts.failing,
+        }
+    }
+}
+
+/// How many tokens `host`'s KV cache holds for `model`: its `kv_tokens`, else its slots times the
+/// per-slot context it reports (0 while unknown). With unified KV (llama-server's automatic `-np`)
+/// every slot reports the whole pool, so this is too high by the slot count: `kv_tokens` fixes it
+/// (docs/OPERATIONS.md).
+pub(super) fn capacity(
+    health: &Health,
+    host: &crate::config::Host,
+    model: &str,
+    parallel: usize,
+) -> u64 {
+    host.kv_tokens.unwrap_or_else(|| {
+        let per_slot = health.ctx_for(&host.name, model).unwrap_or(0);
+        per_slot.saturating_mul(parallel as u64)
+    })
+}
+
+/// The median of `xs` (the upper one of an even count), `None` when empty.
+fn median(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut xs: Vec<f64> = xs.collect();
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied()
+}

@@ -1,0 +1,152 @@
+//! Issue 23: where new conversations start. A sibling conversation goes where its prompt family is
+//! warm; a burst spreads over idle hosts while a UI polls the model list; a conversation leaves a
+//! far too busy host where its route allows it. Every placement is said in `X-Crossbar-Placement`,
+//! the row and `/metrics`.
+
+use serde_json::{json, Value};
+
+use crossbar::sim::SimConfig;
+
+use crate::support::{host, wait_until, Harness, HostSpec};
+
+const CHAT: &str = "/projA/v1/chat/completions";
+
+/// An agent's turn: a long shared system prompt (its family), its own task, `stream` or not.
+fn agent(system: &str, task: &str, turns: usize, stream: bool) -> Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": task}),
+    ];
+    for i in 0..turns {
+        messages.push(json!({"role": "assistant", "content": format!("step {i} done")}));
+        messages.push(json!({"role": "user", "content": format!("tool output {i}")}));
+    }
+    json!({"model": "m", "messages": messages, "stream": stream, "max_tokens": 4})
+}
+
+/// About 2,000 tokens of instructions and tool definitions, different per `name`.
+fn preamble(name: &str) -> String {
+    format!("You are {name}. ") + &"Use the tools read_file and run_tests with care. ".repeat(160)
+}
+
+#[test]
+fn a_sibling_conversation_starts_where_its_prompt_family_is_warm() {
+    let h = Harness::start(vec![host("a", 2), host("b", 2)], "");
+    let coder = preamble("the coder");
+    let first = h.post(CHAT, &agent(&coder, "fix the parser", 0, false));
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("X-Crossbar-Host"), Some("a"));
+    assert_eq!(first.header("X-Crossbar-Placement"), Some("least-loaded"));
+    // Another session of the same agent: a new conversation, placed for its family.
+    let sibling = h.post(CHAT, &agent(&coder, "write the docs", 0, false));
+    assert_eq!(sibling.header("X-Crossbar-Host"), Some("a"));
+    assert_eq!(sibling.header("X-Crossbar-Placement"), Some("family"));
+    assert_eq!(sibling.header("X-Crossbar-Lease"), Some("new"));
+    // Its next turn is the conversation's own lease.
+    let next = h.post(CHAT, &agent(&coder, "write the docs", 1, false));
+    assert_eq!(next.header("X-Crossbar-Placement"), Some("sticky"));
+    assert_eq!(next.header("X-Crossbar-Lease"), Some("reused"));
+    // Another agent's family is cold everywhere: the host holding less takes it.
+    let reviewer = h.post(CHAT, &agent(&preamble("the reviewer"), "review", 0, false));
+    assert_eq!(reviewer.header("X-Crossbar-Host"), Some("b"));
+    assert_eq!(
+        reviewer.header("X-Crossbar-Placement"),
+        Some("least-loaded")
+    );
+    // The rows say it too: one family for the coder's conversations, another for the reviewer's.
+    let rows = h.rows();
+    let placed: Vec<&str> = rows.iter().map(|r| r.placed.as_str()).collect();
+    assert_eq!(placed, ["least-loaded", "family", "sticky", "least-loaded"]);
+    assert_eq!(rows[0].family.len(), 8, "{:?}", rows[0].family);
+    assert_eq!(rows[0].family, rows[1].family);
+    assert_ne!(rows[0].family, rows[3].family);
+    let admin = h.server().admin_addr();
+    let text = crate::support::request(admin, "GET", "/metrics", &[], b"").text();
+    assert!(
+        text.contains(r#"crossbar_placements_total{route="projA",host="a",reason="family"} 1"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_burst_of_new_conversations_spreads_3_3_2_while_a_ui_polls_the_model_list() {
+    let hosts = vec![host("a", 2), host("b", 2), host("c", 2)];
+    let h = Harness::start(hosts, "");
+    let gw = h.server().gateway().clone();
+    for sim in ["a", "b", "c"] {
+        h.sim(sim).set_lockstep(true);
+    }
+    let busy = |host: &str| gw.limiter.in_flight(host, "m") + gw.limiter.queued(host, "m");
+    let mut streams = Vec::new();
+    for conv in 0..8 {
+        // A chat UI polls its model list between the conversations it starts.
+        let models = h.get("/projA/v1/models");
+        assert_eq!(models.status, 200, "{}", models.text());
+        let body = crate::support::chat(&format!("session {conv}"), 0, true);
+        streams.push(h.open_chat(CHAT, &body));
+        wait_until("the conversation is in flight or queued", || {
+            busy("a") + busy("b") + busy("c") == conv + 1
+        });
+    }
+    let mut spread = [busy("a"), busy("b"), busy("c")];
+    spread.sort_unstable();
+    assert_eq!(spread, [2, 3, 3]);
+    // No listing left a lease to follow, and nobody was refused while a slot was free.
+    assert_eq!(gw.leases.len(), 8);
+    assert!(gw.leases.snapshot().iter().all(|l| !l.key.fp.is_empty()));
+    for sim in ["a", "b", "c"] {
+        h.sim(sim).set_lockstep(false);
+    }
+    for s in &mut streams {
+        assert_eq!(s.read_answer().status, 200);
+    }
+    assert!(h.rows().iter().all(|r| r.status == 200), "{:?}", h.rows());
+}
+
+/// A host whose turns hold a slot 0.8 s (4 tokens at 200 ms).
+fn slow(name: &'static str) -> HostSpec {
+    HostSpec {
+        sim: SimConfig {
+            slots: 1,
+            decode_us_per_token: 200_000,
+            ..SimConfig::default()
+        },
+        ..host(name, 1)
+    }
+}
+
+#[test]
+fn a_conversation_leaves_a_far_too_busy_host_where_its_route_allows_it() {
+    let h = Harness::start_with(
+        vec![slow("a"), host("b", 1)],
+        "health_interval = \"1h\"",
+        "move_when_busy = true",
+    );
+    let gw = h.server().gateway().clone();
+    // Everything starts on a while b is drained; x's first turn measures a's slot hold (0.8 s).
+    gw.drains.set("b", true);
+    let x = h.post(CHAT, &agent("You are x.", "task x", 0, false));
+    assert_eq!(x.header("X-Crossbar-Host"), Some("a"));
+    // y holds a's only slot, z waits behind it: x's next turn would wait about 1.6 s, where
+    // starting over on b costs well under the 1 s margin.
+    let y = crate::support::hold_slot(&h, "a");
+    let z = h.open_chat(CHAT, &agent("You are z.", "task z", 0, false));
+    wait_until("z waits for a's slot", || gw.limiter.queued("a", "m") == 1);
+    gw.drains.set("b", false);
+    let moved = h.post(CHAT, &agent("You are x.", "task x", 1, false));
+    assert_eq!(moved.status, 200, "{}", moved.text());
+    assert_eq!(moved.header("X-Crossbar-Host"), Some("b"));
+    assert_eq!(moved.header("X-Crossbar-Placement"), Some("busy"));
+    assert_eq!(moved.header("X-Crossbar-Lease"), Some("new"));
+    let events = h.db().recent_events(10).unwrap();
+    let busy = events
+        .iter()
+        .find(|e| e.reason.as_str() == "busy")
+        .expect("a busy event");
+    assert_eq!((busy.from_host.as_str(), busy.to_host.as_str()), ("a", "b"));
+    // Its next turn stays where it moved.
+    let next = h.post(CHAT, &agent("You are x.", "task x", 2, false));
+    assert_eq!(next.header("X-Crossbar-Placement"), Some("sticky"));
+    assert_eq!(next.header("X-Crossbar-Host"), Some("b"));
+    drop((y, z));
+}
