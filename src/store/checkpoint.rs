@@ -27,8 +27,11 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    pub(super) fn start(path: &Path) -> Result<Checkpointer, StoreError> {
+    pub(super) fn start(path: &Path, wal_limit: u64) -> Result<Checkpointer, StoreError> {
         let conn = Connection::open(path).map_err(|e| open_err(path, e))?;
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal = std::path::PathBuf::from(wal);
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(|e| open_err(path, e))?;
         let (stop, stopped) = bounded::<()>(0);
@@ -39,8 +42,14 @@ impl Checkpointer {
                     Err(RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
+                let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
+                let mode = if size > wal_limit {
+                    "PRAGMA wal_checkpoint(TRUNCATE)"
+                } else {
+                    "PRAGMA wal_checkpoint(PASSIVE)"
+                };
                 // A failure (a full disk) is the writer's to report; this tries again next tick.
-                if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                if let Err(err) = conn.query_row(mode, [], |_| Ok(())) {
                     log::debug!(
                         "wal checkpoint failed error={}",
                         crate::logfmt::val(&err.to_string())

@@ -161,3 +161,39 @@ fn recent_families_are_the_newest_answered_rows_with_a_family_oldest_first() {
         .collect();
     assert_eq!(newest, [12], "the newest two rows, one malformed");
 }
+
+/// Issue 24: a flood of cheap requests grew a WAL to 846 MB that never shrank. Past its limit the
+/// checkpoint thread truncates it, so once the flood passes the WAL is back under the limit.
+#[test]
+fn the_wal_is_cut_back_under_its_limit_after_a_flood_of_rows() {
+    let db = TempDb::new("wal");
+    let limit = 256 << 10;
+    let store = Store::open_with_wal_limit(&db.path, limit).unwrap();
+    let wal = std::path::PathBuf::from(format!("{}-wal", db.path.display()));
+    let mut biggest = 0;
+    for i in 0..2_000 {
+        let row = RequestRow {
+            err: format!("{i:04} {}", "x".repeat(2_000)),
+            ..request(i, "projA", 200)
+        };
+        store.record_request(&row).unwrap();
+        biggest = biggest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    assert!(
+        biggest > limit,
+        "the flood must pass the limit to test it: {biggest}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) > limit {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL stayed over its limit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        store.recent_requests(5_000).unwrap().len(),
+        2_000,
+        "nothing lost"
+    );
+}
