@@ -186,6 +186,7 @@ fn prepare<'c>(
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
+    forward::check_headers(incoming)?;
     let api = Api::of(&rest);
     row.api = api.name().to_string();
     let body = request.read_body(MAX_BODY).map_err(|err| match err {

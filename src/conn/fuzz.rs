@@ -19,10 +19,10 @@ const MAX_BODY: usize = 4096;
 const SEEDS: &[&[u8]] = &[
     b"GET /projA/v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
     b"POST /projA/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-    b"POST /p/v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+    b"POST /p/v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nT: 1\r\n\r\n",
     b"POST /p/v1/%2e%2e/slots HTTP/1.0\r\nContent-Length: 0\r\n\r\n",
-    b"GET /p/v1/a%20b?x=1 HTTP/1.1\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
-    b"\r\nPOST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\n\r\n",
+    b"GET /p/v1/a%20b?x=1 HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+    b"\r\nPOST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\nHost: h\r\n\r\n",
 ];
 
 const TOKENS: &[&[u8]] = &[

@@ -155,6 +155,15 @@ pub fn parse(bytes: &[u8]) -> Result<Head, HeadError> {
         keep_alive: false,
         expect_continue: false,
     };
+    // RFC 9112 §3.2: an HTTP/1.1 request carries exactly one Host (nginx: 400 otherwise).
+    let hosts = (head.headers.iter())
+        .filter(|(k, _)| k.eq_ignore_ascii_case("Host"))
+        .count();
+    match (head.http10, hosts) {
+        (false, 0) => return bad("an HTTP/1.1 request needs a Host header"),
+        (_, 2..) => return bad("two Host headers"),
+        _ => {}
+    }
     head.body = framing(&head.headers, head.http10)?;
     let tokens = crate::wire::connection_tokens(head.header("Connection"));
     head.keep_alive = !head.http10 && !tokens.iter().any(|t| t == "close");
@@ -223,15 +232,15 @@ mod tests {
         );
         assert_eq!(h.body, BodyKind::Length(12));
         assert!(h.keep_alive && !h.http10 && !h.expect_continue);
-        let h = ok("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\nExpect: 100-continue\r\n\r\n");
+        let h = ok("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\nExpect: 100-continue\r\n\r\n");
         assert_eq!(h.body, BodyKind::Chunked);
         assert!(h.expect_continue);
         let h = ok("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
         assert!(h.http10 && !h.keep_alive && h.body == BodyKind::None);
-        let h = ok("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n");
+        let h = ok("GET / HTTP/1.1\r\nHost: h\r\nConnection: Close\r\n\r\n");
         assert!(!h.keep_alive);
         assert_eq!(
-            ok("GET / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n").body,
+            ok("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n").body,
             BodyKind::Length(5)
         );
     }
@@ -239,30 +248,35 @@ mod tests {
     #[test]
     fn bad_framing_is_refused() {
         for text in [
-            "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-            "POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
-            "POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
-            "POST / HTTP/1.1\r\nContent-Length: 0x5\r\n\r\n",
-            "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-            "POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n",
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "GET / HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n",
-            "GET / HTTP/1.1\r\nX-A: a\x01b\r\n\r\n",
-            "GET / HTTP/1.1\r\nBad(Name): v\r\n\r\n",
-            "GET / HTTP/1.1\r\nNo colon\r\n\r\n",
-            "GET http://x/ HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nX-A: a\x01b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nBad(Name): v\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nNo colon\r\n\r\n",
+            "GET http://x/ HTTP/1.1\r\nHost: h\r\n\r\n",
             "GET / HTTP/2.0\r\n\r\n",
-            "GET  / HTTP/1.1\r\n\r\n",
+            "GET  / HTTP/1.1\r\nHost: h\r\n\r\n",
+            // Issue 24: one Host, exactly, in HTTP/1.1 (HTTP/1.0 may leave it out).
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n",
         ] {
             refused(text, 400);
         }
+        ok("GET / HTTP/1.0\r\n\r\n");
     }
 
     #[test]
     fn more_than_100_header_lines_is_431() {
-        let mut text = "GET / HTTP/1.1\r\n".to_string();
+        let mut text = "GET / HTTP/1.1\r\nHost: h\r\n".to_string();
         for i in 0..101 {
             text.push_str(&format!("X-{i}: v\r\n"));
         }
@@ -272,7 +286,8 @@ mod tests {
 
     #[test]
     fn a_huge_content_length_is_a_number_not_a_parse_error() {
-        let h = ok("POST / HTTP/1.1\r\nContent-Length: 100000000000000000000000\r\n\r\n");
+        let h =
+            ok("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100000000000000000000000\r\n\r\n");
         assert_eq!(h.body, BodyKind::Length(u64::MAX));
     }
 

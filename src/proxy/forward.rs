@@ -70,11 +70,6 @@ pub(super) fn exchange(
     row: &mut RequestRow,
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
-    // Checked before anything is sent: an HTTP library refuses such a header only once it is asked
-    // to send, and that refusal must not look like the host's failure (issue 10).
-    for (name, value) in &incoming.headers {
-        forwardable(name, value)?;
-    }
     let exchange = upstream::Exchange::start(client);
     let agent = gw.upstream();
     let bodyless = plan.body.is_empty() && incoming.bodyless();
@@ -130,6 +125,16 @@ pub(super) fn exchange(
             })
         }
     }
+}
+
+/// Every header of the request can be forwarded as is. Checked before a host is chosen (issue 24):
+/// an HTTP library refuses such a header only once it is asked to send, and that refusal must not
+/// look like the host's failure (issue 10), nor cost a lease or a slot.
+pub(super) fn check_headers(incoming: &Incoming) -> Result<(), ProxyError> {
+    for (name, value) in &incoming.headers {
+        forwardable(name, value)?;
+    }
+    Ok(())
 }
 
 /// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value

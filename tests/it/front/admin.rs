@@ -16,7 +16,9 @@ fn without_a_token_only_requests_no_web_page_can_forge_are_served_issue_10() {
         (format!("GET /admin/leases HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"), 200),
         ("GET /admin/leases HTTP/1.1\r\nHost: evil.example:80\r\n\r\n".to_string(), 403),
         (format!("GET /admin/leases HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n"), 403),
-        ("GET /admin/leases HTTP/1.1\r\n\r\n".to_string(), 403),
+        // No Host: HTTP/1.1 needs one (400, issue 24); HTTP/1.0 names no listener (403).
+        ("GET /admin/leases HTTP/1.1\r\n\r\n".to_string(), 400),
+        ("GET /admin/leases HTTP/1.0\r\n\r\n".to_string(), 403),
         (
             format!("GET /admin/leases HTTP/1.1\r\n{own}\r\nOrigin: http://evil.example\r\n\r\n"),
             403,
@@ -51,6 +53,16 @@ fn with_a_token_a_wrong_one_is_refused_before_the_body_is_read_issue_10() {
     let (mut conn, answer) = send_raw(admin, head.as_bytes());
     assert_eq!(answer.status, 401, "{}", answer.text());
     check_closed(&mut conn);
+    // Issue 24: two Authorization headers are refused, whichever of them is right.
+    for pair in [
+        "Bearer sekrit\r\nAuthorization: Bearer nope",
+        "Bearer nope\r\nAuthorization: Bearer sekrit",
+    ] {
+        let head =
+            format!("GET /admin/status HTTP/1.1\r\nHost: x\r\nAuthorization: {pair}\r\n\r\n");
+        let (_, answer) = send_raw(admin, head.as_bytes());
+        assert_eq!(answer.status, 400, "{}", answer.text());
+    }
     let ok = request(
         admin,
         "GET",

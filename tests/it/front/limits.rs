@@ -237,3 +237,27 @@ fn an_idle_kept_alive_connection_is_closed_at_keepalive_idle_issue_10() {
         "closed after {took:?}"
     );
 }
+
+/// Issue 24's small findings: an HTTP/1.1 request with no Host or two is 400 before routing (as
+/// nginx answers), and a header value that cannot be forwarded is 400 before a host is chosen —
+/// no lease, no slot, no forward.
+#[test]
+fn host_headers_and_unforwardable_bytes_are_refused_before_a_host_is_chosen_issue_24() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let body = chat("hi", 0, false).to_string();
+    let bare = post_head(CHAT, "", &body).replacen("Host: x\r\n", "", 1);
+    let twice = post_head(CHAT, "Host: y\r\n", &body);
+    for head in [bare, twice] {
+        let (_, answer) = send_raw(h.addr(), head.as_bytes());
+        check_error(&answer, 400, "bad request");
+    }
+    let mut raw = post_head(CHAT, "X-Name: caf\u{e9}\r\n", &body).into_bytes();
+    // The same head with a Latin-1 byte where the UTF-8 é was: not visible ASCII either way.
+    let at = raw.windows(2).position(|w| w == "é".as_bytes()).unwrap();
+    raw.splice(at..at + 2, [0xe9]);
+    let (_, answer) = send_raw(h.addr(), &raw);
+    check_error(&answer, 400, "bad request");
+    assert!(h.server().gateway().leases.is_empty(), "no lease was taken");
+    assert!(h.sim("titan").requests().iter().all(|r| r.method != "POST"));
+    check_served(&h);
+}
