@@ -306,5 +306,6 @@ fn gauges(gw: &Gateway) -> Gauges {
             .collect(),
         store_ok: store.ok,
         store_write_errors: store.write_errors,
+        transitions: gw.health.transitions(),
     }
 }

@@ -28,6 +28,11 @@ pub struct Config {
     pub keep_requests: Duration,
     pub keep_events: Duration,
     pub health_interval: Duration,
+    /// Failed polls, or forwards that may have reached the host and failed, in a row that take a
+    /// host down (issue 24).
+    pub health_fall: u32,
+    /// Good polls in a row that bring a down host back.
+    pub health_rise: u32,
     pub queue_max: usize,
     pub queue_timeout: Duration,
     pub connect_timeout: Duration,

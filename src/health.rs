@@ -1,18 +1,27 @@
 //! The host health table: who is up, why a host is down, its per-slot context and loaded models.
 //!
 //! [`Health`] is written by the poller ([`Poller`], one thread per host, in `health/poll.rs`) and
-//! by the proxy when a forward fails ([`Health::mark_down`]); everyone else reads it. Updates take
+//! by the proxy from what its forwards met; everyone else reads it. Health is judged by what the
+//! host did (issue 24): a host goes down after `health_fall` failed polls in a row (at once for an
+//! answer that says exactly what is wrong: a 4xx such as 401 from `/props`, or 503 loading; and
+//! at once before its first good poll), or after `health_fall` forwards in a row that may have
+//! reached it and failed ([`Health::request_failed`]), or at once when a fresh connection to it is
+//! refused or times out ([`Health::mark_down`]); it comes back after `health_rise` good polls. A
+//! failed forward asks for an early poll ([`Health::poke`]). Updates take
 //! `now` as a parameter and log only transitions. The table itself does no I/O, and no lock is
 //! held while a host is polled: a poll result is computed first, then applied in one short step.
 
 use std::collections::{BTreeMap, HashMap};
 
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use crate::config;
 use crate::logfmt::val;
+use entry::{shown_loaded, Entry};
 
 mod answers;
+mod entry;
 mod poll;
 mod reason;
 mod router;
@@ -73,6 +82,9 @@ impl Health {
         let health = Health {
             inner: Mutex::new(Inner {
                 hosts: HashMap::new(),
+                fall: 1,
+                rise: 1,
+                transitions: BTreeMap::new(),
             }),
         };
         health.set_hosts(hosts);
@@ -92,6 +104,60 @@ impl Health {
             entry.parallel = host.models.values().sum();
             entry.status.per_slot_ctx = host.ctx.or(entry.polled_ctx);
         }
+    }
+
+    /// `health_fall` and `health_rise` (each at least 1): how many failures in a row take a host
+    /// down, how many good polls bring it back.
+    pub fn set_thresholds(&self, fall: u32, rise: u32) {
+        let mut inner = self.inner.lock();
+        (inner.fall, inner.rise) = (fall.max(1), rise.max(1));
+    }
+
+    /// Where [`Health::poke`] reaches `host`'s poller (set by the poller when it starts).
+    pub fn set_poke(&self, host: &str, poke: Sender<()>) {
+        if let Some(entry) = self.inner.lock().hosts.get_mut(host) {
+            entry.poke = Some(poke);
+        }
+    }
+
+    /// Asks `host`'s poller for a poll now: at most one waits (the poller keeps a second apart).
+    pub fn poke(&self, host: &str) {
+        if let Some(poke) = self.inner.lock().hosts.get(host).and_then(|e| e.poke.as_ref()) {
+            let _ = poke.try_send(());
+        }
+    }
+
+    /// A forward that may have reached `host` failed (a first-byte timeout, a malformed answer, a
+    /// reset mid-answer): the host goes down when `health_fall` of them come in a row with no
+    /// answered forward between. Returns whether it went down now.
+    pub fn request_failed(&self, host: &str, reason: DownReason, now: i64) -> bool {
+        let mut inner = self.inner.lock();
+        let fall = inner.fall;
+        let Some(entry) = inner.hosts.get_mut(host) else {
+            return false;
+        };
+        entry.streak = entry.streak.saturating_add(1);
+        let down = entry.status.healthy && entry.streak >= fall && entry.down(host, reason, now);
+        if down {
+            inner.count(host, "down", "request failures");
+        }
+        down
+    }
+
+    /// A forward to `host` was answered: its failure streak ends.
+    pub fn request_ok(&self, host: &str) {
+        if let Some(entry) = self.inner.lock().hosts.get_mut(host) {
+            entry.streak = 0;
+        }
+    }
+
+    /// Host flips since start: `(host, "up"|"down", why)` → count, why being a down reason's
+    /// kind, `request failures` or `polls`.
+    pub fn transitions(&self) -> Vec<((String, &'static str, &'static str), u64)> {
+        let inner = self.inner.lock();
+        (inner.transitions.iter())
+            .map(|(k, n)| (k.clone(), *n))
+            .collect()
     }
 
     pub fn get(&self, host: &str) -> Option<HostStatus> {
@@ -201,27 +267,59 @@ impl Health {
         !router || self.is_loaded(host, model)
     }
 
-    /// A forward failed: the host is down at once, until the next good poll. Returns whether this
-    /// was a transition (and so was logged).
+    /// A fresh connection to `host` was refused or timed out: the host is down at once, until
+    /// `health_rise` good polls. Returns whether this was a transition (and so was logged).
     pub fn mark_down(&self, host: &str, reason: DownReason, now: i64) -> bool {
         let mut inner = self.inner.lock();
         let Some(entry) = inner.hosts.get_mut(host) else {
             return false;
         };
-        entry.down(host, reason, now)
+        let was_up = entry.status.healthy;
+        entry.good_polls = 0;
+        let changed = entry.down(host, reason, now);
+        if was_up && changed {
+            inner.count(host, "down", "unreachable");
+        }
+        changed
     }
 
     /// Applies a poll result. Returns whether the host flipped up or down, or changed its down
     /// reason (only those are logged). Unknown hosts (removed by a reload) are ignored.
     pub fn apply(&self, host: &str, poll: Poll, now: i64) -> bool {
         let mut inner = self.inner.lock();
+        let (fall, rise) = (inner.fall, inner.rise);
         let Some(entry) = inner.hosts.get_mut(host) else {
             return false;
         };
         let first = entry.status.last_poll == 0;
         entry.status.last_poll = now;
         match poll {
-            Poll::Down(reason) => entry.down(host, reason, now),
+            Poll::Down(reason) => {
+                entry.good_polls = 0;
+                entry.failed_polls = entry.failed_polls.saturating_add(1);
+                // An answer that says what is wrong, a host never seen up, one already down: at
+                // once. A poll that timed out or failed with a 5xx: after `fall` in a row.
+                let now_down = !entry.status.healthy
+                    || !entry.ever_up
+                    || decisive(&reason)
+                    || entry.failed_polls >= fall;
+                if !now_down {
+                    log::debug!(
+                        "poll failed host={} failed_polls={} reason={}",
+                        val(host),
+                        entry.failed_polls,
+                        val(&reason.to_string())
+                    );
+                    return false;
+                }
+                let was_up = entry.status.healthy;
+                let changed = entry.down(host, reason, now);
+                if was_up && changed {
+                    let kind = entry.status.reason.as_ref().map_or("polls", DownReason::kind);
+                    inner.count(host, "down", kind);
+                }
+                changed
+            }
             Poll::Up {
                 per_slot_ctx,
                 total_slots,
@@ -249,9 +347,17 @@ impl Health {
                 }
                 status.models = models;
                 status.max_instances = max_instances;
+                entry.failed_polls = 0;
+                entry.good_polls = entry.good_polls.saturating_add(1);
+                // Down hosts come back after `rise` good polls in a row.
+                if !status.healthy && entry.good_polls < rise {
+                    return false;
+                }
+                entry.ever_up = true;
                 let flipped = !status.healthy;
                 status.healthy = true;
                 status.reason = None;
+                entry.streak = 0;
                 if flipped {
                     status.since = now;
                 }
@@ -267,6 +373,9 @@ impl Health {
                         val(&shown_loaded(&status.loaded))
                     );
                 }
+                if flipped {
+                    inner.count(host, "up", "polls");
+                }
                 flipped
             }
         }
@@ -281,103 +390,27 @@ const MAX_UNLOAD_COUNTS: usize = 256;
 #[derive(Debug)]
 struct Inner {
     hosts: HashMap<String, Entry>,
+    /// `health_fall`, `health_rise`.
+    fall: u32,
+    rise: u32,
+    /// Flips since start, by host (configured names), direction and why: a few entries per host.
+    transitions: BTreeMap<(String, &'static str, &'static str), u64>,
 }
 
-#[derive(Debug)]
-struct Entry {
-    status: HostStatus,
-    /// The config's `ctx` for this host.
-    ctx_override: Option<u64>,
-    /// The per-slot context the last good poll reported.
-    polled_ctx: Option<u64>,
-    /// The models the config lists for this host, sorted.
-    models: Vec<String>,
-    /// Configured model → the name the host knows it by, where they differ.
-    upstream: BTreeMap<String, String>,
-    /// A router's model id → how often polls saw it go from loaded to not loaded (at most
-    /// [`MAX_UNLOAD_COUNTS`] ids).
-    unloads: BTreeMap<String, u64>,
-    /// The slots the config gives this host, all models together.
-    parallel: usize,
-}
-
-impl Entry {
-    /// The name this host knows configured `model` by.
-    fn known_as<'a>(&'a self, model: &'a str) -> &'a str {
-        self.upstream.get(model).map_or(model, String::as_str)
-    }
-
-    /// A router's entry for configured `model`.
-    fn router_model(&self, model: &str) -> Option<&RouterModel> {
-        let name = self.known_as(model);
-        self.status.models.iter().find(|m| m.is_named(name))
-    }
-
-    fn fresh() -> Entry {
-        Entry {
-            status: HostStatus {
-                healthy: true,
-                reason: None,
-                since: 0,
-                per_slot_ctx: None,
-                total_slots: None,
-                loaded: Vec::new(),
-                router: false,
-                models: Vec::new(),
-                max_instances: None,
-                last_poll: 0,
-            },
-            ctx_override: None,
-            polled_ctx: None,
-            models: Vec::new(),
-            upstream: BTreeMap::new(),
-            unloads: BTreeMap::new(),
-            parallel: 0,
-        }
-    }
-
-    /// Marks the entry down; logs and returns true when that changes what an operator sees.
-    fn down(&mut self, host: &str, reason: DownReason, now: i64) -> bool {
-        let status = &mut self.status;
-        // A down host's loaded list is stale: it may come back having loaded something else.
-        status.loaded.clear();
-        status.models.clear();
-        if status.reason.as_ref() == Some(&reason) {
-            return false;
-        }
-        if status.healthy {
-            status.healthy = false;
-            status.since = now;
-        }
-        log::info!(
-            "host down host={} reason={}",
-            val(host),
-            val(&reason.to_string())
-        );
-        status.reason = Some(reason);
-        true
+impl Inner {
+    fn count(&mut self, host: &str, to: &'static str, why: &'static str) {
+        *self.transitions.entry((host.to_string(), to, why)).or_default() += 1;
     }
 }
 
-/// Names a log line shows of a host's loaded list.
-const SHOWN_NAMES: usize = 8;
-/// Bytes a log line shows of one name.
-const SHOWN_NAME_BYTES: usize = 64;
-
-/// The first [`SHOWN_NAMES`] of `names`, each cut to [`SHOWN_NAME_BYTES`] on a char boundary
-/// (marked `...`), then `+N more`: a host's listing sizes no log line.
-fn shown_loaded(names: &[String]) -> String {
-    let mut shown: Vec<String> = (names.iter().take(SHOWN_NAMES))
-        .map(|name| {
-            let cut = crate::logfmt::cut(name, SHOWN_NAME_BYTES);
-            let more = if cut.len() < name.len() { "..." } else { "" };
-            format!("{cut}{more}")
-        })
-        .collect();
-    if names.len() > SHOWN_NAMES {
-        shown.push(format!("+{} more", names.len() - SHOWN_NAMES));
+/// A poll answer that says exactly what is wrong takes effect at once: a 4xx (401 from `/props`:
+/// check `api_key`) or 503 loading. Silence, a 5xx or a malformed answer may be a passing fault.
+fn decisive(reason: &DownReason) -> bool {
+    match reason {
+        DownReason::Loading { .. } => true,
+        DownReason::Status { status, .. } => (400..500).contains(status),
+        _ => false,
     }
-    shown.join(",")
 }
 
 #[cfg(test)]

@@ -46,6 +46,8 @@ struct Inner {
     placements: Pairs<BTreeMap<String, u64>>,
     /// Accounting rows the store could not write.
     rows_lost: u64,
+    /// (against `host` or `client`, kind) → forwards that failed before or during the answer.
+    forward_failures: BTreeMap<(&'static str, &'static str), u64>,
     /// (listener, reason) → connections answered before a request was routed (no accounting row).
     refused: BTreeMap<(&'static str, &'static str), u64>,
     /// The last hour, per host.
@@ -109,6 +111,8 @@ pub struct Gauges {
     pub slots: Vec<(String, String, usize, usize)>,
     /// (host, leases)
     pub leases: Vec<(String, usize)>,
+    /// Host flips since start: (host, to, why) → count.
+    pub transitions: Vec<((String, &'static str, &'static str), u64)>,
     /// Whether the store's last commit succeeded, and its failed commits since start.
     pub store_ok: bool,
     pub store_write_errors: u64,
@@ -205,6 +209,14 @@ impl Metrics {
 
     pub fn observe_lease_event(&self, reason: &str) {
         *at(&mut self.inner.lock().lease_events, reason, || 0) += 1;
+    }
+
+    /// A forward failed: counted against the host (`connect`: refused or timed out; `reached`: it
+    /// may have acted on it) or against the client (`request`: it could not be sent as asked).
+    pub fn observe_forward_failure(&self, against: &'static str, kind: &'static str) {
+        *(self.inner.lock().forward_failures)
+            .entry((against, kind))
+            .or_default() += 1;
     }
 
     pub fn observe_row_lost(&self) {

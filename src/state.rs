@@ -72,6 +72,7 @@ impl Gateway {
     pub fn new(config: Config, store: Store) -> Result<Gateway, StoreError> {
         let store = Arc::new(store);
         let health = Arc::new(Health::new(&config.hosts));
+        health.set_thresholds(config.health_fall, config.health_rise);
         let limiter = Arc::new(Limiter::new(config.queue_max, config.queue_timeout));
         for host in config.hosts.values() {
             for (model, parallel) in &host.models {
@@ -155,6 +156,7 @@ impl Gateway {
             self.drains.set(gone, false);
         }
         self.health.set_hosts(&new.hosts);
+        self.health.set_thresholds(new.health_fall, new.health_rise);
         for host in new.hosts.values() {
             for (model, parallel) in &host.models {
                 self.limiter.set_capacity(&host.name, model, *parallel);

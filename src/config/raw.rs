@@ -19,6 +19,8 @@ pub(super) struct RawConfig {
     pub(super) keep_requests: Option<String>,
     pub(super) keep_events: Option<String>,
     pub(super) health_interval: Option<String>,
+    pub(super) health_fall: Option<u32>,
+    pub(super) health_rise: Option<u32>,
     pub(super) queue_max: Option<usize>,
     pub(super) queue_timeout: Option<String>,
     pub(super) connect_timeout: Option<String>,

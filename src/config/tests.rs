@@ -356,3 +356,16 @@ fn placement_keys_are_checked_and_spread_new_is_a_warning() {
         .iter()
         .any(|l| l.starts_with("hosts.titan.url: is longer than 1024 bytes")));
 }
+
+/// Issue 24: `check` refuses a `health_fall` or `health_rise` below 1; the defaults are 3 and 2.
+#[test]
+fn health_thresholds_are_at_least_one() {
+    let cfg = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!((cfg.health_fall, cfg.health_rise), (3, 2));
+    for key in ["health_fall", "health_rise"] {
+        let text = format!("{key} = 0\n{MINIMAL}");
+        check_problem(&text, &format!("{key}: must be at least 1"));
+        let text = format!("{key} = -1\n{MINIMAL}");
+        assert!(problems(&text).iter().any(|l| l.starts_with(key)), "{key} = -1");
+    }
+}

@@ -32,6 +32,8 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         "",
         problems,
     );
+    let health_fall = at_least_one("health_fall", raw.health_fall, 3, "", problems);
+    let health_rise = at_least_one("health_rise", raw.health_rise, 2, "", problems);
     let mut duration = |key: &str, value: Option<String>, default: &str| {
         let text = value.unwrap_or_else(|| default.to_string());
         match parse_duration(&text) {
@@ -153,6 +155,8 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         keep_requests,
         keep_events,
         health_interval,
+        health_fall,
+        health_rise,
         queue_max: raw.queue_max.unwrap_or(16),
         queue_timeout,
         connect_timeout,

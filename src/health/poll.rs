@@ -135,6 +135,9 @@ impl Poller {
     }
 }
 
+/// Polls at most this often, however often a failed forward asks (issue 24).
+pub const MIN_GAP: Duration = Duration::from_secs(1);
+
 fn poll_loop(
     health: &Health,
     agent: &ureq::Agent,
@@ -142,14 +145,25 @@ fn poll_loop(
     interval: Duration,
     stop: &Receiver<()>,
 ) {
+    // One poke waits at most: a burst of failed forwards asks for one poll, not a poll each.
+    let (poke, poked) = crossbeam_channel::bounded::<()>(1);
+    health.set_poke(&host.name, poke);
     loop {
         let started = Instant::now();
         let poll = poll_host(agent, host);
         health.apply(&host.name, poll, unix_ms());
-        // The next poll is due one interval after this one started, however long it took.
-        match stop.recv_deadline(started + interval) {
-            Err(RecvTimeoutError::Timeout) => continue,
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        // The next poll is due one interval after this one started, however long it took, or a
+        // second after it when a failed forward asks sooner.
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return,
+            recv(poked) -> _ => {
+                if let Ok(()) | Err(RecvTimeoutError::Disconnected) =
+                    stop.recv_deadline(started + MIN_GAP)
+                {
+                    return;
+                }
+            }
+            default(interval.saturating_sub(started.elapsed())) => {}
         }
     }
 }

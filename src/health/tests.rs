@@ -270,3 +270,58 @@ fn the_host_up_line_shows_a_few_short_names_and_counts_the_rest_issue_15() {
     let long = vec!["é".repeat(1 << 20)];
     assert!(shown_loaded(&long).len() <= 64 + 3, "a name is cut");
 }
+
+/// Issue 24: a host is judged by what it did. Polls: down after `fall` failures in a row (at once
+/// for an answer that says what is wrong, or before its first good poll), up after `rise` good
+/// ones. Forwards that may have reached it: down after `fall` in a row, an answer between ends the
+/// streak. Flips are counted by why.
+#[test]
+fn health_falls_and_rises_by_streaks_and_decisive_answers_act_at_once() {
+    let h = Health::new(&hosts(&[host("titan", None, &["m"])]));
+    h.set_thresholds(3, 2);
+    // Never seen up: the first failed poll is enough.
+    h.apply("titan", Poll::Down(unreachable()), 1);
+    check_state(&h, "titan", false, Some(unreachable()), 1);
+    // Down: one good poll is not enough, two are.
+    h.apply("titan", up(None, None, &["m"]), 2);
+    assert!(!h.healthy("titan"));
+    h.apply("titan", up(None, None, &["m"]), 3);
+    check_state(&h, "titan", true, None, 3);
+    // Up: two silent polls leave it up, the third takes it down.
+    h.apply("titan", Poll::Down(unreachable()), 4);
+    h.apply("titan", Poll::Down(unreachable()), 5);
+    assert!(h.healthy("titan"));
+    h.apply("titan", Poll::Down(unreachable()), 6);
+    check_state(&h, "titan", false, Some(unreachable()), 6);
+    for t in [7, 8] {
+        h.apply("titan", up(None, None, &["m"]), t);
+    }
+    assert!(h.healthy("titan"));
+    // 503 loading (or a 401) says exactly what is wrong: at once.
+    h.apply("titan", Poll::Down(loading()), 9);
+    check_state(&h, "titan", false, Some(loading()), 9);
+    for t in [10, 11] {
+        h.apply("titan", up(None, None, &["m"]), t);
+    }
+    // Forwards that may have reached it: an answer between ends the streak.
+    assert!(!h.request_failed("titan", forward_failed(), 12));
+    assert!(!h.request_failed("titan", forward_failed(), 13));
+    h.request_ok("titan");
+    assert!(!h.request_failed("titan", forward_failed(), 14));
+    assert!(!h.request_failed("titan", forward_failed(), 15));
+    assert!(h.healthy("titan"));
+    assert!(h.request_failed("titan", forward_failed(), 16));
+    check_state(&h, "titan", false, Some(forward_failed()), 16);
+    let flips: Vec<_> = (h.transitions().into_iter())
+        .map(|((_, to, why), n)| (to, why, n))
+        .collect();
+    assert_eq!(
+        flips,
+        [
+            ("down", "loading", 1),
+            ("down", "request failures", 1),
+            ("down", "unreachable", 2),
+            ("up", "polls", 3)
+        ]
+    );
+}

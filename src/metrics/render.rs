@@ -110,6 +110,26 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_forward_failures_total",
+            "counter",
+            "Forwards that failed, against the host (connect: refused or timed out; reached: it may have acted on it) or the client (request: it could not be sent as asked).",
+        );
+        for ((against, kind), n) in &inner.forward_failures {
+            let labels = labels(&[("against", against), ("kind", kind)]);
+            let _ = writeln!(out, "crossbar_forward_failures_total{labels} {n}");
+        }
+        header(
+            &mut out,
+            "crossbar_host_transitions_total",
+            "counter",
+            "Hosts going down or up, by why (a down reason's kind, request failures, polls).",
+        );
+        for ((host, to, why), n) in &gauges.transitions {
+            let labels = labels(&[("host", host), ("to", to), ("why", why)]);
+            let _ = writeln!(out, "crossbar_host_transitions_total{labels} {n}");
+        }
+        header(
+            &mut out,
             "crossbar_store_rows_lost_total",
             "counter",
             "Accounting rows the store could not write.",

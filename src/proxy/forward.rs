@@ -87,6 +87,7 @@ pub(super) fn exchange(
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {
         Ok(response) => {
+            gw.health.request_ok(&plan.host.name);
             gw.metrics
                 .observe_ttfb(&row.route, &plan.host.name, row.started, row.ttfb_ms);
             Ok(Answer {
@@ -98,24 +99,16 @@ pub(super) fn exchange(
         Err(_) if exchange.client_left() => Err(ProxyError::ClientGone(
             "client gone while waiting for upstream",
         )),
-        Err(err) if !counts_against_host(&err) => Err(ProxyError::BadRequest(err.to_string())),
+        Err(err) if !counts_against_host(&err) => {
+            gw.metrics.observe_forward_failure("client", "request");
+            Err(ProxyError::BadRequest(err.to_string()))
+        }
         Err(err) => {
             let host = plan.host.name.clone();
-            // A router loading the model (it was not loaded when this request left) may take
-            // longer than `first_byte_timeout`: that is a slow load, not a dead host (issue 15).
-            let loading =
-                (gw.health.model_state(&host, &row.model)).is_some_and(|state| state != "loaded");
-            gw.holdings.failed(&host);
-            if !loading {
-                let reason = DownReason::ForwardFailed {
-                    path: plan.rest.clone(),
-                    error: error_chain(&err),
-                };
-                gw.health
-                    .mark_down(&host, reason, unix_ms(SystemTime::now()));
-            }
+            let refused = !exchange.sent() && connect_failed(&err);
+            host_failed(gw, plan, &row.model, refused, &error_chain(&err));
             log::warn!(
-                "forward failed host={} loading={loading} error={}",
+                "forward failed host={} connect={refused} error={}",
                 val(&host),
                 val(&err.to_string())
             );
@@ -124,6 +117,50 @@ pub(super) fn exchange(
                 detail: err.to_string(),
             })
         }
+    }
+}
+
+/// What a failed forward says about its host (issue 24: health judged by what the host did). A
+/// fresh connection refused or timed out: the host is down at once. A request that may have
+/// reached it (a first-byte timeout, a malformed answer, a reset mid-answer): a 502 for that
+/// request alone, one more in the host's failure streak, and an early health poll. Either way new
+/// conversations avoid it until it answers again. A router loading the model (it was not loaded
+/// when this request left) may take longer than `first_byte_timeout`: that is a slow load, not a
+/// dead host (issue 15).
+fn host_failed(gw: &Gateway, plan: &Plan<'_>, model: &str, refused: bool, error: &str) {
+    let host = &plan.host.name;
+    gw.holdings.failed(host);
+    let kind = if refused { "connect" } else { "reached" };
+    gw.metrics.observe_forward_failure("host", kind);
+    let loading = (gw.health.model_state(host, model)).is_some_and(|state| state != "loaded");
+    if loading {
+        return;
+    }
+    let reason = DownReason::ForwardFailed {
+        path: plan.rest.clone(),
+        error: error.to_string(),
+    };
+    let now = unix_ms(SystemTime::now());
+    if refused {
+        gw.health.mark_down(host, reason, now);
+    } else {
+        gw.health.request_failed(host, reason, now);
+        gw.health.poke(host);
+    }
+}
+
+/// Failures that happen before a connection exists: nothing of the request reached the host.
+fn connect_failed(err: &ureq::Error) -> bool {
+    use std::io::ErrorKind as K;
+    use ureq::Error as E;
+    match err {
+        E::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => true,
+        E::HostNotFound | E::ConnectionFailed => true,
+        E::Io(e) => matches!(
+            e.kind(),
+            K::ConnectionRefused | K::TimedOut | K::HostUnreachable | K::NetworkUnreachable
+        ),
+        _ => false,
     }
 }
 
@@ -235,7 +272,7 @@ pub(super) fn relay(
                 row.err = "client gone while waiting for upstream".to_string();
                 return record(gw, row);
             }
-            Err(err) => return upstream_broke(gw, row, clock, &tee, out, &err.to_string()),
+            Err(err) => return upstream_broke(gw, plan, row, clock, &tee, out, &err.to_string()),
         };
         let piece = &buf[..n];
         tee.feed(piece);
@@ -257,7 +294,7 @@ pub(super) fn relay(
         }
     }
     if let Some(detail) = cut_short(&tee) {
-        return upstream_broke(gw, row, clock, &tee, out, detail);
+        return upstream_broke(gw, plan, row, clock, &tee, out, detail);
     }
     finish_row(gw, row, clock, &tee);
     record(gw, row);
@@ -332,8 +369,11 @@ fn canonical(name: &str) -> String {
     out
 }
 
+/// An answer that broke off mid-body: the client sees it broken, and the host's failure counts
+/// as one that reached it (issue 24).
 fn upstream_broke(
     gw: &Gateway,
+    plan: &Plan<'_>,
     row: &mut RequestRow,
     clock: Instant,
     tee: &Tee,
@@ -343,5 +383,6 @@ fn upstream_broke(
     finish_row(gw, row, clock, tee);
     row.err = format!("upstream failed mid-body: {detail}");
     record(gw, row);
+    host_failed(gw, plan, &row.model, false, detail);
     out.abort();
 }

@@ -171,6 +171,12 @@ impl Exchange {
         with_state(|s| s.hold_head = follows);
     }
 
+    /// Whether any byte of the last attempt reached the kernel: a failure before that never
+    /// reached the host (a refused or timed-out connect).
+    pub(super) fn sent(&self) -> bool {
+        with_state(|s| s.sent).unwrap_or(false)
+    }
+
     /// Says whether the answer may leave its connection in the pool (not when streamed).
     pub(super) fn set_poolable(&self, poolable: bool) {
         with_state(|s| s.poolable = Some(poolable));

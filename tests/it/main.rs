@@ -3,6 +3,7 @@
 mod admin;
 mod affinity;
 mod apis;
+mod blame;
 mod broken;
 mod exact;
 mod examples;

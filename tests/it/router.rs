@@ -182,7 +182,8 @@ fn a_model_listing_shows_the_configured_names_issue_15() {
 #[test]
 fn a_load_slower_than_first_byte_timeout_does_not_mark_the_router_down_issue_15() {
     let h = start_config(
-        "health_interval = \"1h\"\nfirst_byte_timeout = \"200ms\"",
+        // One failure in a row is a streak here (issue 24's `health_fall`).
+        "health_interval = \"1h\"\nfirst_byte_timeout = \"200ms\"\nhealth_fall = 1",
         "[hosts.box.models.coder]\nparallel = 2\n[hosts.box.models.chat]\nparallel = 2\n\
          [routes.code]\nhosts = [\"box\"]\nmodel = \"coder\"\n\
          [routes.talk]\nhosts = [\"box\"]\nmodel = \"chat\"\n",
