@@ -8,6 +8,7 @@ pub mod choose;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod envelope;
 pub mod fingerprint;
 pub mod health;
 pub mod holdings;

@@ -25,14 +25,13 @@ use crate::conn::{BodyError, Request};
 use crate::fingerprint::{self, Family};
 use crate::holdings::Arrival;
 use crate::lease::{Ask, Key, Placed};
-use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 
 pub use count::{Counter, PER_HOST as COUNTS_PER_HOST};
 pub use error::ProxyError;
 use incoming::Incoming;
-use record::{log_request, record, warn_on_cold_cache};
+use record::{log_request, record, refuse, warn_on_cold_cache};
 pub use route::{normalize, resolve};
 pub use upstream::{agent as upstream_agent, agent_config as upstream_config};
 
@@ -354,54 +353,4 @@ fn configured_host<'c>(
         .hosts
         .get(name)
         .ok_or_else(|| ProxyError::Internal(format!("host {name} is not configured")))
-}
-
-/// Answers with crossbar's own error, recording the row before the client can see the answer.
-fn refuse(
-    gw: &Gateway,
-    request: &mut Request<'_>,
-    err: ProxyError,
-    mut row: RequestRow,
-    clock: Instant,
-) {
-    if let ProxyError::Upstream { host, detail } = &err {
-        row.host = host.clone();
-        row.err = format!("upstream error: {detail}");
-    } else if let ProxyError::BadBody(detail) | ProxyError::BadRequest(detail) = &err {
-        row.err = format!("{err}: {detail}");
-    } else if let ProxyError::ClientGone(why) = &err {
-        row.err = why.to_string();
-    } else if let ProxyError::Internal(detail) = &err {
-        row.err = detail.clone();
-        log::error!(
-            "internal error route={} error={}",
-            val(&row.route),
-            val(detail)
-        );
-    } else {
-        row.err = err.to_string();
-    }
-    row.status = err.status();
-    row.total_ms = clock.elapsed().as_millis() as i64;
-    let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
-    if let Some(secs) = err.retry_after(gw.config().health_interval.as_secs()) {
-        headers.push(("Retry-After".to_string(), secs.to_string()));
-    }
-    if !row.host.is_empty() {
-        headers.push((HOST_HEADER.to_string(), row.host.clone()));
-    }
-    record(gw, &row);
-    if row.status == 499 {
-        // Nobody to answer.
-        request.abandon();
-    } else {
-        let body = err.body().to_string();
-        if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
-            log::debug!(
-                "client gone before its error answer error={}",
-                val(&err.to_string())
-            );
-        }
-    }
-    log_request(&row, "-");
 }

@@ -75,8 +75,16 @@ impl Admin {
                 self.base
             ))),
             (code, answer) => {
+                // The admin API's `{"error": "..."}`, or the connection layer's refusal (`503
+                // busy`...) in OpenAI's envelope, `{"error": {"message": "..."}}` (issue 27).
                 let message = (answer.ok())
-                    .and_then(|v| v["error"].as_str().map(str::to_string))
+                    .and_then(|v| {
+                        let error = &v["error"];
+                        error
+                            .as_str()
+                            .or(error["message"].as_str())
+                            .map(str::to_string)
+                    })
                     .unwrap_or_else(|| "no details".to_string());
                 Err(CliError::Failed(format!("{code}: {message}")))
             }

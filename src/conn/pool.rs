@@ -320,7 +320,8 @@ fn serve(sh: &Shared, conn: Conn) {
             );
             if !request.answered() {
                 let headers = [("Content-Type".to_string(), "application/json".to_string())];
-                let _ = request.send(500, &headers, br#"{"error":"internal error"}"#);
+                let body = super::request::internal_error(request.target());
+                let _ = request.send(500, &headers, &body);
             }
         }
         if served.is_err() || !request.keep() {

@@ -204,7 +204,8 @@ impl<'c> Request<'c> {
     }
 }
 
-/// `wire::send` for code that answers outside a handler (refusals before a head was parsed).
+/// `wire::send` for code that answers outside a handler (refusals before a head was parsed), in
+/// OpenAI's envelope: no API is known before routing (issue 27).
 pub(super) fn refuse(
     sock: &TcpStream,
     status: u16,
@@ -212,10 +213,7 @@ pub(super) fn refuse(
     detail: Option<&str>,
     retry_after: Option<u64>,
 ) {
-    let mut body = serde_json::json!({ "error": error });
-    if let Some(detail) = detail {
-        body["detail"] = detail.into();
-    }
+    let body = refusal(status, error, detail);
     let mut headers = vec![
         ("Content-Type".to_string(), "application/json".to_string()),
         ("Connection".to_string(), "close".to_string()),
@@ -223,7 +221,6 @@ pub(super) fn refuse(
     if let Some(secs) = retry_after {
         headers.push(("Retry-After".to_string(), secs.to_string()));
     }
-    let body = body.to_string();
     let _ = wire::send(
         Box::new(sock),
         false,
@@ -232,4 +229,77 @@ pub(super) fn refuse(
         &headers,
         body.as_bytes(),
     );
+}
+
+/// The body of a refusal before routing: `error` is its code, `detail` (or what the status means
+/// here) says why.
+fn refusal(status: u16, error: &str, detail: Option<&str>) -> String {
+    let head = format!(
+        "the request head is over {} KiB or {} header lines",
+        super::MAX_HEAD >> 10,
+        super::MAX_HEADERS
+    );
+    let why = match (status, detail) {
+        (_, Some(detail)) => detail,
+        (431, None) => &head,
+        (408, None) => "the request head did not arrive in time (client_header_timeout)",
+        (503, None) => {
+            "every worker is busy and the accept queue is full; retry after Retry-After seconds"
+        }
+        _ => "refused before the request was read",
+    };
+    let mut fields = Vec::new();
+    if let Some(detail) = detail {
+        fields.push(("detail", detail.into()));
+    }
+    let message = format!("{error}: {why}");
+    crate::envelope::body(
+        crate::envelope::Shape::OpenAi,
+        status,
+        error,
+        &message,
+        fields,
+    )
+    .to_string()
+}
+
+/// The 500 for a request whose handler panicked or gave no answer, in the envelope of the API its
+/// path names (issue 27).
+pub(super) fn internal_error(target: &str) -> Vec<u8> {
+    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    let message = "internal error: crossbar failed to answer this request; its log says why";
+    let shape = crate::envelope::Shape::of(path);
+    let body = crate::envelope::body(shape, 500, "internal error", message, []);
+    body.to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    #[test]
+    fn issue27_a_refusal_before_routing_wears_openais_envelope() {
+        let refusal = |status, error, detail| {
+            serde_json::from_str::<Value>(&super::refusal(status, error, detail)).unwrap()
+        };
+        let busy = refusal(503, "busy", Some("too many connections from this address"));
+        assert_eq!(
+            busy,
+            json!({"error": {"message": "busy: too many connections from this address",
+                             "type": "overloaded_error", "code": "busy",
+                             "detail": "too many connections from this address"}})
+        );
+        let large = refusal(431, "headers too large", None);
+        assert_eq!(large["error"]["type"], "invalid_request_error");
+        assert_eq!(
+            large["error"]["message"],
+            "headers too large: the request head is over 64 KiB or 100 header lines"
+        );
+        let late = refusal(408, "request timeout", None);
+        assert_eq!(late["error"]["code"], "request timeout");
+        assert!(late["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in time"));
+    }
 }

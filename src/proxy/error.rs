@@ -1,8 +1,9 @@
-//! [`ProxyError`]: every reason crossbar answers a request itself, with its status, JSON body and
-//! `Retry-After` (spec §2's error table). Pure.
+//! [`ProxyError`]: every reason crossbar answers a request itself, with its status, JSON body (in
+//! the client's API's envelope, `envelope`) and `Retry-After` (spec §2's error table). Pure.
 
 use std::fmt;
 
+use crate::envelope::{self, Shape};
 use crate::lease::LeaseError;
 use crate::limiter::LimitError;
 
@@ -92,36 +93,113 @@ impl ProxyError {
         }
     }
 
-    /// The JSON answer: `{"error": "..."}` plus the fields the spec names, and for a client's
-    /// addressing mistake a `hint` saying how to fix it (issue 13).
-    pub fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::json!({ "error": self.to_string() });
+    /// The JSON answer in the envelope of the API the client speaks (issue 27, `envelope`):
+    /// `code` is the error's words (`Display`), `message` those words and how to fix the request
+    /// or what went wrong, and the error object carries the fields the spec names, and for a
+    /// client's addressing mistake a `hint` (issue 13).
+    pub fn body(&self, shape: Shape) -> serde_json::Value {
+        let mut fields = Vec::new();
         if let Some(hint) = self.hint() {
-            body["hint"] = hint.into();
+            fields.push(("hint", hint.into()));
         }
         match self {
             ProxyError::ModelNotFound { model, served } => {
-                body["model"] = model.clone().into();
-                body["served"] = served.clone().into();
+                fields.push(("model", model.clone().into()));
+                fields.push(("served", served.clone().into()));
             }
-            ProxyError::UnknownRoute { route, .. } => body["route"] = route.clone().into(),
+            ProxyError::UnknownRoute { route, .. } => fields.push(("route", route.clone().into())),
             ProxyError::PromptTooLarge {
                 estimate,
                 exact,
                 max,
             } => {
-                body["estimate"] = (*estimate).into();
+                fields.push(("estimate", (*estimate).into()));
                 if let Some(exact) = exact {
-                    body["exact"] = (*exact).into();
+                    fields.push(("exact", (*exact).into()));
                 }
-                body["max"] = (*max).into();
+                fields.push(("max", (*max).into()));
             }
-            ProxyError::Upstream { host, .. } => body["host"] = host.clone().into(),
-            ProxyError::PinnedDown(host) => body["host"] = host.clone().into(),
-            ProxyError::BadRequest(detail) => body["detail"] = detail.clone().into(),
+            ProxyError::Upstream { host, .. } | ProxyError::PinnedDown(host) => {
+                fields.push(("host", host.clone().into()));
+            }
+            ProxyError::BadRequest(detail) => fields.push(("detail", detail.clone().into())),
             _ => {}
         }
-        body
+        let code = self.to_string();
+        let message = format!("{code}: {}", self.what());
+        envelope::body(shape, self.status(), &code, &message, fields)
+    }
+
+    /// What went wrong, or for an addressing mistake how to fix it (its [`hint`](Self::hint)): a
+    /// sentence a person can act on, naming nothing a client should not see (an upstream's or an
+    /// internal error's detail stays in the log and the row).
+    fn what(&self) -> String {
+        match self {
+            ProxyError::ConflictingRoute => {
+                "the path names one route and X-Crossbar-Route another; name one".to_string()
+            }
+            ProxyError::BodyTooLarge => format!(
+                "the request body is over {} MiB, the most crossbar reads",
+                super::MAX_BODY >> 20
+            ),
+            ProxyError::HeadTooLarge => {
+                "the request's headers are too large to forward; send fewer or shorter ones"
+                    .to_string()
+            }
+            ProxyError::PromptTooLarge {
+                estimate,
+                exact,
+                max,
+            } => {
+                let size = match exact {
+                    Some(exact) => format!("{exact} tokens, as the host counts it"),
+                    None => format!("about {estimate} tokens"),
+                };
+                format!(
+                    "the prompt ({size}) does not fit the context of any host of this route                      (at most {max} tokens); shorten the conversation"
+                )
+            }
+            ProxyError::NoHealthyHost => {
+                "no host of this route is up; retry after Retry-After seconds".to_string()
+            }
+            ProxyError::PinnedDown(host) => format!(
+                "the route is pinned to host {host}, which is down; retry later, or unpin the route"
+            ),
+            ProxyError::QueueFull => {
+                "every slot of the host is busy and its queue is full; retry after Retry-After \
+                 seconds"
+                    .to_string()
+            }
+            ProxyError::QueueTimeout => {
+                "no slot of the host came free while the request waited (queue_timeout); retry \
+                 after Retry-After seconds"
+                    .to_string()
+            }
+            ProxyError::ShuttingDown => "crossbar is stopping; retry in a moment".to_string(),
+            ProxyError::StoreUnavailable => {
+                "crossbar cannot record a new conversation (its database fails); retry after \
+                 Retry-After seconds"
+                    .to_string()
+            }
+            ProxyError::Upstream { host, .. } => {
+                format!("host {host} failed to answer; crossbar's log says why")
+            }
+            ProxyError::BadBody(detail) => format!("the request body could not be read: {detail}"),
+            ProxyError::BadRequest(detail) => detail.clone(),
+            ProxyError::BodyTimeout => {
+                "the request body did not arrive in time (client_body_timeout)".to_string()
+            }
+            ProxyError::ClientGone(why) => why.to_string(),
+            ProxyError::Internal(_) => {
+                "crossbar failed to answer this request; its log says why".to_string()
+            }
+            // Addressing mistakes: the hint says how to fix them.
+            ProxyError::MissingRoute { .. }
+            | ProxyError::UnknownRoute { .. }
+            | ProxyError::NotFound
+            | ProxyError::MissingV1 { .. }
+            | ProxyError::ModelNotFound { .. } => self.hint().unwrap_or_default(),
+        }
     }
 
     /// How to fix a request crossbar cannot place: the URL shape and the names that exist.
@@ -234,3 +312,6 @@ impl From<LimitError> for ProxyError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -72,7 +72,11 @@ pub(super) fn relay(
     row.total_ms = clock.elapsed().as_millis() as i64;
     record(gw, row);
     if failed.is_some() {
-        let body = serde_json::json!({"error": "upstream error", "host": plan.host.name});
+        let err = super::ProxyError::Upstream {
+            host: plan.host.name.clone(),
+            detail: String::new(),
+        };
+        let body = err.body(super::record::shape_of(request.target()));
         let json = [("Content-Type".to_string(), "application/json".to_string())];
         let _ = request.send(502, &json, body.to_string().as_bytes());
         return;

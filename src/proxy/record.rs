@@ -1,14 +1,19 @@
-//! The end of every request: its accounting row (store and metrics) and its one log line.
+//! The end of every request: its accounting row (store and metrics), its one log line, and the
+//! answer when crossbar refuses it.
 
 use std::io::ErrorKind;
 use std::time::Instant;
 
+use crate::conn::Request;
+use crate::envelope::Shape;
 use crate::fingerprint;
 use crate::lease::Key;
 use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::RequestRow;
 use crate::tee::Tee;
+
+use super::{ProxyError, HOST_HEADER};
 
 /// Writes the accounting row and waits for its commit (shared with concurrent requests), so it
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
@@ -133,4 +138,65 @@ pub(super) fn client_gone(
         format!("client gone: {err}")
     };
     record(gw, row);
+}
+
+/// Answers with crossbar's own error, in the envelope of the API the request's path names
+/// (issue 27), recording the row before the client can see the answer.
+pub(super) fn refuse(
+    gw: &Gateway,
+    request: &mut Request<'_>,
+    err: ProxyError,
+    mut row: RequestRow,
+    clock: Instant,
+) {
+    if let ProxyError::Upstream { host, detail } = &err {
+        row.host = host.clone();
+        row.err = format!("upstream error: {detail}");
+    } else if let ProxyError::BadBody(detail) | ProxyError::BadRequest(detail) = &err {
+        row.err = format!("{err}: {detail}");
+    } else if let ProxyError::ClientGone(why) = &err {
+        row.err = why.to_string();
+    } else if let ProxyError::Internal(detail) = &err {
+        row.err = detail.clone();
+        log::error!(
+            "internal error route={} error={}",
+            val(&row.route),
+            val(detail)
+        );
+    } else {
+        row.err = err.to_string();
+    }
+    row.status = err.status();
+    row.total_ms = clock.elapsed().as_millis() as i64;
+    let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+    if let Some(secs) = err.retry_after(gw.config().health_interval.as_secs()) {
+        headers.push(("Retry-After".to_string(), secs.to_string()));
+    }
+    if !row.host.is_empty() {
+        headers.push((HOST_HEADER.to_string(), row.host.clone()));
+    }
+    record(gw, &row);
+    if row.status == 499 {
+        // Nobody to answer.
+        request.abandon();
+    } else {
+        let body = err.body(shape_of(request.target())).to_string();
+        if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
+            log::debug!(
+                "client gone before its error answer error={}",
+                val(&err.to_string())
+            );
+        }
+    }
+    log_request(&row, "-");
+}
+
+/// The envelope of crossbar's own answers to `target`: its path as routing reads it (decoded,
+/// checked; as sent when it is refused), so `/projA/v1/m%65ssages` is a Messages path too.
+pub(super) fn shape_of(target: &str) -> Shape {
+    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    match super::normalize(path) {
+        Ok(path) => Shape::of(&path),
+        Err(_) => Shape::of(path),
+    }
 }

@@ -186,6 +186,7 @@ fn allowed(rest: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envelope::Shape;
 
     fn config() -> Config {
         Config::from_toml(
@@ -275,9 +276,11 @@ mod tests {
     #[track_caller]
     fn check_hint(path: &str, error: &str, mentions: &[&str]) {
         let err = resolve(path, None, &config()).expect_err(path);
-        let body = err.body();
-        assert_eq!(body["error"], error, "{path}: {body}");
-        let hint = body["hint"].as_str().unwrap_or_default();
+        let body = err.body(Shape::OpenAi);
+        assert_eq!(body["error"]["code"], error, "{path}: {body}");
+        let hint = body["error"]["hint"].as_str().unwrap_or_default();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(message, format!("{error}: {hint}"), "{path}: {body}");
         for word in mentions {
             assert!(
                 hint.contains(word),
@@ -315,7 +318,7 @@ mod tests {
         assert_eq!(
             resolve("/projC/v1/models", None, &config())
                 .unwrap_err()
-                .body()["route"],
+                .body(Shape::OpenAi)["error"]["route"],
             "projC"
         );
     }

@@ -166,7 +166,7 @@ fn the_client_listener_never_serves_the_admin_api() {
             answer.text()
         );
         assert!(
-            answer.json()["error"].is_string(),
+            answer.error()["code"].is_string(),
             "{path}: {}",
             answer.text()
         );

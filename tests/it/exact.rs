@@ -99,8 +99,8 @@ fn a_prompt_the_host_counts_at_its_context_moves_or_is_refused_issue_11() {
     let refused = alone.post(CHAT, &body);
     assert_eq!(refused.status, 400, "{}", refused.text());
     assert_eq!(
-        refused.json(),
-        json!({"error": "prompt too large", "estimate": estimate(&body), "exact": 1024, "max": 1024})
+        refused.error_fields(),
+        json!({"code": "prompt too large", "estimate": estimate(&body), "exact": 1024, "max": 1024})
     );
     assert_eq!(chats(alone.sim("small")), 0);
 }

@@ -11,7 +11,7 @@ mod limits;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 
-use crate::support::{chat, request, Answer, Conn, Harness};
+use crate::support::{chat, check_error, request, Answer, Conn, Harness};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -32,12 +32,6 @@ fn check_closed(conn: &mut Conn) {
         Ok(_) => assert!(rest.is_empty(), "more after the answer: {rest:?}"),
         Err(err) => assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}"),
     }
-}
-
-#[track_caller]
-fn check_error(answer: &Answer, status: u16, error: &str) {
-    assert_eq!(answer.status, status, "{}", answer.text());
-    assert_eq!(answer.json()["error"], error, "{}", answer.text());
 }
 
 /// A normal chat turn is served after the attack.

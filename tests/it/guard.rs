@@ -196,8 +196,8 @@ fn a_prompt_bigger_than_every_host_is_refused_with_the_estimate_and_the_largest_
     let exact = sim_count(h.sim("small"), &body);
     assert!((4096..want).contains(&exact), "{exact} {want}");
     assert_eq!(
-        answer.json(),
-        json!({"error": "prompt too large", "estimate": want, "exact": exact, "max": 4096})
+        answer.error_fields(),
+        json!({"code": "prompt too large", "estimate": want, "exact": exact, "max": 4096})
     );
     assert!(answer.header("X-Crossbar-Ctx").is_none());
     let rows = h.rows();
@@ -365,9 +365,9 @@ fn a_pinned_host_that_is_down_answers_503_pinned_host_down() {
     wait_until("mini is polled down", || !gw.health.healthy("mini"));
     let refused = h.post(CHAT, &chat("hello", 0, false));
     assert_eq!(refused.status, 503, "{}", refused.text());
-    assert_eq!(refused.json()["error"], "pinned host down");
+    assert_eq!(refused.error()["code"], "pinned host down");
     assert!(refused.header("Retry-After").is_some());
-    assert_eq!(refused.json()["host"], "mini");
+    assert_eq!(refused.error()["host"], "mini");
     // Back up: the pin holds and the route is served by mini again, never by titan.
     h.sim("mini").set_fault(Fault::None);
     wait_until("mini is polled up", || gw.health.healthy("mini"));

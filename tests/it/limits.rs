@@ -28,7 +28,7 @@ fn a_chunked_body_over_16_mib_is_refused_without_a_length_to_go_by() {
     });
     let answer = conn.read_answer();
     assert_eq!(answer.status, 413, "{}", answer.text());
-    assert_eq!(answer.json()["error"], "body too large");
+    assert_eq!(answer.error()["code"], "body too large");
     let _ = sender.join();
     assert!(
         h.sim("titan").requests().iter().all(|r| r.method != "POST"),
@@ -51,7 +51,7 @@ fn a_malformed_chunked_body_is_a_400_not_an_internal_error() {
         .unwrap();
     let answer = conn.read_answer();
     assert_eq!(answer.status, 400, "{}", answer.text());
-    assert_eq!(answer.json()["error"], "unreadable body");
+    assert_eq!(answer.error()["code"], "unreadable body");
     let row = h.rows().into_iter().last().expect("a row");
     assert_eq!(row.status, 400);
     assert!(row.err.starts_with("unreadable body: "), "{}", row.err);

@@ -38,8 +38,8 @@ fn cycling_model_names_on_a_pinned_route_keeps_nothing_and_answers_model_not_fou
         let answer = h.post(CHAT, &body);
         // Issue 13 (spec §2): 404 naming the model and what the route serves, not a 503.
         assert_eq!(answer.status, 404, "{}", answer.text());
-        let json = answer.json();
-        assert_eq!(json["error"], "model_not_found");
+        let json = answer.error();
+        assert_eq!(json["code"], "model_not_found");
         assert_eq!(json["model"], format!("made-up-{i}"));
         assert_eq!(json["served"], serde_json::json!(["m"]), "{json}");
         assert!(answer.header("Retry-After").is_none());
@@ -77,8 +77,8 @@ fn a_megabyte_model_name_is_refused_without_being_stored_or_echoed_whole() {
     let answer = h.post(CHAT, &body);
     assert_eq!(answer.status, 404, "{}", answer.text());
     assert!(answer.body.len() < 4096, "{} bytes", answer.body.len());
-    let json = answer.json();
-    assert_eq!(json["error"], "model_not_found");
+    let json = answer.error();
+    assert_eq!(json["code"], "model_not_found");
     let shown = json["model"].as_str().unwrap();
     assert!(shown.starts_with("éé") && shown.len() < 1024, "{shown}");
     // An unpinned route names what its candidates serve, as a pinned one does.

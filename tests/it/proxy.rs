@@ -3,16 +3,11 @@
 use crossbar::sim::{Fault, SimEvent};
 use serde_json::json;
 
-use crate::support::{chat, hold_slot, host, request, wait_event, wait_until, Conn, Harness};
+use crate::support::{
+    chat, check_error, hold_slot, host, request, wait_event, wait_until, Conn, Harness,
+};
 
 const CHAT: &str = "/projA/v1/chat/completions";
-
-#[track_caller]
-fn check_error(answer: &crate::support::Answer, status: u16, error: &str) {
-    assert_eq!(answer.status, status, "{}", answer.text());
-    assert_eq!(answer.json()["error"], error, "{}", answer.text());
-    assert_eq!(answer.header("Content-Type"), Some("application/json"));
-}
 
 #[test]
 fn every_routing_error_has_its_status_and_json() {
@@ -46,7 +41,7 @@ fn addressing_mistakes_answer_how_to_fix_them() {
     let h = Harness::start(vec![host("titan", 1)], "");
     let body = chat("hi", 0, false);
     let hint =
-        |answer: &crate::support::Answer| answer.json()["hint"].as_str().unwrap_or("").to_string();
+        |answer: &crate::support::Answer| answer.error()["hint"].as_str().unwrap_or("").to_string();
     for path in ["/v1/chat/completions", "/chat/completions"] {
         let answer = h.post(path, &body);
         check_error(&answer, 400, "missing route");
@@ -337,7 +332,7 @@ fn an_upstream_that_refuses_is_a_502_then_the_host_is_down_503() {
     h.sim("titan").set_fault(Fault::Refuse);
     let answer = h.post(CHAT, &chat("hello", 0, false));
     check_error(&answer, 502, "upstream error");
-    assert_eq!(answer.json()["host"], "titan");
+    assert_eq!(answer.error()["host"], "titan");
     let answer = h.post(CHAT, &chat("hello", 0, false));
     check_error(&answer, 503, "no healthy host");
     assert!(answer.header("Retry-After").is_some());

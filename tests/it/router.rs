@@ -321,7 +321,7 @@ fn the_guard_uses_each_models_context_and_never_asks_an_unloaded_model_issue_15(
     // Too big for the model's slot even counted exactly.
     let answer = h.post("/code/v1/chat/completions", &long(5000));
     assert_eq!(answer.status, 400, "{}", answer.text());
-    assert_eq!(answer.json()["max"], 4096);
+    assert_eq!(answer.error()["max"], 4096);
 }
 
 #[test]

@@ -54,7 +54,7 @@ fn issue17_a_full_disk_answers_503_store_unavailable_then_recovers() {
     // SQLite's own size cap: the file may not grow past its current pages.
     let refused = h.fill_store();
     assert_eq!(refused.status, 503, "{}", refused.text());
-    assert_eq!(refused.json(), json!({"error": "store unavailable"}));
+    assert_eq!(refused.error_fields(), json!({"code": "store unavailable"}));
     assert_eq!(refused.header("Retry-After"), Some("5"));
     let status = crossbar::admin::status(&gw);
     assert_eq!(status["store"]["ok"], json!(false), "{status:#}");

@@ -14,7 +14,9 @@ use crossbar::store::{Reader, RequestRow};
 use serde_json::Value;
 
 mod process;
+mod refusal;
 pub use process::{free_port, stderr_lines, wait_line};
+pub use refusal::check_error;
 
 /// A crossbar in front of named simulated hosts, with its own db in a fresh directory.
 pub struct Harness {

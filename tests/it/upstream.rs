@@ -124,6 +124,8 @@ fn upstream_error_statuses_pass_through_unchanged() {
         "{}",
         answer.text()
     );
+    // The host's own answer, not one crossbar built (issue 27's envelope has a string `code`).
+    assert_eq!(answer.json()["error"]["code"], 500, "{}", answer.text());
     assert!(
         h.server().gateway().health.healthy("titan"),
         "an answer is not a failure"

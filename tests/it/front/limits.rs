@@ -69,7 +69,7 @@ fn bad_framing_is_400_and_the_connection_closes_issue_10() {
         }
         let (mut conn, answer) = send_raw(h.addr(), head.as_bytes());
         check_error(&answer, 400, "bad request");
-        assert!(answer.json()["detail"].is_string(), "{extra:?}");
+        assert!(answer.error()["detail"].is_string(), "{extra:?}");
         check_closed(&mut conn);
     }
     let plus = format!("POST {CHAT} HTTP/1.1\r\nContent-Length: +5\r\n\r\nhello");
