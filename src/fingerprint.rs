@@ -82,7 +82,27 @@ pub fn peek(body: &[u8], session: Option<&str>) -> Peek {
 /// the `X-Session-Id` (or `X-Conversation-Id`) header value if the client sent one. A stateless
 /// API's body has no fingerprint whatever it carries.
 pub fn peek_as(api: Api, body: &[u8], session: Option<&str>) -> Peek {
-    let parsed = Body::parse(body, api);
+    peek_named(api, body, session, |_| None)
+}
+
+/// [`peek_as`], the body's model known by the name `rename` gives it (a host's own name for a
+/// configured model is that model, issue 27): `model`, the fingerprint and the family use that
+/// name, exactly as for a body that names it, so a conversation stays one whichever of its
+/// model's names a turn sends. `rename` is asked at most once, about the body's model string;
+/// `None` keeps it.
+pub fn peek_named(
+    api: Api,
+    body: &[u8],
+    session: Option<&str>,
+    rename: impl FnOnce(&str) -> Option<String>,
+) -> Peek {
+    let mut parsed = Body::parse(body, api);
+    if let Some(b) = parsed.as_mut() {
+        let renamed = (b.model.as_ref()).and_then(|m| m.as_str()).and_then(rename);
+        if let Some(name) = renamed {
+            b.model = Some(name.into());
+        }
+    }
     let model = parsed
         .as_ref()
         .and_then(|b| b.model.as_ref())

@@ -6,6 +6,7 @@
 //! in `ctxguard`, route parsing in `route`. It never holds a lock across network I/O: the lease table,
 //! limiter and health table are called between reads and writes, never around them.
 
+mod alias;
 mod count;
 mod ctxguard;
 mod error;
@@ -193,18 +194,26 @@ fn prepare<'c>(
         BodyError::Timeout => ProxyError::BodyTimeout,
         other => ProxyError::BadBody(other.to_string()),
     })?;
+    // A name a host of the route knows a configured model by is that model from here on: its
+    // fingerprint, lease, slot and row (issue 27).
+    let mut renamed = false;
     let (model, fp, family) = if incoming.bodyless() {
         (None, String::new(), None)
     } else {
         let session = incoming
             .header("X-Session-Id")
             .or_else(|| incoming.header("X-Conversation-Id"));
-        let peek = fingerprint::peek_as(api, &body, session);
+        let peek = fingerprint::peek_named(api, &body, session, |name| {
+            let model = alias::configured(config, &route.hosts, name, |h| gw.health.get(h));
+            renamed = model.is_some();
+            model
+        });
         (peek.model, peek.fp, peek.family)
     };
     row.family = family.map(Family::hex).unwrap_or_default();
-    // A body that names no model is forwarded naming the route's (a router needs one).
-    let named = model.is_some() || incoming.bodyless();
+    // A body that names no model is forwarded naming the route's (a router needs one); one that
+    // names a host's own name for it, naming the chosen host's name for it.
+    let named = (model.is_some() && !renamed) || incoming.bodyless();
     let mut key = Key {
         route: route_name,
         fp,

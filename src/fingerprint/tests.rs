@@ -63,6 +63,47 @@ fn the_same_question_to_another_model_is_a_different_conversation() {
 }
 
 #[test]
+fn issue27_a_model_known_by_another_name_is_the_named_models_conversation_in_every_api() {
+    let bodies = [
+        (
+            Api::Chat,
+            r#"{"model":M,"messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}]}"#,
+        ),
+        (
+            Api::Messages,
+            r#"{"model":M,"system":"s","messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        (
+            Api::Responses,
+            r#"{"model":M,"instructions":"s","input":"hi"}"#,
+        ),
+        (
+            Api::Completion,
+            r#"{"model":M,"prompt":"<|im_start|>system\ns<|im_end|>hi"}"#,
+        ),
+    ];
+    let alias = |name: &str| (name == "qwen").then(|| "qwen-coder".to_string());
+    for (api, body) in bodies {
+        let sent = body.replace('M', r#""qwen""#);
+        let configured = body.replace('M', r#""qwen-coder""#);
+        let renamed = peek_named(api, sent.as_bytes(), None, alias);
+        assert_eq!(
+            renamed,
+            peek_as(api, configured.as_bytes(), None),
+            "{api:?}"
+        );
+        assert_eq!(renamed.model.as_deref(), Some("qwen-coder"));
+        assert_ne!(renamed, peek_as(api, sent.as_bytes(), None), "{api:?}");
+        // A name `rename` keeps is read as it is.
+        let other = body.replace('M', r#""llama""#);
+        assert_eq!(
+            peek_named(api, other.as_bytes(), None, alias),
+            peek_as(api, other.as_bytes(), None)
+        );
+    }
+}
+
+#[test]
 fn a_shared_long_system_prompt_does_not_merge_conversations() {
     let system = "You answer questions about the manual. ".repeat(500);
     let body = |q: &str| {

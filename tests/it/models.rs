@@ -1,6 +1,11 @@
-//! Requests for models the config does not list: refused before any state is kept for them.
+//! Requests for models the config does not list: refused before any state is kept for them; and
+//! a host's own name for a configured model, which is that model (issue 27).
 
-use crate::support::{chat, host, request, Harness};
+use crossbar::config::Config;
+use crossbar::server::Server;
+use crossbar::sim::{Sim, SimConfig};
+
+use crate::support::{chat, host, request, temp_dir, wait_until, Harness};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -87,4 +92,123 @@ fn a_megabyte_model_name_is_refused_without_being_stored_or_echoed_whole() {
     let row = rows.last().unwrap();
     assert_eq!(row.status, 404);
     assert!(row.model.starts_with("éé") && row.model.len() < 1024);
+}
+
+/// Sims `titan` and `mini`, both started with `-a qwen`; `models_and_routes` is the rest of the
+/// config (models per host and the routes). Starts once both are polled.
+fn start_aliased(models_and_routes: &str) -> Harness {
+    let dir = temp_dir();
+    let sim = || {
+        Sim::start(SimConfig {
+            alias: "qwen".into(),
+            ..SimConfig::default()
+        })
+    };
+    let sims = vec![("titan".to_string(), sim()), ("mini".to_string(), sim())];
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
+         health_interval = \"1s\"\n[hosts.titan]\nurl = \"{}\"\n[hosts.mini]\nurl = \"{}\"\n\
+         {models_and_routes}",
+        dir.join("crossbar.db"),
+        sims[0].1.url(),
+        sims[1].1.url()
+    );
+    let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{:#?}\n{text}", e.lines()));
+    let h = Harness {
+        server: Some(Server::start(config).unwrap()),
+        sims,
+        dir,
+    };
+    let gw = h.server().gateway().clone();
+    wait_until("both hosts are polled", || {
+        ["titan", "mini"]
+            .iter()
+            .all(|name| gw.health.get(name).is_some_and(|s| !s.loaded.is_empty()))
+    });
+    h
+}
+
+/// One turn of the conversation `first` naming `model`: its host and `new|reused`.
+#[track_caller]
+fn turn_as(h: &Harness, model: &str, first: &str, turns: usize) -> (String, String) {
+    let mut body = chat(first, turns, false);
+    body["model"] = model.into();
+    let answer = h.post(CHAT, &body);
+    assert_eq!(answer.status, 200, "{model}: {}", answer.text());
+    let header = |name| answer.header(name).unwrap_or("").to_string();
+    (header("X-Crossbar-Host"), header("X-Crossbar-Lease"))
+}
+
+/// The `model` of every chat body `name` was sent.
+fn models_sent(h: &Harness, name: &str) -> Vec<String> {
+    (h.sim(name).requests().iter())
+        .filter(|r| r.method == "POST" && r.path == "/v1/chat/completions")
+        .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+        .map(|body| body["model"].as_str().unwrap_or("-").to_string())
+        .collect()
+}
+
+/// Issue 27: a box started with `-a qwen` lists `qwen`, the route's model is `qwen-coder`. A
+/// client that named what the listing showed got 404, and one whose turns mixed the names would
+/// have been two conversations: the host's name is the configured model, one lease throughout.
+#[test]
+fn issue27_a_hosts_own_name_for_the_model_is_the_configured_model_one_conversation() {
+    let h = start_aliased(
+        "[hosts.titan.models.qwen-coder]\n[hosts.mini.models.qwen-coder]\n\
+         upstream = \"Qwen/Qwen2.5-Coder-7B\"\n\
+         [routes.projA]\nhosts = [\"titan\", \"mini\"]\nmodel = \"qwen-coder\"\n",
+    );
+    let (host, lease) = turn_as(&h, "qwen", "which name?", 0);
+    assert_eq!(lease, "new");
+    for (i, model) in ["qwen-coder", "qwen", "Qwen/Qwen2.5-Coder-7B"]
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            turn_as(&h, model, "which name?", i + 1),
+            (host.clone(), "reused".to_string()),
+            "turn {} naming {model}",
+            i + 2
+        );
+    }
+    let leases = h.server().gateway().leases.snapshot();
+    assert_eq!(leases.len(), 1, "{leases:#?}");
+    assert_eq!(leases[0].key.model, "qwen-coder");
+    let rows = h.rows();
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.model == "qwen-coder" && r.status == 200),
+        "{rows:#?}"
+    );
+    // The host gets its own name for the model, as for a body naming the configured one.
+    let want = if host == "mini" {
+        "Qwen/Qwen2.5-Coder-7B"
+    } else {
+        "qwen-coder"
+    };
+    assert_eq!(models_sent(&h, &host), [want; 4]);
+}
+
+/// Issue 27: a name the hosts of a route give two configured models names neither: 404
+/// model_not_found with what the route serves, and nothing kept for it.
+#[test]
+fn issue27_a_name_two_configured_models_answer_to_is_model_not_found() {
+    let h = start_aliased(
+        "[hosts.titan.models.a]\n[hosts.mini.models.b]\n\
+         [routes.projA]\nhosts = [\"titan\", \"mini\"]\nmodel = \"a\"\n\
+         [routes.onlyb]\nhosts = [\"mini\"]\nmodel = \"b\"\n",
+    );
+    let mut body = chat("hello", 0, false);
+    body["model"] = "qwen".into();
+    let answer = h.post(CHAT, &body);
+    assert_eq!(answer.status, 404, "{}", answer.text());
+    let error = answer.error();
+    assert_eq!(error["code"], "model_not_found");
+    assert_eq!(error["served"], serde_json::json!(["a", "b"]), "{error}");
+    assert!(h.server().gateway().leases.snapshot().is_empty());
+    // On a route with one of them, the name is that one.
+    let answer = h.post("/onlyb/v1/chat/completions", &body);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(h.rows().pop().unwrap().model, "b");
 }
