@@ -122,7 +122,13 @@ impl Health {
 
     /// Asks `host`'s poller for a poll now: at most one waits (the poller keeps a second apart).
     pub fn poke(&self, host: &str) {
-        if let Some(poke) = self.inner.lock().hosts.get(host).and_then(|e| e.poke.as_ref()) {
+        if let Some(poke) = self
+            .inner
+            .lock()
+            .hosts
+            .get(host)
+            .and_then(|e| e.poke.as_ref())
+        {
             let _ = poke.try_send(());
         }
     }
@@ -315,7 +321,11 @@ impl Health {
                 let was_up = entry.status.healthy;
                 let changed = entry.down(host, reason, now);
                 if was_up && changed {
-                    let kind = entry.status.reason.as_ref().map_or("polls", DownReason::kind);
+                    let kind = entry
+                        .status
+                        .reason
+                        .as_ref()
+                        .map_or("polls", DownReason::kind);
                     inner.count(host, "down", kind);
                 }
                 changed
@@ -399,7 +409,10 @@ struct Inner {
 
 impl Inner {
     fn count(&mut self, host: &str, to: &'static str, why: &'static str) {
-        *self.transitions.entry((host.to_string(), to, why)).or_default() += 1;
+        *self
+            .transitions
+            .entry((host.to_string(), to, why))
+            .or_default() += 1;
     }
 }
 

@@ -366,6 +366,9 @@ fn health_thresholds_are_at_least_one() {
         let text = format!("{key} = 0\n{MINIMAL}");
         check_problem(&text, &format!("{key}: must be at least 1"));
         let text = format!("{key} = -1\n{MINIMAL}");
-        assert!(problems(&text).iter().any(|l| l.starts_with(key)), "{key} = -1");
+        assert!(
+            problems(&text).iter().any(|l| l.starts_with(key)),
+            "{key} = -1"
+        );
     }
 }

@@ -10,7 +10,10 @@ const CHAT: &str = "/projA/v1/chat/completions";
 
 fn unhealthy_events(h: &Harness) -> usize {
     let events = h.db().recent_events(100).unwrap();
-    events.iter().filter(|e| e.reason.as_str() == "unhealthy").count()
+    events
+        .iter()
+        .filter(|e| e.reason.as_str() == "unhealthy")
+        .count()
 }
 
 #[test]
@@ -26,14 +29,20 @@ fn one_slow_request_moves_no_lease_while_a_streak_takes_a_hung_host_down() {
     // One request past first_byte_timeout: its own 502, nothing else.
     let slow = h.post(CHAT, &chat("long prefill", 1, false));
     assert_eq!(slow.status, 502, "{}", slow.text());
-    assert!(gw.health.healthy(&leased), "one slow request is not a dead host");
+    assert!(
+        gw.health.healthy(&leased),
+        "one slow request is not a dead host"
+    );
     assert_eq!(unhealthy_events(&h), 0);
     // health_fall (3) of them in a row with no answer between: the host is hung, down it goes.
     for turn in 2..4 {
         let slow = h.post(CHAT, &chat("long prefill", turn, false));
         assert_eq!(slow.status, 502, "{}", slow.text());
     }
-    assert!(!gw.health.healthy(&leased), "a streak takes a hung host down");
+    assert!(
+        !gw.health.healthy(&leased),
+        "a streak takes a hung host down"
+    );
     h.sim(&leased).set_fault(Fault::None);
     let moved = h.post(CHAT, &chat("long prefill", 4, false));
     assert_eq!(moved.status, 200, "{}", moved.text());
