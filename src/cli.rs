@@ -2,7 +2,9 @@
 //!
 //! This module parses arguments, sets up logging (once, here), and runs a verb. Operator verbs talk
 //! to the admin API (`ops`) or read the database (`report`). Errors come back to `main` as one
-//! [`CliError`] and are printed once, as one line (or one line per config problem).
+//! [`CliError`] and are printed once, as one line (or one line per config problem). What a command
+//! prints goes out through [`emit`]: a reader that left (`crossbar status | head -1`) ends the
+//! command quietly, never in a panic.
 
 mod help;
 mod ops;
@@ -10,6 +12,7 @@ mod ops;
 pub(crate) use ops::table;
 
 use std::ffi::OsString;
+use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -29,6 +32,8 @@ pub enum CliError {
     Usage(String),
     Config(ConfigError),
     Failed(String),
+    /// Whoever read the output went away (a closed pipe): not a failure, [`run`] ends quietly.
+    Closed,
 }
 
 impl std::fmt::Display for CliError {
@@ -37,6 +42,7 @@ impl std::fmt::Display for CliError {
             CliError::Usage(msg) => write!(f, "{msg} (see crossbar --help)"),
             CliError::Config(err) => write!(f, "{err}"),
             CliError::Failed(msg) => write!(f, "{msg}"),
+            CliError::Closed => write!(f, "stdout closed"),
         }
     }
 }
@@ -131,17 +137,35 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, CliError>
     Ok(out)
 }
 
-/// Runs a command; returns what `main` should exit with.
+/// Runs a command; returns what `main` should exit with. A reader of the output that went away
+/// (`| head -1`) is success: the command ends quietly, as `cat` would (issue 27).
 pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
+    match run_command(args) {
+        Err(CliError::Closed) => Ok(()),
+        done => done,
+    }
+}
+
+/// Writes what a command prints to stdout, all of it, and flushes it. A closed pipe is
+/// [`CliError::Closed`]; `println!` would panic there (exit 101, a panic message).
+pub(crate) fn emit(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == ErrorKind::BrokenPipe => Err(CliError::Closed),
+        Err(err) => Err(CliError::Failed(format!("cannot write to stdout: {err}"))),
+    }
+}
+
+fn run_command(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
     let args = parse(args)?;
     if args.version {
-        println!("crossbar {}", env!("CARGO_PKG_VERSION"));
-        return Ok(());
+        return emit(&format!("crossbar {}\n", env!("CARGO_PKG_VERSION")));
     }
     if args.help || args.command.is_empty() {
         match help::command(&args.command) {
-            Some(text) if args.help => print!("{text}"),
-            _ => print!("{}", help::global()),
+            Some(text) if args.help => emit(&text)?,
+            _ => emit(&help::global())?,
         }
         return if args.help {
             Ok(())
@@ -171,8 +195,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
             let since = args.since.unwrap_or(Duration::from_secs(24 * 3600));
             let text = report::run(&config.db, since, args.route.as_deref(), args.json)
                 .map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
-            print!("{text}");
-            Ok(())
+            emit(&text)
         }),
         other => Err(CliError::Usage(format!("unknown command {other:?}"))),
     }
@@ -194,25 +217,27 @@ fn check(args: &Args) -> Result<(), CliError> {
             dir.display()
         )));
     }
+    let mut out = String::new();
     if let Some(pid) = DbLock::holder(&config.db) {
         let who = pid.map_or_else(String::new, |pid| format!(" (pid {pid})"));
-        println!(
-            "note: database {} is in use by a running crossbar{who}; a reload (SIGHUP) keeps it",
+        out.push_str(&format!(
+            "note: database {} is in use by a running crossbar{who}; a reload (SIGHUP) keeps it\n",
             config.db.display()
-        );
+        ));
     }
-    for warning in &config.warnings {
-        eprintln!("warning: {warning}");
-    }
+    let mut warnings: String = (config.warnings.iter())
+        .map(|w| format!("warning: {w}\n"))
+        .collect();
     if !config.admin_listen.ip().is_loopback() && config.admin_token.is_none() {
-        eprintln!(
+        warnings.push_str(&format!(
             "warning: admin_listen {} is not loopback and no admin_token is set: anyone who can \
-             reach it can pin, drain and read leases",
+             reach it can pin, drain and read leases\n",
             config.admin_listen
-        );
+        ));
     }
-    println!("ok");
-    Ok(())
+    to_stderr(&warnings);
+    out.push_str("ok\n");
+    emit(&out)
 }
 
 /// Whether a file can be created in `dir` (the real test: permissions, read-only mounts, ACLs).
@@ -228,15 +253,14 @@ fn backup(args: &Args) -> Result<(), CliError> {
     let dest = PathBuf::from(&args.positional[0]);
     let report =
         store::backup(&config.db, &dest).map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
-    println!(
-        "backup ok: {} (schema {}, {} leases, {} requests, integrity_check {})",
+    emit(&format!(
+        "backup ok: {} (schema {}, {} leases, {} requests, integrity_check {})\n",
         report.path.display(),
         report.schema,
         report.leases,
         report.requests,
         report.integrity
-    );
-    Ok(())
+    ))
 }
 
 /// `crossbar serve`: runs until SIGTERM or SIGINT; SIGHUP re-reads the config. Every line logged
@@ -314,11 +338,19 @@ pub fn init_logging(level: log::LevelFilter) {
 /// Prints an error the way every command does: one line per problem on stderr.
 pub fn print_error(err: &CliError) {
     match err {
-        CliError::Config(err) => {
-            for line in err.lines() {
-                eprintln!("{line}");
-            }
-        }
-        other => eprintln!("crossbar: {other}"),
+        CliError::Closed => {}
+        CliError::Config(err) => to_stderr(
+            &err.lines()
+                .iter()
+                .map(|l| format!("{l}\n"))
+                .collect::<String>(),
+        ),
+        other => to_stderr(&format!("crossbar: {other}\n")),
     }
+}
+
+/// Writes `text` to stderr. A stderr nobody reads any more has no one to tell (`eprintln!` would
+/// panic there).
+fn to_stderr(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Args, CliError};
+use super::{emit, Args, CliError};
 
 /// Where the admin API is and how to authenticate, from flags first, then the config.
 struct Admin {
@@ -126,8 +126,7 @@ fn kilo(n: u64) -> String {
 pub fn status(args: &Args) -> Result<(), CliError> {
     let status = Admin::from(args)?.call("GET", "/admin/status", None)?;
     if args.json {
-        println!("{status:#}");
-        return Ok(());
+        return emit(&format!("{status:#}\n"));
     }
     let mut rows = vec![header(&[
         "HOST", "STATE", "CTX", "BUSY", "QUEUED", "LEASES", "HELD", "WARM", "LOADED", "URL",
@@ -194,8 +193,8 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             text(&h["url"]),
         ]);
     }
-    print!("{}", table(&rows));
-    println!();
+    let mut out = table(&rows);
+    out.push('\n');
     let mut rows = vec![header(&["ROUTE", "MODEL", "PINNED", "LEASES", "HOSTS"])];
     for r in status["routes"].as_array().into_iter().flatten() {
         let hosts: Vec<String> = r["hosts"]
@@ -212,32 +211,31 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             hosts.join(","),
         ]);
     }
-    print!("{}", table(&rows));
+    out.push_str(&table(&rows));
     let saved = &status["prefill_saved"];
     if let (Some(tokens), Some(seconds)) = (saved["tokens"].as_u64(), saved["seconds"].as_f64()) {
-        println!(
+        out.push_str(&format!(
             "\nprefill saved: {tokens} tokens (≈ {} at each host's measured prefill rate, from \
-             llama-server's timings) since crossbar started",
+             llama-server's timings) since crossbar started\n",
             crate::metrics::recent::in_words(seconds)
-        );
+        ));
     }
     let store = &status["store"];
     if store["ok"].as_bool() == Some(false) {
-        println!(
-            "\nSTORE FAILING since {} ms ago: {} (new conversations get 503 until a write succeeds)",
+        out.push_str(&format!(
+            "\nSTORE FAILING since {} ms ago: {} (new conversations get 503 until a write succeeds)\n",
             crate::store::unix_ms(std::time::SystemTime::now())
                 - store["since"].as_i64().unwrap_or(0),
             text(&store["cause"])
-        );
+        ));
     }
-    Ok(())
+    emit(&out)
 }
 
 pub fn leases(args: &Args) -> Result<(), CliError> {
     let leases = Admin::from(args)?.call("GET", "/admin/leases", None)?;
     if args.json {
-        println!("{leases:#}");
-        return Ok(());
+        return emit(&format!("{leases:#}\n"));
     }
     let now = crate::store::unix_ms(std::time::SystemTime::now());
     let mut rows = vec![header(&["ROUTE", "CONVERSATION", "MODEL", "HOST", "IDLE"])];
@@ -257,42 +255,43 @@ pub fn leases(args: &Args) -> Result<(), CliError> {
             format!("{idle_s}s"),
         ]);
     }
-    print!("{}", table(&rows));
+    let mut out = table(&rows);
     for p in leases["pins"].as_array().into_iter().flatten() {
-        println!("pin: {} -> {}", text(&p["route"]), text(&p["host"]));
+        out.push_str(&format!(
+            "pin: {} -> {}\n",
+            text(&p["route"]),
+            text(&p["host"])
+        ));
     }
-    Ok(())
+    emit(&out)
 }
 
 pub fn pin(args: &Args) -> Result<(), CliError> {
     let (route, host) = (&args.positional[0], &args.positional[1]);
     let answer = post(args, "/admin/pin", json!({ "route": route, "host": host }))?;
-    println!(
-        "pinned {route} to {host}; dropped {} leases on other hosts",
+    emit(&format!(
+        "pinned {route} to {host}; dropped {} leases on other hosts\n",
         text(&answer["dropped"])
-    );
-    Ok(())
+    ))
 }
 
 pub fn unpin(args: &Args) -> Result<(), CliError> {
     let route = &args.positional[0];
     let answer = post(args, "/admin/unpin", json!({ "route": route }))?;
-    if answer["was_pinned"].as_bool() == Some(true) {
-        println!("unpinned {route}; its leases stay where they are");
+    emit(&if answer["was_pinned"].as_bool() == Some(true) {
+        format!("unpinned {route}; its leases stay where they are\n")
     } else {
-        println!("{route} was not pinned; nothing changed");
-    }
-    Ok(())
+        format!("{route} was not pinned; nothing changed\n")
+    })
 }
 
 pub fn release(args: &Args) -> Result<(), CliError> {
     let route = &args.positional[0];
     let answer = post(args, "/admin/release", json!({ "route": route }))?;
-    println!(
-        "released {route}: dropped {} leases",
+    emit(&format!(
+        "released {route}: dropped {} leases\n",
         text(&answer["dropped"])
-    );
-    Ok(())
+    ))
 }
 
 pub fn drain(args: &Args) -> Result<(), CliError> {
@@ -300,13 +299,12 @@ pub fn drain(args: &Args) -> Result<(), CliError> {
     let on = !args.off;
     let answer = post(args, "/admin/drain", json!({ "host": host, "on": on }))?;
     let leases = text(&answer["leases"]);
-    match (on, answer["changed"].as_bool() == Some(true)) {
-        (true, true) => println!("draining {host}: no new leases; {leases} leases remain on it"),
-        (true, false) => println!("{host} was already draining; {leases} leases remain on it"),
-        (false, true) => println!("{host} takes new leases again ({leases} leases on it)"),
-        (false, false) => println!("{host} was not draining; nothing changed"),
-    }
-    Ok(())
+    emit(&match (on, answer["changed"].as_bool() == Some(true)) {
+        (true, true) => format!("draining {host}: no new leases; {leases} leases remain on it\n"),
+        (true, false) => format!("{host} was already draining; {leases} leases remain on it\n"),
+        (false, true) => format!("{host} takes new leases again ({leases} leases on it)\n"),
+        (false, false) => format!("{host} was not draining; nothing changed\n"),
+    })
 }
 
 /// One operator change: a POST to the admin API.

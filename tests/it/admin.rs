@@ -4,6 +4,7 @@
 
 mod cli;
 mod observe;
+mod pipe;
 mod race;
 
 use serde_json::{json, Value};

@@ -13,17 +13,25 @@ use crate::support::{host, request, temp_dir, wait_until, Harness};
 
 /// What one run of the binary printed, and how it exited.
 #[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(super) struct Run {
+    pub(super) code: Option<i32>,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 /// Runs `crossbar ARGS` in `dir` (which holds no `crossbar.toml`, so nothing is read by accident).
 fn crossbar(dir: &Path, args: &[&str]) -> Run {
+    crossbar_to(dir, args, Stdio::piped())
+}
+
+/// [`crossbar`] with its stdout going to `stdout`.
+pub(super) fn crossbar_to(dir: &Path, args: &[&str], stdout: Stdio) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_crossbar"))
         .current_dir(dir)
         .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
         .output()
         .expect("the crossbar binary runs");
     Run {
@@ -58,7 +66,7 @@ fn check_fails(run: &Run, mentions: &str) {
 }
 
 /// A valid config whose db is `db` and whose single host is `url`; for `report` and `serve`.
-fn write_config(dir: &Path, db: &Path, url: &str, extra: &str) -> PathBuf {
+pub(super) fn write_config(dir: &Path, db: &Path, url: &str, extra: &str) -> PathBuf {
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {db:?}\n{extra}\n\
          [hosts.titan]\nurl = \"{url}\"\n[hosts.titan.models.m]\nparallel = 1\n\
