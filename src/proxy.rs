@@ -14,6 +14,7 @@ mod forward;
 mod incoming;
 mod listing;
 mod model;
+mod place;
 mod record;
 mod route;
 mod upstream;
@@ -25,7 +26,7 @@ use crate::config::Config;
 use crate::conn::{BodyError, Request};
 use crate::fingerprint::{self, Family};
 use crate::holdings::Arrival;
-use crate::lease::{Ask, Key, Placed};
+use crate::lease::{Key, Placed};
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 
@@ -103,40 +104,39 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         Err(err) => return refuse(gw, request, err, row, clock),
     };
     row.placed = plan.placed.as_str().to_string();
-    // Metadata uses no slot upstream, so it never waits behind generations for one here. A
-    // client that leaves while queued leaves the queue within a second (seed 001 step 4).
-    let permit = if plan.slot {
-        let model = &key.model;
-        let taken = (gw.limiter).acquire_unless(&plan.host.name, model, || request.client_gone());
-        // Its place in line or its slot now counts it; no longer an arrival.
-        drop(plan.arrival.take());
-        match taken {
-            Ok((permit, waited)) => {
-                row.queued_ms = waited.as_millis() as i64;
-                gw.metrics
-                    .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
-                Some(permit)
-            }
-            Err(err) => {
-                if err == crate::limiter::LimitError::Timeout {
-                    let waited = config.queue_timeout.as_millis() as i64;
-                    gw.metrics
-                        .observe_queue_wait(&row.route, &plan.host.name, waited);
-                }
-                return refuse(gw, request, err.into(), row, clock);
-            }
-        }
-    } else {
-        None
+    let permit = match take_slot(gw, &config, request, &mut plan, &key, &mut row) {
+        Ok(permit) => permit,
+        Err(err) => return refuse(gw, request, err, row, clock),
     };
-    // The slot may have come free just as a queued client left: such a request is never
-    // forwarded. (One that got its slot at once was looked at by no one: nothing to check.)
-    if permit.is_some() && row.queued_ms > 0 && request.client_gone() {
-        let err = ProxyError::ClientGone("client gone while queued");
-        return refuse(gw, request, err, row, clock);
-    }
     let client = request.socket();
-    match forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock) {
+    let mut exchanged = forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock);
+    // A host that refused the connection got nothing: the request goes once to the next
+    // candidate, the host being down now (issue 24).
+    if let (Err(ProxyError::Upstream { refused: true, .. }), true) = (&exchanged, plan.slot) {
+        let what = place::What {
+            incoming: &incoming,
+            api: plan.api,
+            rest: plan.rest.clone(),
+            family: plan.family,
+            named: true,
+        };
+        log::info!(
+            "retry on the next host refused={}",
+            crate::logfmt::val(&row.host)
+        );
+        plan = match place::again(gw, &config, &key, what, plan, &mut row) {
+            Ok(plan) => plan,
+            Err(err) => return refuse(gw, request, err, row, clock),
+        };
+        row.placed = plan.placed.as_str().to_string();
+        let permit = match take_slot(gw, &config, request, &mut plan, &key, &mut row) {
+            Ok(permit) => permit,
+            Err(err) => return refuse(gw, request, err, row, clock),
+        };
+        let client = request.socket();
+        exchanged = forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock);
+    }
+    match exchanged {
         Ok(answer) => {
             if listing::renames(&incoming, &plan) {
                 listing::relay(gw, request, &plan, answer, &mut row, clock);
@@ -150,6 +150,41 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         }
         Err(err) => refuse(gw, request, err, row, clock),
     }
+}
+
+/// The request's slot on its host, waiting in line if need be (metadata takes none: llama-server
+/// answers it without one, so it never waits behind generations here). A client that leaves while
+/// queued leaves the line within a second (seed 001 step 4), and one whose slot came free just as
+/// it left is never forwarded.
+fn take_slot(
+    gw: &Gateway,
+    config: &Config,
+    request: &mut Request<'_>,
+    plan: &mut Plan<'_>,
+    key: &Key,
+    row: &mut RequestRow,
+) -> Result<Option<crate::limiter::Permit>, ProxyError> {
+    if !plan.slot {
+        return Ok(None);
+    }
+    let taken = (gw.limiter).acquire_unless(&plan.host.name, &key.model, || request.client_gone());
+    // Its place in line or its slot now counts it; no longer an arrival.
+    drop(plan.arrival.take());
+    let (permit, waited) = taken.inspect_err(|err| {
+        if *err == crate::limiter::LimitError::Timeout {
+            let waited = config.queue_timeout.as_millis() as i64;
+            gw.metrics
+                .observe_queue_wait(&row.route, &plan.host.name, waited);
+        }
+    })?;
+    row.queued_ms = waited.as_millis() as i64;
+    gw.metrics
+        .observe_queue_wait(&row.route, &plan.host.name, row.queued_ms);
+    // (One that got its slot at once was looked at by no one: nothing to check.)
+    if row.queued_ms > 0 && request.client_gone() {
+        return Err(ProxyError::ClientGone("client gone while queued"));
+    }
+    Ok(Some(permit))
 }
 
 /// What a request the host answered whole teaches placement, before the answer's end goes out (a
@@ -243,63 +278,14 @@ fn prepare<'c>(
         let plan = plan(host, (api, rest, &key), body, LeaseUse::None, Placed::None);
         return Ok((plan, key));
     }
-    let ask = Ask {
+    let what = place::What {
+        incoming,
+        api,
+        rest,
         family,
-        // A quarter of the body's bytes: the same measure as a family's size before a host
-        // answered (the context guard's own estimate keeps its safety margin).
-        prompt: body.len() as u64 / 4,
-        slot: true,
-        move_when_busy: route.move_when_busy,
+        named,
     };
-    if !api.takes_lease() {
-        // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
-        let placed = gw.leases.place(&key, &route.hosts, now, &ask)?;
-        row.host = placed.host;
-        let host = configured_host(config, &row.host)?;
-        let body = outgoing(host, body, &key.model, named);
-        let mut plan = plan(
-            host,
-            (api, rest, &key),
-            body,
-            LeaseUse::Stateless,
-            placed.placed,
-        );
-        plan.slot = true;
-        plan.arrival = arrival(gw, &plan, &key);
-        return Ok((plan, key));
-    }
-    let (acquired, hold) = gw.leases.acquire_held(&key, &route.hosts, now, &ask)?;
-    row.host = acquired.host.clone();
-    let mut placed = acquired.placed;
-    let prompt = ctxguard::Prompt {
-        rest: &rest,
-        body: &body,
-        estimate: ctxguard::estimate(incoming, body.len()),
-    };
-    row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
-    // Counted where the chooser placed it, until it has its slot (a ctx move below included).
-    let chosen = placed
-        .chosen()
-        .then(|| Arrival::of(&gw.holdings, &row.host, &key.model));
-    let moved = ctxguard::check(gw, config, &key, &acquired.host, &prompt, row, now)?;
-    if let Some(moved) = &moved {
-        row.host = moved.to.clone();
-        placed = Placed::Ctx;
-    }
-    let host = configured_host(config, &row.host)?;
-    // A move lands on a cold cache: that is a new lease, whatever the old one was.
-    let lease = if acquired.reused && moved.is_none() {
-        LeaseUse::Reused
-    } else {
-        LeaseUse::New
-    };
-    let body = outgoing(host, body, &key.model, named);
-    let mut plan = plan(host, (api, rest, &key), body, lease, placed);
-    plan.slot = true;
-    plan.family = family;
-    plan.arrival = chosen;
-    plan.ctx_moved = moved.map(|m| format!("moved:{}>{}", m.from, m.to));
-    plan._hold = hold;
+    let plan = place::place(gw, config, &key, what, body, row)?;
     Ok((plan, key))
 }
 

@@ -36,7 +36,9 @@ pub enum ProxyError {
         exact: Option<u64>,
         max: u64,
     },
-    NoHealthyHost,
+    /// No candidate could take the request; each candidate host with why not (issue 24), filled
+    /// in when the answer is made (`record::refuse`).
+    NoHealthyHost(Vec<(String, String)>),
     PinnedDown(String),
     QueueFull,
     QueueTimeout,
@@ -46,6 +48,9 @@ pub enum ProxyError {
     Upstream {
         host: String,
         detail: String,
+        /// The host refused the connection (or it timed out): it got nothing, so the request may
+        /// go to the next candidate once (issue 24).
+        refused: bool,
     },
     /// The request body could not be read: malformed chunked framing, or the client went away
     /// mid-upload. The client's fault, not crossbar's.
@@ -82,7 +87,7 @@ impl ProxyError {
             ProxyError::HeadTooLarge => 431,
             ProxyError::BodyTimeout => 408,
             ProxyError::ClientGone(_) => 499,
-            ProxyError::NoHealthyHost
+            ProxyError::NoHealthyHost(_)
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
             | ProxyError::QueueTimeout
@@ -123,6 +128,12 @@ impl ProxyError {
                 fields.push(("host", host.clone().into()));
             }
             ProxyError::BadRequest(detail) => fields.push(("detail", detail.clone().into())),
+            ProxyError::NoHealthyHost(hosts) => {
+                let why: serde_json::Map<String, serde_json::Value> = (hosts.iter())
+                    .map(|(host, why)| (host.clone(), why.clone().into()))
+                    .collect();
+                fields.push(("hosts", why.into()));
+            }
             _ => {}
         }
         let code = self.to_string();
@@ -156,11 +167,14 @@ impl ProxyError {
                     None => format!("about {estimate} tokens"),
                 };
                 format!(
-                    "the prompt ({size}) does not fit the context of any host of this route                      (at most {max} tokens); shorten the conversation"
+                    "the prompt ({size}) does not fit the context of any host of this route \
+                     (at most {max} tokens); shorten the conversation"
                 )
             }
-            ProxyError::NoHealthyHost => {
-                "no host of this route is up; retry after Retry-After seconds".to_string()
+            ProxyError::NoHealthyHost(_) => {
+                "no host of this route can take it (`hosts` says why of each); retry after \
+                 Retry-After seconds"
+                    .to_string()
             }
             ProxyError::PinnedDown(host) => format!(
                 "the route is pinned to host {host}, which is down; retry later, or unpin the route"
@@ -231,7 +245,9 @@ impl ProxyError {
     /// Seconds a client should wait before retrying a 503.
     pub(super) fn retry_after(&self, health_interval_s: u64) -> Option<u64> {
         match self {
-            ProxyError::NoHealthyHost | ProxyError::PinnedDown(_) => Some(health_interval_s.max(1)),
+            ProxyError::NoHealthyHost(_) | ProxyError::PinnedDown(_) => {
+                Some(health_interval_s.max(1))
+            }
             ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
             ProxyError::QueueTimeout | ProxyError::StoreUnavailable => Some(5),
             _ => None,
@@ -250,7 +266,7 @@ impl fmt::Display for ProxyError {
             ProxyError::BodyTooLarge => "body too large",
             ProxyError::HeadTooLarge => "headers too large",
             ProxyError::PromptTooLarge { .. } => "prompt too large",
-            ProxyError::NoHealthyHost => "no healthy host",
+            ProxyError::NoHealthyHost(_) => "no healthy host",
             ProxyError::PinnedDown(_) => "pinned host down",
             ProxyError::QueueFull => "queue full",
             ProxyError::QueueTimeout => "queue timeout",
@@ -291,7 +307,7 @@ fn names(list: &[String]) -> String {
 impl From<LeaseError> for ProxyError {
     fn from(err: LeaseError) -> ProxyError {
         match err {
-            LeaseError::NoHost => ProxyError::NoHealthyHost,
+            LeaseError::NoHost => ProxyError::NoHealthyHost(Vec::new()),
             LeaseError::PinnedDown { host } => ProxyError::PinnedDown(host),
             // The store logged the cause once for the burst; the client learns it may retry.
             LeaseError::Store(_) => ProxyError::StoreUnavailable,
@@ -308,7 +324,7 @@ impl From<LimitError> for ProxyError {
             LimitError::Closed => ProxyError::ShuttingDown,
             LimitError::Gone => ProxyError::ClientGone("client gone while queued"),
             // Not reached: `prepare` refuses a model the host does not serve.
-            LimitError::NotConfigured => ProxyError::NoHealthyHost,
+            LimitError::NotConfigured => ProxyError::NoHealthyHost(Vec::new()),
         }
     }
 }

@@ -115,6 +115,7 @@ pub(super) fn exchange(
             Err(ProxyError::Upstream {
                 host,
                 detail: err.to_string(),
+                refused,
             })
         }
     }

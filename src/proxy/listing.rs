@@ -75,6 +75,7 @@ pub(super) fn relay(
         let err = super::ProxyError::Upstream {
             host: plan.host.name.clone(),
             detail: String::new(),
+            refused: false,
         };
         let body = err.body(super::record::shape_of(request.target()));
         let json = [("Content-Type".to_string(), "application/json".to_string())];

@@ -145,11 +145,14 @@ pub(super) fn client_gone(
 pub(super) fn refuse(
     gw: &Gateway,
     request: &mut Request<'_>,
-    err: ProxyError,
+    mut err: ProxyError,
     mut row: RequestRow,
     clock: Instant,
 ) {
-    if let ProxyError::Upstream { host, detail } = &err {
+    if let ProxyError::NoHealthyHost(hosts) = &mut err {
+        *hosts = why_not(gw, &row.route);
+    }
+    if let ProxyError::Upstream { host, detail, .. } = &err {
         row.host = host.clone();
         row.err = format!("upstream error: {detail}");
     } else if let ProxyError::BadBody(detail) | ProxyError::BadRequest(detail) = &err {
@@ -189,6 +192,27 @@ pub(super) fn refuse(
         }
     }
     log_request(&row, "-");
+}
+
+/// Why each candidate of `route` could not take a request (issue 24: a refusal says why): its
+/// down reason (`401 from /props: check api_key`), `draining`, or `up` (busy, or not serving the
+/// model).
+fn why_not(gw: &Gateway, route: &str) -> Vec<(String, String)> {
+    let config = gw.config();
+    let Some(route) = config.routes.get(route) else {
+        return Vec::new();
+    };
+    (route.hosts.iter())
+        .map(|host| {
+            let status = gw.health.get(host);
+            let why = match status.and_then(|s| s.reason) {
+                Some(reason) => reason.to_string(),
+                None if gw.drains.contains(host) => "draining".to_string(),
+                None => "up".to_string(),
+            };
+            (host.clone(), why)
+        })
+        .collect()
 }
 
 /// The envelope of crossbar's own answers to `target`: its path as routing reads it (decoded,

@@ -4,7 +4,7 @@
 
 use crossbar::sim::Fault;
 
-use crate::support::{chat, host, wait_until, Harness};
+use crate::support::{chat, host, Harness};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -68,9 +68,10 @@ fn an_answer_between_failures_ends_the_streak_and_a_refused_connect_is_down_at_o
     }
     assert!(gw.health.healthy("titan"), "never two failures in a row");
     h.sim("titan").set_fault(Fault::Refuse);
+    // Refused, the request would go to the next candidate; titan was the only one.
     let refused = h.post(CHAT, &chat("refused", 0, false));
-    assert_eq!(refused.status, 502, "{}", refused.text());
-    wait_until("titan is down", || !gw.health.healthy("titan"));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(!gw.health.healthy("titan"), "down at once");
     let admin = h.server().admin_addr();
     let text = crate::support::request(admin, "GET", "/metrics", &[], b"").text();
     for line in [
@@ -79,5 +80,40 @@ fn an_answer_between_failures_ends_the_streak_and_a_refused_connect_is_down_at_o
         r#"crossbar_host_transitions_total{host="titan",to="down",why="unreachable"} 1"#,
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
+    }
+}
+
+#[test]
+fn a_refused_connection_sends_the_request_once_to_the_next_host() {
+    let h = Harness::start(
+        vec![host("titan", 1), host("atlas", 1)],
+        "health_interval = \"1h\"",
+    );
+    let first = h.post(CHAT, &chat("moving", 0, false));
+    let leased = first.header("X-Crossbar-Host").unwrap().to_string();
+    h.sim(&leased).set_fault(Fault::Refuse);
+    let next = h.post(CHAT, &chat("moving", 1, false));
+    assert_eq!(next.status, 200, "{}", next.text());
+    assert_ne!(next.header("X-Crossbar-Host"), Some(leased.as_str()));
+    assert_eq!(next.header("X-Crossbar-Placement"), Some("unhealthy"));
+    assert_eq!(unhealthy_events(&h), 1);
+    let rows = h.rows();
+    let last = rows.last().unwrap();
+    assert_eq!((last.status, last.placed.as_str()), (200, "unhealthy"));
+    assert_ne!(last.host, leased);
+    // Both down: no third try, and the answer names why.
+    let other = next.header("X-Crossbar-Host").unwrap().to_string();
+    h.sim(&other).set_fault(Fault::Refuse);
+    let none = h.post(CHAT, &chat("moving", 2, false));
+    assert_eq!(none.status, 503, "{}", none.text());
+    // A refusal says why of each host (issue 24), inside the error object (issue 27).
+    let error = none.error();
+    assert_eq!(error["code"], "no healthy host");
+    for host in ["titan", "atlas"] {
+        let why = error["hosts"][host].as_str().unwrap_or_default();
+        assert!(
+            why.starts_with("forward to /v1/chat/completions failed"),
+            "{host}: {why}"
+        );
     }
 }

@@ -249,6 +249,15 @@ fn a_host_refusing_crossbars_key_is_down_with_a_reason_that_says_so_issue_11() {
     assert_eq!(status["hosts"][0]["reason"], want, "{status:#}");
     let page = request(admin, "GET", "/", &[], b"").text();
     assert!(page.contains(want), "{page}");
+    // The client is told too (issue 24): its 503 names each host's reason.
+    let refused = h.post(CHAT, &chat("hello", 0, false));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(
+        refused.error()["hosts"]["titan"],
+        want,
+        "{}",
+        refused.text()
+    );
 }
 
 /// A client flooding crossbar with large bodies cannot make each one a tokenizer call on a host:

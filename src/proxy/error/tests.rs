@@ -91,11 +91,16 @@ fn issue27_each_refusal_has_its_status_kind_and_a_message_in_both_envelopes() {
             ProxyError::Upstream {
                 host: "titan".into(),
                 detail: "reset".into(),
+                refused: false,
             },
             502,
             "api_error",
         ),
-        (ProxyError::NoHealthyHost, 503, "overloaded_error"),
+        (
+            ProxyError::NoHealthyHost(Vec::new()),
+            503,
+            "overloaded_error",
+        ),
         (
             ProxyError::PinnedDown("titan".into()),
             503,
@@ -144,6 +149,7 @@ fn issue27_crossbars_fields_stay_inside_the_error_object() {
     let err = ProxyError::Upstream {
         host: "titan".into(),
         detail: "10.0.0.1:8080: connection reset".into(),
+        refused: false,
     };
     let error = error_of(&err, Shape::OpenAi, "api_error");
     assert_eq!(error["host"], "titan");
