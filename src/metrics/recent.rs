@@ -140,12 +140,16 @@ impl Window {
 /// prefill at each host's own measured rate (hosts without a rate add tokens but no seconds).
 pub fn saved(hours: &[HourView]) -> (u64, f64) {
     let tokens = hours.iter().map(|h| h.cached_total).sum();
-    let seconds = hours.iter().filter_map(HourView::saved_seconds).sum();
+    // Folded from +0.0: `Sum` for `f64` starts at -0.0, which the status showed as "-0.0".
+    let seconds = (hours.iter().filter_map(HourView::saved_seconds)).fold(0.0, |all, s| all + s);
     (tokens, seconds)
 }
 
-/// A saved prefill time in words: `42.0 seconds` under a minute, else `3.5 minutes`.
+/// A saved prefill time in words: `42.0 seconds` under a minute, else `3.5 minutes`; never below
+/// `0.0` (no `-0.0`, whatever rounding or a caller's sum gives).
 pub fn in_words(seconds: f64) -> String {
+    // `NaN > 0` is false too.
+    let seconds = if seconds > 0.0 { seconds } else { 0.0 };
     if seconds < 60.0 {
         format!("{seconds:.1} seconds")
     } else {
@@ -216,5 +220,19 @@ mod tests {
         assert_eq!(hour.saved_seconds(), Some(2.0));
         assert_eq!(in_words(2.0), "2.0 seconds");
         assert_eq!(in_words(90.0), "1.5 minutes");
+    }
+
+    /// Issue 27: a fresh gateway's status said "prefill saved: 0 tokens (≈ -0.0 seconds)": an
+    /// empty `f64` sum is -0.0. No figure is ever shown below zero.
+    #[test]
+    fn issue27_nothing_saved_is_zero_seconds_never_minus_zero() {
+        let (tokens, seconds) = saved(&[]);
+        assert_eq!((tokens, seconds.to_string()), (0, "0".to_string()));
+        let unmeasured = Window::default().hour(0);
+        assert_eq!(saved(&[unmeasured]).1.to_string(), "0");
+        assert_eq!(in_words(seconds), "0.0 seconds");
+        assert_eq!(in_words(-0.0), "0.0 seconds");
+        assert_eq!(in_words(-0.04), "0.0 seconds");
+        assert_eq!(in_words(f64::NAN), "0.0 seconds");
     }
 }

@@ -218,3 +218,15 @@ fn the_status_page_shows_prefill_saved_and_charts_of_the_last_hour() {
     );
     assert!(!page.contains("<script"), "no script");
 }
+
+/// Issue 27: before any prefill was measured, the status page (and `crossbar status`, which reads
+/// the admin JSON) said "prefill saved: 0 tokens (≈ -0.0 seconds)".
+#[test]
+fn issue27_a_fresh_gateway_saved_zero_seconds_not_minus_zero() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let page = get(&h, "/").text();
+    assert!(page.contains("(≈ <b>0.0 seconds</b>"), "{page}");
+    assert!(!page.contains("-0.0"), "{page}");
+    let status = get(&h, "/admin/status").json();
+    assert_eq!(status["prefill_saved"]["seconds"].to_string(), "0.0");
+}
