@@ -12,6 +12,7 @@
 
 mod accept;
 mod body;
+mod deadline;
 mod head;
 mod inbound;
 mod park;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::body::{self, BodyError};
+use super::deadline::Deadlined;
 use super::head::{BodyKind, Head};
 use super::inbound::Inbound;
 use super::peers::BodySlot;
@@ -132,7 +133,7 @@ impl<'c> Request<'c> {
         let all = self.answer_headers(headers, framing);
         let http10 = self.head.http10;
         BodyWriter::start_tracked(
-            Box::new(self.inb.wire()),
+            Box::new(Deadlined::new(self.inb.wire(), self.settings.write_timeout)),
             &self.close_after,
             http10,
             status,
@@ -152,7 +153,7 @@ impl<'c> Request<'c> {
         let head_only = self.head.method == "HEAD";
         let all = self.answer_headers(headers, Framing::Length(body.len() as u64));
         wire::send_tracked(
-            Box::new(self.inb.wire()),
+            Box::new(Deadlined::new(self.inb.wire(), self.settings.write_timeout)),
             Some(&self.close_after),
             self.head.http10,
             head_only,
