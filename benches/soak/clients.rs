@@ -366,9 +366,11 @@ fn answered(
     complete: bool,
     body: &[u8],
 ) -> Outcome {
-    let error = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string));
+    // crossbar's own words: the error envelope's `code` (issue 27), or the admin API's string.
+    let error = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
+        let e = v.get("error")?;
+        (e.get("code").and_then(Value::as_str).or(e.as_str())).map(str::to_string)
+    });
     // An answer naming a host was routed (a host's own 431 passes through, for one).
     let pre_route = host.is_none()
         && match status {
