@@ -74,6 +74,8 @@ pub struct Args {
     pub off: bool,
     pub since: Option<Duration>,
     pub route: Option<String>,
+    /// `report --by key`: one line per client key.
+    pub by: Option<String>,
     pub help: bool,
     pub version: bool,
 }
@@ -122,6 +124,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, CliError>
             Long("json") => out.json = true,
             Long("off") => out.off = true,
             Long("route") => out.route = Some(parser.value()?.string()?),
+            Long("by") => out.by = Some(parser.value()?.string()?),
             Long("since") => {
                 let text = parser.value()?.string()?;
                 out.since = Some(
@@ -193,12 +196,40 @@ fn run_command(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError>
         "report" => expect(0, "no arguments").and_then(|_| {
             let config = args.load_config()?;
             let since = args.since.unwrap_or(Duration::from_secs(24 * 3600));
-            let text = report::run(&config.db, since, args.route.as_deref(), args.json)
+            let by_key = match args.by.as_deref() {
+                None => false,
+                Some("key") => true,
+                Some(other) => {
+                    return Err(CliError::Usage(format!("--by {other}: only --by key")));
+                }
+            };
+            let text = report::run(&config.db, since, args.route.as_deref(), args.json, by_key)
                 .map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
             emit(&text)
         }),
+        "key" => match args.positional.first().map(String::as_str) {
+            Some("new") => expect(2, "new NAME").and_then(|_| new_key(&args.positional[1])),
+            _ => Err(CliError::Usage("key takes new NAME".to_string())),
+        },
         other => Err(CliError::Usage(format!("unknown command {other:?}"))),
     }
+}
+
+/// `crossbar key new NAME`: a fresh key, printed once, with the lines that put it in the config.
+fn new_key(name: &str) -> Result<(), CliError> {
+    if !config::valid_name(name) {
+        return Err(CliError::Usage(format!(
+            "key name {name:?}: use only letters, digits, '-' and '_'"
+        )));
+    }
+    let (key, hash) = crate::keys::new_key()
+        .map_err(|e| CliError::Failed(format!("no randomness from /dev/urandom: {e}")))?;
+    emit(&format!(
+        "key: {key}\n\nGive the key to its user; crossbar keeps only its hash. Add to crossbar.toml, \
+         then reload (systemctl reload crossbar, or SIGHUP):\n\n[keys.{name}]\nhash = \"{hash}\"\n\
+         # routes = [\"projA\"]        # default: every route\n\
+         # max_in_flight = 4\n# tokens_per_day = 2000000\n"
+    ))
 }
 
 /// `crossbar check`: prints `ok`, or every problem on its own line. A config that works but

@@ -47,6 +47,8 @@ pub struct Config {
     pub log_level: log::LevelFilter,
     pub hosts: BTreeMap<String, Host>,
     pub routes: BTreeMap<String, Route>,
+    /// Client keys (issue 25); none: the client port is open, as before.
+    pub keys: BTreeMap<String, ClientKey>,
     /// What works but is probably not what the operator meant (a retired key, say): `check`
     /// prints each, `serve` logs each at start.
     pub warnings: Vec<String>,
@@ -352,5 +354,8 @@ use validate::check_url;
 use validate::validate;
 pub use validate::{MAX_API_KEY, MAX_URL};
 
+mod keys;
 #[cfg(test)]
 mod tests;
+pub use keys::ClientKey;
+pub(crate) use validate::valid_name;

@@ -29,6 +29,8 @@ use std::time::Duration;
 pub use body::{read as read_body, BodyError, BodyTiming};
 pub use head::{parse as parse_head, BodyKind, Head, HeadError, MAX_HEAD, MAX_HEADERS};
 pub use inbound::{Inbound, Wire};
+/// What counts as one client address: an IPv4 address, or an IPv6 /64.
+pub(crate) use peers::key as peer_key;
 pub use pool::{Pool, Refused, Service};
 pub use request::Request;
 

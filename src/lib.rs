@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod fingerprint;
 pub mod health;
 pub mod holdings;
+pub mod keys;
 pub mod lease;
 pub mod limiter;
 pub mod logfmt;

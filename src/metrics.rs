@@ -42,6 +42,8 @@ struct Inner {
     /// Time waiting for a slot, by (route, host).
     queue_wait: Pairs<Histogram>,
     lease_events: BTreeMap<String, u64>,
+    /// Client key's configured name (issue 25) → requests and tokens (prompt plus completion).
+    keys: BTreeMap<String, (u64, u64)>,
     /// (route, host) → why requests were placed there (`crate::lease::Placed`, issue 23).
     placements: Pairs<BTreeMap<String, u64>>,
     /// Accounting rows the store could not write.
@@ -146,6 +148,14 @@ impl Metrics {
         add(&mut totals.completion, row.completion_tokens);
         at(&mut inner.durations, route, || Histogram::new(BUCKETS))
             .observe(row.total_ms.max(0) as f64 / 1000.0);
+        // Only configured key names reach the row's `key`: a bounded label set.
+        if !row.key.is_empty() {
+            let tokens = row.prompt_tokens.unwrap_or(0).max(0) as u64
+                + row.completion_tokens.unwrap_or(0).max(0) as u64;
+            let entry = at(&mut inner.keys, &row.key, || (0, 0));
+            entry.0 += 1;
+            entry.1 = entry.1.saturating_add(tokens);
+        }
         // Only crossbar's own words (lease::Placed) reach the row's `placed`: a small label set.
         if !row.placed.is_empty() && row.placed != "none" && !row.host.is_empty() {
             let reasons = inner.placements.at(route, host, BTreeMap::new);

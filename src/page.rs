@@ -182,6 +182,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
     out.push_str("</table>");
 
     api_table(gw, &mut out);
+    keys_table(gw, now, &mut out);
 
     out.push_str(
         "<h2>Recent requests</h2><table><tr><th>when</th><th>route</th><th>api</th><th>host</th><th>status</th>\
@@ -249,6 +250,32 @@ fn api_table(gw: &Gateway, out: &mut String) {
             t.prompt,
             t.cached,
             t.completion
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// Today's use per client key (issue 25), by its configured name, never the key.
+fn keys_table(gw: &Gateway, now: i64, out: &mut String) {
+    let config = gw.config();
+    if config.keys.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Client keys today (UTC)</h2><table><tr><th>key</th><th>tokens</th>\
+         <th>tokens per day</th><th>in flight</th><th>max in flight</th></tr>",
+    );
+    for (name, spent, running) in gw.keys.usage(&config, now) {
+        let key = &config.keys[&name];
+        let limit = |n: Option<String>| n.unwrap_or_else(|| "-".to_string());
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{running}</td>\
+             <td class=n>{}</td></tr>",
+            esc(&name),
+            group(spent),
+            limit(key.tokens_per_day.map(group)),
+            limit(key.max_in_flight.map(|n| n.to_string()))
         );
     }
     out.push_str("</table>");

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use crate::api::Api;
 use crate::config::Config;
-use crate::conn::{BodyError, Request};
+use crate::conn::{peer_key, BodyError, Request};
 use crate::fingerprint::{self, Family};
 use crate::holdings::Arrival;
 use crate::lease::{Key, Placed};
@@ -66,6 +66,10 @@ struct Plan<'a> {
     ctx_moved: Option<String>,
     /// Keeps the lease from eviction while the request runs.
     _hold: Option<crate::lease::Hold>,
+    /// Counts the request against its client key's `max_in_flight` while it runs (issue 25).
+    _key: Option<crate::keys::Admitted>,
+    /// Client keys are on: the headers a key comes in never go upstream.
+    keyed: bool,
 }
 
 /// What a request did with the lease table, as `X-Crossbar-Lease` and the log line say it.
@@ -218,9 +222,24 @@ fn prepare<'c>(
     incoming: &Incoming,
     row: &mut RequestRow,
 ) -> Result<(Plan<'c>, Key), ProxyError> {
+    // Issue 25: who sent it, from the head alone, before anything that names a route or a model
+    // (a CORS preflight carries no credentials).
+    let client = match incoming.method.as_str() {
+        "OPTIONS" => None,
+        _ => {
+            let peer = (request.peer_addr()).map_or([0, 0, 0, 0].into(), |a| peer_key(a.ip()));
+            gw.keys
+                .identify(config, &incoming.headers, peer, row.started)?
+        }
+    };
+    row.key = client.clone().unwrap_or_default();
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
+    let admitted = match &client {
+        Some(name) => Some(gw.keys.admit(config, name, &route_name, row.started)?),
+        None => None,
+    };
     forward::check_headers(incoming)?;
     let api = Api::of(&rest);
     row.api = api.name().to_string();
@@ -275,7 +294,8 @@ fn prepare<'c>(
         row.host = gw.leases.lookup(&key, &route.hosts, now)?;
         let host = configured_host(config, &row.host)?;
         let body = outgoing(host, body, &key.model, named);
-        let plan = plan(host, (api, rest, &key), body, LeaseUse::None, Placed::None);
+        let mut plan = plan(host, (api, rest, &key), body, LeaseUse::None, Placed::None);
+        (plan._key, plan.keyed) = (admitted, !config.keys.is_empty());
         return Ok((plan, key));
     }
     let what = place::What {
@@ -285,7 +305,8 @@ fn prepare<'c>(
         family,
         named,
     };
-    let plan = place::place(gw, config, &key, what, body, row)?;
+    let mut plan = place::place(gw, config, &key, what, body, row)?;
+    (plan._key, plan.keyed) = (admitted, !config.keys.is_empty());
     Ok((plan, key))
 }
 
@@ -310,6 +331,8 @@ fn plan<'c>(
         slot: false,
         ctx_moved: None,
         _hold: None,
+        _key: None,
+        keyed: false,
     }
 }
 

@@ -10,6 +10,8 @@ use serde::Serialize;
 
 use crate::store::{unix_ms, Reader, RequestRow, StoreError};
 
+mod keys;
+
 /// Figures for one route, host and API over the window.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct Line {
@@ -40,11 +42,21 @@ pub fn run(
     since: Duration,
     route: Option<&str>,
     json: bool,
+    by_key: bool,
 ) -> Result<String, StoreError> {
     // A missing file is Reader::open's error, naming it.
     let store = Reader::open(db)?;
     let from = unix_ms(SystemTime::now()) - since.as_millis() as i64;
-    let lines = summarize(&store.requests_since(from, route)?);
+    let rows = store.requests_since(from, route)?;
+    if by_key {
+        let lines = keys::summarize(&rows);
+        return Ok(if json {
+            serde_json::to_string_pretty(&lines).unwrap_or_default() + "\n"
+        } else {
+            keys::render(&lines, &pretty_window(since.as_secs_f64() / 3600.0))
+        });
+    }
+    let lines = summarize(&rows);
     Ok(if json {
         serde_json::to_string_pretty(&lines).unwrap_or_default() + "\n"
     } else {

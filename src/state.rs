@@ -33,6 +33,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// What each host holds warm, what is on its way there, how fast it prefills (issue 23).
     pub holdings: Arc<Holdings>,
+    /// Client keys' requests in flight, tokens today, failed attempts (issue 25).
+    pub keys: Arc<crate::keys::Keys>,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     /// The pooled agent every forwarded request goes through.
@@ -96,6 +98,16 @@ impl Gateway {
                 val(&crate::logfmt::chain(&err))
             ),
         }
+        let keys = Arc::new(crate::keys::Keys::default());
+        let now = unix_ms(SystemTime::now());
+        let midnight = now - now.rem_euclid(86_400_000);
+        match store.key_tokens_since(midnight) {
+            Ok(today) => keys.rebuild(today, now),
+            Err(err) => log::warn!(
+                "key budgets not rebuilt error={}",
+                val(&crate::logfmt::chain(&err))
+            ),
+        }
         let view = Arc::new(View {
             config: config.clone(),
             health: health.clone(),
@@ -136,6 +148,7 @@ impl Gateway {
             drains,
             metrics,
             holdings,
+            keys,
             last_prompt: Mutex::new(HashMap::new()),
             upstream,
             counter,

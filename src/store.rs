@@ -181,6 +181,10 @@ impl Store {
         self.reader.recent_requests(limit)
     }
 
+    pub fn key_tokens_since(&self, since_ms: i64) -> Result<Vec<(String, u64)>, StoreError> {
+        self.reader.key_tokens_since(since_ms)
+    }
+
     pub fn recent_families(
         &self,
         limit: usize,

@@ -80,7 +80,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "report",
-        args: " [--since DUR] [--route R] [--json]",
+        args: " [--since DUR] [--route R] [--by key] [--json]",
         summary: "requests, tokens and cache hits per route and host (reads the db)",
         about: "Reads the db named in the config: requests, tokens, cached-token share and TTFB per\n\
                 route and host.",
@@ -88,8 +88,19 @@ const COMMANDS: &[Command] = &[
             CONFIG,
             "--since DUR           how far back, e.g. 30m, 24h, 7d (default: 24h)",
             "--route R             only route R",
+            "--by key              one line per client key instead",
             "--json                JSON instead of a table",
         ],
+    },
+    Command {
+        name: "key",
+        args: " new NAME",
+        summary: "make a client key: prints it once, with the lines for crossbar.toml",
+        about: "Prints a fresh random key (256 bits) and the [keys.NAME] lines to paste into\n\
+                crossbar.toml; crossbar keeps only its SHA-256. Clients send it as\n\
+                Authorization: Bearer, x-api-key or api-key. Rotate: add a new key, hand it out,\n\
+                remove the old one, reload.",
+        options: &[],
     },
     Command {
         name: "backup",

@@ -39,6 +39,16 @@ pub(super) struct RawConfig {
     pub(super) hosts: BTreeMap<String, RawHost>,
     #[serde(default)]
     pub(super) routes: BTreeMap<String, RawRoute>,
+    #[serde(default)]
+    pub(super) keys: BTreeMap<String, RawKey>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RawKey {
+    pub(super) hash: Option<String>,
+    pub(super) routes: Option<Vec<String>>,
+    pub(super) max_in_flight: Option<usize>,
+    pub(super) tokens_per_day: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

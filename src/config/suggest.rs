@@ -5,7 +5,7 @@
 
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-use super::raw::{RawConfig, RawHost, RawModel, RawRoute};
+use super::raw::{RawConfig, RawHost, RawKey, RawModel, RawRoute};
 
 /// The known key nearest to the last segment of an unknown key's dotted path, when one is close
 /// enough to be a typo (an edit distance of at most 3, and under half the known word).
@@ -17,6 +17,7 @@ pub(super) fn for_key(path: &str) -> Option<&'static str> {
         ["hosts", _] => fields::<RawHost>(),
         ["hosts", _, "models", _] => fields::<RawModel>(),
         ["routes", _] => fields::<RawRoute>(),
+        ["keys", _] => fields::<RawKey>(),
         _ => return None,
     };
     known
@@ -30,7 +31,7 @@ pub(super) fn for_key(path: &str) -> Option<&'static str> {
 /// Every key a config may hold, as the README's table writes them: `listen`, `hosts.NAME.url`,
 /// `hosts.NAME.models.MODEL.parallel`, `routes.NAME.hosts`... (the tables themselves excluded).
 pub fn all_keys() -> Vec<String> {
-    let tables = ["hosts", "routes", "models"];
+    let tables = ["hosts", "routes", "models", "keys"];
     let level = |prefix: &str, keys: &[&str]| -> Vec<String> {
         keys.iter()
             .filter(|k| !tables.contains(k))
@@ -42,6 +43,7 @@ pub fn all_keys() -> Vec<String> {
         level("hosts.NAME.", fields::<RawHost>()),
         level("hosts.NAME.models.MODEL.", fields::<RawModel>()),
         level("routes.NAME.", fields::<RawRoute>()),
+        level("keys.NAME.", fields::<RawKey>()),
     ]
     .concat()
 }

@@ -325,8 +325,16 @@ fn placement_keys_are_checked_and_spread_new_is_a_warning() {
     let cfg = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(cfg.hosts["titan"].kv_tokens, None);
     assert!(!cfg.routes["projA"].move_when_busy);
-    assert!(cfg.warnings.is_empty());
-    let set = MINIMAL.replace(
+    // Issue 25: the default listen (0.0.0.0) without [keys] is open to the network: said once.
+    assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
+    assert!(
+        cfg.warnings[0].contains("no [keys] are set"),
+        "{:?}",
+        cfg.warnings
+    );
+    let local = format!("listen = \"127.0.0.1:8080\"\n{MINIMAL}");
+    assert!(Config::from_toml(&local).unwrap().warnings.is_empty());
+    let set = format!("listen = \"127.0.0.1:8080\"\n{MINIMAL}").replace(
         "url = \"http://10.0.0.1:8080/\"",
         "url = \"http://10.0.0.1:8080/\"\nkv_tokens = 131072",
     ) + "move_when_busy = true\nspread_new = true\n";

@@ -144,6 +144,13 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         })
         .collect();
 
+    let keys = super::keys::validate_keys(raw.keys, &routes, problems);
+    if keys.is_empty() && !listen.ip().is_loopback() {
+        warnings.push(format!(
+            "listen {listen} is not loopback and no [keys] are set: anyone who can reach the \
+             port can use every route; `crossbar key new NAME` makes one"
+        ));
+    }
     Config {
         listen,
         admin_listen,
@@ -166,6 +173,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         log_level,
         hosts,
         routes,
+        keys,
         warnings,
     }
 }

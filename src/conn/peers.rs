@@ -133,7 +133,7 @@ impl Counts {
 
 /// What counts as one peer: an IPv4 address, or an IPv6 /64 (one host may hold a whole /64, so a
 /// single address would be no limit at all). IPv4-mapped IPv6 addresses count as their IPv4.
-fn key(addr: IpAddr) -> IpAddr {
+pub(crate) fn key(addr: IpAddr) -> IpAddr {
     match addr {
         IpAddr::V4(_) => addr,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -77,6 +77,11 @@ impl<'c> Request<'c> {
         self.head.http10
     }
 
+    /// The client's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inb.wire().peer_addr().ok()
+    }
+
     /// The address the client connected to (this listener's own address as the client sees it).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.inb.wire().local_addr().ok()

@@ -96,6 +96,24 @@ impl Metrics {
                 labels(&[("reason", reason)])
             );
         }
+        for (name, help, pick) in [
+            (
+                "crossbar_key_requests_total",
+                "Requests per client key (its configured name).",
+                0,
+            ),
+            (
+                "crossbar_key_tokens_total",
+                "Prompt plus completion tokens per client key (its configured name).",
+                1,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            for (key, counts) in &inner.keys {
+                let n = [counts.0, counts.1][pick];
+                let _ = writeln!(out, "{name}{} {n}", labels(&[("key", key)]));
+            }
+        }
         header(
             &mut out,
             "crossbar_placements_total",

@@ -62,6 +62,16 @@ pub enum ProxyError {
     /// The head, as crossbar would send it upstream, is over what it writes
     /// (`upstream::HEAD_ROOM`): the client's 431, decided before anything is sent.
     HeadTooLarge,
+    /// No client key, an unknown one, or two that disagree (issue 25). Names no key or route.
+    Unauthorized,
+    /// A client key not allowed on the route.
+    Forbidden,
+    /// A client key over its limits, or an address over its failed keys: retry after so many
+    /// seconds.
+    TooManyRequests {
+        retry_after: u64,
+        why: &'static str,
+    },
     /// The body did not arrive within its deadline (`client_body_timeout` plus its size at
     /// `client_body_min_rate`).
     BodyTimeout,
@@ -85,6 +95,9 @@ impl ProxyError {
             | ProxyError::ModelNotFound { .. } => 404,
             ProxyError::BodyTooLarge => 413,
             ProxyError::HeadTooLarge => 431,
+            ProxyError::Unauthorized => 401,
+            ProxyError::Forbidden => 403,
+            ProxyError::TooManyRequests { .. } => 429,
             ProxyError::BodyTimeout => 408,
             ProxyError::ClientGone(_) => 499,
             ProxyError::NoHealthyHost(_)
@@ -153,6 +166,15 @@ impl ProxyError {
                 "the request body is over {} MiB, the most crossbar reads",
                 super::MAX_BODY >> 20
             ),
+            ProxyError::Unauthorized => {
+                "this gateway needs a client key: send it as Authorization: Bearer <key> (OpenAI \
+                 SDKs: api_key), x-api-key (Anthropic SDK, Claude Code) or api-key"
+                    .to_string()
+            }
+            ProxyError::Forbidden => "this client key may not use this route".to_string(),
+            ProxyError::TooManyRequests { why, .. } => {
+                format!("{why}; retry after Retry-After seconds")
+            }
             ProxyError::HeadTooLarge => {
                 "the request's headers are too large to forward; send fewer or shorter ones"
                     .to_string()
@@ -250,6 +272,7 @@ impl ProxyError {
             }
             ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
             ProxyError::QueueTimeout | ProxyError::StoreUnavailable => Some(5),
+            ProxyError::TooManyRequests { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }
@@ -265,6 +288,9 @@ impl fmt::Display for ProxyError {
             ProxyError::ModelNotFound { .. } => "model_not_found",
             ProxyError::BodyTooLarge => "body too large",
             ProxyError::HeadTooLarge => "headers too large",
+            ProxyError::Unauthorized => "unauthorized",
+            ProxyError::Forbidden => "forbidden",
+            ProxyError::TooManyRequests { .. } => "too many requests",
             ProxyError::PromptTooLarge { .. } => "prompt too large",
             ProxyError::NoHealthyHost(_) => "no healthy host",
             ProxyError::PinnedDown(_) => "pinned host down",
@@ -331,3 +357,16 @@ impl From<LimitError> for ProxyError {
 
 #[cfg(test)]
 mod tests;
+
+impl From<crate::keys::Denied> for ProxyError {
+    fn from(denied: crate::keys::Denied) -> ProxyError {
+        use crate::keys::Denied;
+        match denied {
+            Denied::Unauthorized => ProxyError::Unauthorized,
+            Denied::Forbidden => ProxyError::Forbidden,
+            Denied::TooMany { retry_after, why } => {
+                ProxyError::TooManyRequests { retry_after, why }
+            }
+        }
+    }
+}

@@ -301,6 +301,9 @@ pub(super) fn relay(
     record(gw, row);
     super::learn(gw, plan, row);
     drop(permit);
+    if let Some(key) = &plan._key {
+        key.release();
+    }
     if let Err(err) = out.finish() {
         log::debug!(
             "client gone before the end of the body error={}",

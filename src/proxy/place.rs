@@ -102,8 +102,16 @@ pub(super) fn again<'c>(
     old: Plan<'c>,
     row: &mut RequestRow,
 ) -> Result<Plan<'c>, ProxyError> {
-    let Plan { body, _hold, .. } = old;
+    let Plan {
+        body,
+        _hold,
+        _key,
+        keyed,
+        ..
+    } = old;
     // The old hold goes first: the lease it holds is about to move.
     drop(_hold);
-    place(gw, config, key, what, body, row)
+    let mut plan = place(gw, config, key, what, body, row)?;
+    (plan._key, plan.keyed) = (_key, keyed);
+    Ok(plan)
 }

@@ -20,6 +20,12 @@ use super::{ProxyError, HOST_HEADER};
 /// client; the store logs its cause once per burst (here only at debug).
 pub(super) fn record(gw: &Gateway, row: &RequestRow) {
     gw.metrics.observe_request(row);
+    if !row.key.is_empty() {
+        let tokens =
+            row.prompt_tokens.unwrap_or(0).max(0) + row.completion_tokens.unwrap_or(0).max(0);
+        let now = crate::store::unix_ms(std::time::SystemTime::now());
+        gw.keys.spent(&gw.config(), &row.key, tokens as u64, now);
+    }
     match gw.store.record_request(row) {
         Ok(()) => {}
         Err(err) => {
@@ -63,6 +69,9 @@ pub(super) fn log_request(row: &RequestRow, lease: &str) {
     }
     if let Some(exact) = row.ctx_exact {
         line.push_str(&format!(" ctx_exact={exact}"));
+    }
+    if !row.key.is_empty() {
+        line.push_str(&format!(" key={}", val(&row.key)));
     }
     if !row.err.is_empty() {
         line.push_str(&format!(" err={}", val(&row.err)));
@@ -174,6 +183,12 @@ pub(super) fn refuse(
     let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
     if let Some(secs) = err.retry_after(gw.config().health_interval.as_secs()) {
         headers.push(("Retry-After".to_string(), secs.to_string()));
+    }
+    if err == ProxyError::Unauthorized {
+        headers.push((
+            "WWW-Authenticate".to_string(),
+            "Bearer realm=\"crossbar\"".to_string(),
+        ));
     }
     if !row.host.is_empty() {
         headers.push((HOST_HEADER.to_string(), row.host.clone()));

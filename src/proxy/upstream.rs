@@ -359,9 +359,12 @@ pub(super) fn send(
     let tokens = wire::connection_tokens(incoming.header("Connection"));
     for (name, value) in &incoming.headers {
         let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
-        let replaced = plan.host.api_key.is_some()
-            && (name.eq_ignore_ascii_case("authorization")
-                || name.eq_ignore_ascii_case("x-api-key"));
+        // The host's own key replaces the client's; with client keys on, no client key ever goes
+        // upstream (issue 25).
+        let replaced = (plan.keyed && crate::keys::is_key_header(name))
+            || plan.host.api_key.is_some()
+                && (name.eq_ignore_ascii_case("authorization")
+                    || name.eq_ignore_ascii_case("x-api-key"));
         // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
         // uncompressed answer costs nothing.
         let skipped = ["expect", "accept-encoding"]

@@ -163,6 +163,21 @@ impl Reader {
         Ok(out)
     }
 
+    /// Tokens (prompt plus completion) per client key since `since_ms`: each key's day so far,
+    /// read once at start (issue 25's budgets are kept in memory).
+    pub fn key_tokens_since(&self, since_ms: i64) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.conn.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT key, sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0))
+             FROM requests WHERE started >= ?1 AND key != '' GROUP BY key",
+        )?;
+        let rows = stmt.query_map([since_ms], |r| {
+            let tokens: i64 = r.get(1)?;
+            Ok((r.get::<_, String>(0)?, u64::try_from(tokens).unwrap_or(0)))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The connection, for `backup`.
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> T) -> T {
         f(&self.conn.lock())

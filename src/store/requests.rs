@@ -9,15 +9,15 @@ use super::RequestRow;
 pub(super) const REQUEST_COLUMNS: &str =
     "id, started, route, fp, model, host, queued_ms, ttfb_ms, total_ms, \
      status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est, ctx_exact, api, \
-     family, placed";
+     family, placed, key";
 
 pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO requests (started, route, fp, model, host, queued_ms, ttfb_ms, total_ms,
            status, streamed, prompt_tokens, cached_tokens, completion_tokens, err, ctx_est,
-           ctx_exact, api, family, placed)
+           ctx_exact, api, family, placed, key)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-           ?19)",
+           ?19, ?20)",
     )?;
     stmt.execute(params![
         row.started,
@@ -38,7 +38,8 @@ pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::R
         row.ctx_exact,
         row.api,
         row.family,
-        row.placed
+        row.placed,
+        row.key
     ])?;
     Ok(())
 }
@@ -65,5 +66,6 @@ pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         api: r.get(17)?,
         family: r.get(18)?,
         placed: r.get(19)?,
+        key: r.get(20)?,
     })
 }

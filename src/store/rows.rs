@@ -91,6 +91,8 @@ pub struct RequestRow {
     pub family: String,
     /// Why it went where it went (`crate::lease::Placed::as_str`; `""` in older rows).
     pub placed: String,
+    /// The configured name of its client key (issue 25); `""` without keys. Never the key.
+    pub key: String,
 }
 
 impl LeaseState {

@@ -63,6 +63,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     //    where it went (sticky, family, inherit, least-loaded, ctx, busy, unhealthy, pinned, none).
     "ALTER TABLE requests ADD COLUMN family TEXT NOT NULL DEFAULT '';
     ALTER TABLE requests ADD COLUMN placed TEXT NOT NULL DEFAULT '';",
+    // 5: issue 25's client keys: the configured name of the key a request came with ('' when
+    //    keys are off, or none was needed).
+    "ALTER TABLE requests ADD COLUMN key TEXT NOT NULL DEFAULT '';",
 ];
 
 /// Brings the database up to `MIGRATIONS.len()` in one transaction; a no-op when it is already

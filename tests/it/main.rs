@@ -11,6 +11,7 @@ mod examples;
 mod front;
 mod fuzz;
 mod guard;
+mod keys;
 mod limits;
 mod listing;
 mod models;

@@ -158,8 +158,13 @@ impl Harness {
 
     /// Sends a POST on a new connection and returns the connection, answer unread.
     pub fn open_chat(&self, path: &str, body: &Value) -> Conn {
+        self.open_chat_with(path, &[], body)
+    }
+
+    /// [`Harness::open_chat`] with `headers`.
+    pub fn open_chat_with(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> Conn {
         let mut conn = Conn::open(self.addr());
-        conn.send("POST", path, &[], body.to_string().as_bytes());
+        conn.send("POST", path, headers, body.to_string().as_bytes());
         conn
     }
 

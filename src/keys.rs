@@ -1,0 +1,309 @@
+//! Client keys on the request path (issue 25): who sent a request, whether the key may use the
+//! route, and its limits — requests in flight and tokens per UTC day — plus the brute-force guard.
+//!
+//! Checked from the head alone, before the body is read or `100 Continue` sent, before any hint
+//! that names routes or models. A key arrives as `Authorization: Bearer` (OpenAI SDKs),
+//! `x-api-key` (the Anthropic SDK, Claude Code) or `api-key`; two that disagree, or one header
+//! sent twice, are refused. Keys are compared as SHA-256 digests in constant time against every
+//! configured key; the key itself is never kept, logged or recorded, only its configured name.
+//!
+//! State is in memory and bounded: a counter per configured key, today's tokens per configured key
+//! (rebuilt from the rows at start, never a query per request), and at most [`PEERS`] addresses
+//! with recent failures. No I/O, no clock (`now` is a parameter).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::Config;
+use crate::logfmt::val;
+
+/// Failed keys from one address within [`WINDOW_MS`] past which it is refused for a minute.
+pub const MAX_FAILURES: usize = 10;
+pub const WINDOW_MS: i64 = 60_000;
+/// Addresses remembered for their failures; past it the one quiet longest is forgotten.
+pub const PEERS: usize = 4096;
+/// A day, in ms: budgets reset at 00:00 UTC.
+const DAY_MS: i64 = 86_400_000;
+
+/// Why a request's key was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// No key, an unknown key, or keys that disagree: 401.
+    Unauthorized,
+    /// A known key not allowed on the route: 403.
+    Forbidden,
+    /// Over the key's `max_in_flight`, its day's budget, or too many failures from the address:
+    /// 429, retry after this many seconds.
+    TooMany { retry_after: u64, why: &'static str },
+}
+
+/// The runtime side of client keys. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Keys {
+    inner: Mutex<Inner>,
+}
+
+/// Invariants: `in_flight` and `spent` have entries only for configured key names; `peers` holds
+/// at most [`PEERS`] addresses, each with failure times within [`WINDOW_MS`], oldest first.
+#[derive(Debug, Default)]
+struct Inner {
+    in_flight: HashMap<String, usize>,
+    /// The UTC day (`now / DAY_MS`) `spent` counts, and tokens spent that day per key.
+    day: i64,
+    spent: HashMap<String, u64>,
+    peers: HashMap<IpAddr, Peer>,
+}
+
+#[derive(Debug, Default)]
+struct Peer {
+    failures: VecDeque<i64>,
+    blocked_until: i64,
+}
+
+/// A request admitted under its key: counted in flight until released or dropped.
+#[derive(Debug)]
+pub struct Admitted {
+    keys: Arc<Keys>,
+    pub name: String,
+    released: AtomicBool,
+}
+
+impl Admitted {
+    /// No longer in flight, from now: before an answer's last bytes go out, so the client's next
+    /// request never finds its own finished one still counted. Once; the drop does nothing after.
+    pub fn release(&self) {
+        if self.released.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let mut inner = self.keys.inner.lock();
+        if let Some(n) = inner.in_flight.get_mut(&self.name) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The key a request carries: `Ok(None)` when it sends none, [`Denied::Unauthorized`] when it
+/// sends two that disagree, one header twice, or an `Authorization` that is not `Bearer`.
+pub fn presented(headers: &[(String, String)]) -> Result<Option<&str>, Denied> {
+    let mut found: Option<&str> = None;
+    for name in ["authorization", "x-api-key", "api-key"] {
+        let mut sent = headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+        let Some((_, value)) = sent.next() else {
+            continue;
+        };
+        if sent.next().is_some() {
+            return Err(Denied::Unauthorized);
+        }
+        let value = if name == "authorization" {
+            match value.split_once(' ') {
+                Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+                _ => return Err(Denied::Unauthorized),
+            }
+        } else {
+            value.trim()
+        };
+        match found {
+            Some(other) if other != value => return Err(Denied::Unauthorized),
+            _ => found = Some(value),
+        }
+    }
+    Ok(found.filter(|v| !v.is_empty()))
+}
+
+/// The header names a key may come in: stripped from what goes upstream when keys are on.
+pub fn is_key_header(name: &str) -> bool {
+    ["authorization", "x-api-key", "api-key"]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+impl Keys {
+    /// Who sent the request: the configured name of its key, or `None` when no keys are
+    /// configured (the port is open, as before keys). `peer` is the client's address (an IPv6
+    /// /64 counts as one).
+    pub fn identify(
+        &self,
+        config: &Config,
+        headers: &[(String, String)],
+        peer: IpAddr,
+        now: i64,
+    ) -> Result<Option<String>, Denied> {
+        if config.keys.is_empty() {
+            return Ok(None);
+        }
+        let blocked = {
+            let inner = self.inner.lock();
+            inner.peers.get(&peer).map_or(0, |p| p.blocked_until)
+        };
+        if blocked > now {
+            let retry_after = ((blocked - now) as u64).div_ceil(1000);
+            let why = "too many failed keys from this address";
+            return Err(Denied::TooMany { retry_after, why });
+        }
+        let found = presented(headers).ok().flatten().and_then(|key| {
+            let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+            // Every configured key is compared, in constant time: the time taken says nothing
+            // about which one came close.
+            let mut hit = None;
+            for k in config.keys.values() {
+                if bool::from(k.hash.ct_eq(&digest)) {
+                    hit = Some(k.name.clone());
+                }
+            }
+            hit
+        });
+        match found {
+            Some(name) => Ok(Some(name)),
+            None => {
+                self.failed(peer, now);
+                Err(Denied::Unauthorized)
+            }
+        }
+    }
+
+    /// Admits a request of key `name` on `route`: the route must be allowed, the key under its
+    /// `max_in_flight` and its day's `tokens_per_day`. The returned guard counts it in flight.
+    pub fn admit(
+        self: &Arc<Self>,
+        config: &Config,
+        name: &str,
+        route: &str,
+        now: i64,
+    ) -> Result<Admitted, Denied> {
+        let Some(key) = config.keys.get(name) else {
+            return Err(Denied::Unauthorized);
+        };
+        if !key.allows(route) {
+            return Err(Denied::Forbidden);
+        }
+        let mut inner = self.inner.lock();
+        inner.roll(now);
+        if let Some(budget) = key.tokens_per_day {
+            if inner.spent.get(name).copied().unwrap_or(0) >= budget {
+                let retry_after = ((DAY_MS - now.rem_euclid(DAY_MS)) as u64).div_ceil(1000);
+                let why = "this key's tokens_per_day are spent";
+                return Err(Denied::TooMany { retry_after, why });
+            }
+        }
+        let in_flight = inner.in_flight.entry(name.to_string()).or_default();
+        if key.max_in_flight.is_some_and(|max| *in_flight >= max) {
+            let why = "this key's max_in_flight requests are running";
+            return Err(Denied::TooMany {
+                retry_after: 1,
+                why,
+            });
+        }
+        *in_flight += 1;
+        Ok(Admitted {
+            keys: self.clone(),
+            name: name.to_string(),
+            released: AtomicBool::new(false),
+        })
+    }
+
+    /// A request of key `name` ended having used `tokens` (prompt plus completion) at `now`.
+    pub fn spent(&self, config: &Config, name: &str, tokens: u64, now: i64) {
+        if tokens == 0 || !config.keys.contains_key(name) {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        inner.roll(now);
+        let spent = inner.spent.entry(name.to_string()).or_default();
+        *spent = spent.saturating_add(tokens);
+    }
+
+    /// Today's tokens per key as the rows have them (at start).
+    pub fn rebuild(&self, today: impl IntoIterator<Item = (String, u64)>, now: i64) {
+        let mut inner = self.inner.lock();
+        inner.roll(now);
+        for (name, tokens) in today {
+            inner.spent.insert(name, tokens);
+        }
+    }
+
+    /// Per configured key: tokens spent today and requests in flight now.
+    pub fn usage(&self, config: &Config, now: i64) -> Vec<(String, u64, usize)> {
+        let mut inner = self.inner.lock();
+        inner.roll(now);
+        (config.keys.keys())
+            .map(|name| {
+                let spent = inner.spent.get(name).copied().unwrap_or(0);
+                let running = inner.in_flight.get(name).copied().unwrap_or(0);
+                (name.clone(), spent, running)
+            })
+            .collect()
+    }
+
+    /// Counts a failed key from `peer`: past [`MAX_FAILURES`] in [`WINDOW_MS`] it is refused for
+    /// a minute. Logged once per burst, with the address, never the key.
+    fn failed(&self, peer: IpAddr, now: i64) {
+        let mut inner = self.inner.lock();
+        if !inner.peers.contains_key(&peer) && inner.peers.len() >= PEERS {
+            let quiet = (inner.peers.iter())
+                .min_by_key(|(_, p)| p.failures.back().copied().unwrap_or(0))
+                .map(|(ip, _)| *ip);
+            if let Some(ip) = quiet {
+                inner.peers.remove(&ip);
+            }
+        }
+        let entry = inner.peers.entry(peer).or_default();
+        while entry.failures.front().is_some_and(|t| now - t > WINDOW_MS) {
+            entry.failures.pop_front();
+        }
+        let first = entry.failures.is_empty();
+        if entry.failures.len() <= MAX_FAILURES {
+            entry.failures.push_back(now);
+        }
+        if first {
+            log::warn!("client key refused peer={}", val(&peer.to_string()));
+        }
+        if entry.failures.len() > MAX_FAILURES && entry.blocked_until <= now {
+            entry.blocked_until = now + WINDOW_MS;
+            log::warn!(
+                "client key failures peer={} failed={} blocked_s=60",
+                val(&peer.to_string()),
+                entry.failures.len()
+            );
+        }
+    }
+}
+
+impl Inner {
+    /// A new UTC day starts every budget afresh.
+    fn roll(&mut self, now: i64) {
+        let day = now.div_euclid(DAY_MS);
+        if day != self.day {
+            self.day = day;
+            self.spent.clear();
+        }
+    }
+}
+
+/// A fresh random key (256 bits from the OS) and its config hash: `crossbar key new`.
+pub fn new_key() -> std::io::Result<(String, String)> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let key = format!("cb-{}", hex(&bytes));
+    let hash = format!("sha256:{}", hex(&Sha256::digest(key.as_bytes())));
+    Ok((key, hash))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;
