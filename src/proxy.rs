@@ -107,16 +107,26 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         Ok(ready) => ready,
         Err(err) => return refuse(gw, request, err, row, clock),
     };
-    row.placed = plan.placed.as_str().to_string();
-    let permit = match take_slot(gw, &config, request, &mut plan, &key, &mut row) {
-        Ok(permit) => permit,
-        Err(err) => return refuse(gw, request, err, row, clock),
-    };
-    let client = request.socket();
-    let mut exchanged = forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock);
     // A host that refused the connection got nothing: the request goes once to the next
     // candidate, the host being down now (issue 24).
-    if let (Err(ProxyError::Upstream { refused: true, .. }), true) = (&exchanged, plan.slot) {
+    let mut retried = false;
+    let exchanged = loop {
+        row.placed = plan.placed.as_str().to_string();
+        let permit = match take_slot(gw, &config, request, &mut plan, &key, &mut row) {
+            Ok(permit) => permit,
+            Err(err) => return refuse(gw, request, err, row, clock),
+        };
+        let client = request.socket();
+        let result = forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock);
+        let refused = matches!(&result, Err(ProxyError::Upstream { refused: true, .. }));
+        if !refused || !plan.slot || retried {
+            break result;
+        }
+        retried = true;
+        log::info!(
+            "retry on the next host refused={}",
+            crate::logfmt::val(&row.host)
+        );
         let what = place::What {
             incoming: &incoming,
             api: plan.api,
@@ -124,22 +134,11 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
             family: plan.family,
             named: true,
         };
-        log::info!(
-            "retry on the next host refused={}",
-            crate::logfmt::val(&row.host)
-        );
         plan = match place::again(gw, &config, &key, what, plan, &mut row) {
             Ok(plan) => plan,
             Err(err) => return refuse(gw, request, err, row, clock),
         };
-        row.placed = plan.placed.as_str().to_string();
-        let permit = match take_slot(gw, &config, request, &mut plan, &key, &mut row) {
-            Ok(permit) => permit,
-            Err(err) => return refuse(gw, request, err, row, clock),
-        };
-        let client = request.socket();
-        exchanged = forward::exchange(gw, &incoming, &plan, permit, client, &mut row, clock);
-    }
+    };
     match exchanged {
         Ok(answer) => {
             if listing::renames(&incoming, &plan) {
