@@ -281,7 +281,9 @@ fn writable(dir: &std::path::Path) -> std::io::Result<()> {
 /// `crossbar backup FILE`: copies the db (while serve runs, too) and verifies the copy.
 fn backup(args: &Args) -> Result<(), CliError> {
     let config = args.load_config()?;
+    // Every db error names an absolute path (issue 27), the copy's too.
     let dest = PathBuf::from(&args.positional[0]);
+    let dest = std::path::absolute(&dest).unwrap_or(dest);
     let report =
         store::backup(&config.db, &dest).map_err(|e| CliError::Failed(crate::logfmt::chain(&e)))?;
     emit(&format!(

@@ -91,13 +91,16 @@ pub struct Route {
 }
 
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file. A relative `db` is the config file's neighbour, made
+    /// absolute ([`resolve_db`]), so every command reads the same db from any directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
             path: path.to_path_buf(),
             err,
         })?;
-        Config::from_toml(&text)
+        let mut config = Config::from_toml(&text)?;
+        config.db = resolve_db(path, &config.db)?;
+        Ok(config)
     }
 
     /// Parses and validates config text, reporting every problem found: TOML that does not parse
@@ -176,6 +179,36 @@ impl Config {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// Where `db`, as written in the config file at `config`, is: an absolute path as it is; a relative
+/// one against the config file's directory (issue 27: it was the working directory's, so `check`
+/// in a shell and `serve` under systemd could open two different files), made absolute. An
+/// upgrade that would start on an empty db — a file at the old, working-directory place and none
+/// at the new one — is refused, naming both.
+fn resolve_db(config: &Path, db: &Path) -> Result<PathBuf, ConfigError> {
+    if db.is_absolute() {
+        return Ok(db.to_path_buf());
+    }
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    // The directory exists (the config was just read from it): its real path, without `..`.
+    let dir = match config.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let new = std::fs::canonicalize(dir).map_or_else(|_| absolute(&dir.join(db)), |d| d.join(db));
+    let old = absolute(db);
+    if old != new && old.exists() && !new.exists() {
+        let message = format!(
+            "{db:?} is now read next to the config file, as {new}, where there is no database; \
+             {old} (the working directory, where crossbar looked before) has one. Move it to \
+             {new}, or set db = {old:?}",
+            new = new.display(),
+            old = old.display(),
+        );
+        return Err(ConfigError::Invalid(vec![Problem::new("db", message)]));
+    }
+    Ok(new)
 }
 
 /// Removes the value at a dotted `key` path (as serde_path_to_error prints it); false when there is

@@ -6,6 +6,7 @@
 //! (a panic while serving one request becomes a 500 for that request; the worker lives on).
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
@@ -73,50 +74,21 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens the store, loads the leases, binds the listeners and starts all threads.
+    /// Opens the store, loads the leases, binds the listeners and starts all threads. A start that
+    /// fails removes the db files it created (issue 27): a mistyped `listen` leaves no empty db
+    /// and lock file behind.
     pub fn start(config: Config) -> Result<Server, StartError> {
         warn_about(&config);
+        let fresh = Fresh::note(&config.db);
         let lock = DbLock::acquire(&config.db).map_err(StartError::Lock)?;
-        let store = Store::open(&config.db).map_err(StartError::Store)?;
-        let bind = |what, addr: SocketAddr| {
-            listener(addr).map_err(|err| StartError::Bind {
-                what,
-                addr,
-                detail: err.to_string(),
-            })
-        };
-        let client_listener = bind("clients", config.listen)?;
-        let admin_listener = bind("the admin API", config.admin_listen)?;
-        let (workers, settings) = (config.workers, config.front);
-        let gateway = Arc::new(Gateway::new(config, store).map_err(StartError::Store)?);
-        let service = |name, handle: fn(&Gateway, &mut Request<'_>)| {
-            let (gw, counted) = (gateway.clone(), gateway.clone());
-            Service {
-                name,
-                handle: Box::new(move |request| handle(&gw, request)),
-                refused: Box::new(move |why| counted.metrics.observe_refused(name, why.as_str())),
+        let (gateway, client, admin) = match open(config) {
+            Ok(parts) => parts,
+            Err(err) => {
+                // The store is closed by now; the lock is still held while its files go.
+                fresh.remove();
+                return Err(err);
             }
         };
-        let start = |listener, workers, service, addr| {
-            Pool::start(listener, workers, settings, service).map_err(|err| StartError::Bind {
-                what: "workers",
-                addr,
-                detail: err.to_string(),
-            })
-        };
-        let listen = (gateway.config().listen, gateway.config().admin_listen);
-        let client = start(
-            client_listener,
-            workers,
-            service("clients", proxy::handle),
-            listen.0,
-        )?;
-        let admin = start(
-            admin_listener,
-            ADMIN_WORKERS,
-            service("admin", admin::handle),
-            listen.1,
-        )?;
         let sweeper = Some(start_sweeper(gateway.clone()));
         let poller = Mutex::new(Some(start_poller(&gateway)));
         log::info!(
@@ -197,6 +169,10 @@ impl Server {
             poller.stop();
         }
         self.gateway.leases.flush_touches();
+        // The store closes before the last line (its WAL is copied into the db, which can take
+        // seconds), then the lock goes: `stopped` is the last thing the process does (issue 27).
+        drop(self.gateway);
+        drop(self._lock);
         log::info!("stopped");
     }
 }
@@ -207,6 +183,91 @@ impl std::fmt::Debug for Server {
             .field("client_addr", &self.client.addr())
             .field("admin_addr", &self.admin.addr())
             .finish_non_exhaustive()
+    }
+}
+
+/// Opens the store, binds both listeners and starts a pool on each. On an error everything it
+/// opened is closed again.
+fn open(config: Config) -> Result<(Arc<Gateway>, Pool, Pool), StartError> {
+    let store = Store::open(&config.db).map_err(StartError::Store)?;
+    let bind = |what, addr: SocketAddr| {
+        listener(addr).map_err(|err| StartError::Bind {
+            what,
+            addr,
+            detail: err.to_string(),
+        })
+    };
+    let client_listener = bind("clients", config.listen)?;
+    let admin_listener = bind("the admin API", config.admin_listen)?;
+    let (workers, settings) = (config.workers, config.front);
+    let gateway = Arc::new(Gateway::new(config, store).map_err(StartError::Store)?);
+    let service = |name, handle: fn(&Gateway, &mut Request<'_>)| {
+        let (gw, counted) = (gateway.clone(), gateway.clone());
+        Service {
+            name,
+            handle: Box::new(move |request| handle(&gw, request)),
+            refused: Box::new(move |why| counted.metrics.observe_refused(name, why.as_str())),
+        }
+    };
+    let start = |listener, workers, service, addr| {
+        Pool::start(listener, workers, settings, service).map_err(|err| StartError::Bind {
+            what: "workers",
+            addr,
+            detail: err.to_string(),
+        })
+    };
+    let listen = (gateway.config().listen, gateway.config().admin_listen);
+    let client = start(
+        client_listener,
+        workers,
+        service("clients", proxy::handle),
+        listen.0,
+    )?;
+    let admin = match start(
+        admin_listener,
+        ADMIN_WORKERS,
+        service("admin", admin::handle),
+        listen.1,
+    ) {
+        Ok(admin) => admin,
+        Err(err) => {
+            // Its workers hold the gateway, and with it the store.
+            client.stop(Instant::now());
+            return Err(err);
+        }
+    };
+    Ok((gateway, client, admin))
+}
+
+/// The db's files that did not exist before a start: the db, its WAL and shared memory, its lock.
+#[derive(Debug)]
+struct Fresh(Vec<PathBuf>);
+
+impl Fresh {
+    fn note(db: &Path) -> Fresh {
+        let beside = |suffix: &str| {
+            let mut name = db.as_os_str().to_os_string();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        let files = ["", "-wal", "-shm", ".lock"].into_iter().map(beside);
+        Fresh(files.filter(|path| !path.exists()).collect())
+    }
+
+    /// Removes those that exist now. Only while this process holds the lock: no other crossbar
+    /// can have opened them.
+    fn remove(self) {
+        for path in self.0 {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => log::warn!(
+                    "cannot remove what a failed start created file={} error={}",
+                    crate::logfmt::val(&path.display().to_string()),
+                    crate::logfmt::val(&err.to_string())
+                ),
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@ mod affinity;
 mod apis;
 mod blame;
 mod broken;
+mod dbfiles;
 mod envelope;
 mod exact;
 mod examples;
