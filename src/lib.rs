@@ -18,6 +18,7 @@ pub mod limiter;
 pub mod logfmt;
 pub mod logsink;
 pub mod metrics;
+pub mod nearest;
 pub mod page;
 pub mod proxy;
 pub mod report;

@@ -35,7 +35,7 @@ pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
     }
     let host = request.header("Host").unwrap_or("");
     if !own_host(host, request.local_addr()) {
-        return Err(Answer::error(403, "Host is not this admin listener"));
+        return Err(Answer::error(403, not_own_host(host, request.local_addr())));
     }
     if let Some(origin) = request.header("Origin") {
         let same = origin
@@ -53,6 +53,19 @@ pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
         return Err(Answer::error(415, "Content-Type must be application/json"));
     }
     Ok(())
+}
+
+/// The 403 for a foreign `Host`, saying which address to use instead (issue 27).
+fn not_own_host(host: &str, local: Option<SocketAddr>) -> String {
+    let host: String = host.chars().take(100).collect();
+    let use_ = local.map_or("the admin_listen address".to_string(), |local| {
+        format!("http://{local}/ or http://localhost:{}/", local.port())
+    });
+    format!(
+        "Host {host:?} is not this admin listener: without an admin_token it answers only \
+         requests addressed to {use_} (so a web page elsewhere cannot reach it); use that \
+         address, or set admin_token in the config to reach it by another name or a tunnel"
+    )
 }
 
 /// Whether a `Host` header names this listener: `localhost` or the address the client connected

@@ -37,15 +37,30 @@ fn known_route<'c>(config: &'c Config, route: &str) -> Result<&'c Route, Answer>
     config
         .routes
         .get(route)
-        .ok_or_else(|| Answer::error(404, format!("unknown route {route:?}")))
+        .ok_or_else(|| unknown("route", route, config.routes.keys()))
 }
 
 fn known_host(config: &Config, host: &str) -> Result<(), Answer> {
     if config.hosts.contains_key(host) {
         Ok(())
     } else {
-        Err(Answer::error(404, format!("unknown host {host:?}")))
+        Err(unknown("host", host, config.hosts.keys()))
     }
+}
+
+/// 404 for a name the config does not have, with the one it probably meant and the ones it has
+/// (issue 27: `crossbar drain tital`).
+fn unknown<'a>(what: &str, name: &str, known: impl Iterator<Item = &'a String> + Clone) -> Answer {
+    let near = crate::nearest::nearest(name, known.clone().map(String::as_str))
+        .map_or(String::new(), |near| format!("; did you mean {near:?}?"));
+    let all: Vec<&str> = known.map(String::as_str).collect();
+    Answer::error(
+        404,
+        format!(
+            "unknown {what} {name:?}{near} ({what}s: {})",
+            all.join(", ")
+        ),
+    )
 }
 
 fn lease_failure(err: LeaseError) -> Answer {
@@ -74,8 +89,10 @@ pub(super) fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
         return Answer::error(
             404,
             format!(
-                "host {:?} is not a candidate of route {:?}",
-                req.host, req.route
+                "host {:?} is not a candidate of route {:?} (its hosts: {})",
+                req.host,
+                req.route,
+                route.hosts.join(", ")
             ),
         );
     }
@@ -86,13 +103,28 @@ pub(super) fn pin(gw: &Gateway, req: PinRequest, now: i64) -> Answer {
                 req.route,
                 req.host
             );
-            Answer::json(
-                200,
-                json!({ "route": req.route, "host": req.host, "dropped": dropped }),
-            )
+            let mut answer = json!({ "route": req.route, "host": req.host, "dropped": dropped });
+            if let Some(warning) = down_warning(gw, &req.route, &req.host) {
+                log::warn!("pin onto a down host route={} host={}", req.route, req.host);
+                answer["warning"] = warning.into();
+            }
+            Answer::json(200, answer)
         }
         Err(err) => lease_failure(err),
     }
+}
+
+/// What a pin onto a host that is down now means for the route's clients (issue 27: it was
+/// accepted silently). The pin stands: the operator may be about to bring the host back.
+fn down_warning(gw: &Gateway, route: &str, host: &str) -> Option<String> {
+    let status = gw.health.get(host).filter(|s| !s.healthy)?;
+    let why = status
+        .reason
+        .map_or("no answer".to_string(), |r| r.to_string());
+    Some(format!(
+        "host {host} is down ({why}): requests of route {route} get 503 `pinned host down` \
+         until it is back; `crossbar unpin {route}` lets the route use its other hosts"
+    ))
 }
 
 pub(super) fn unpin(gw: &Gateway, req: RouteRequest, now: i64) -> Answer {

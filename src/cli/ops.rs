@@ -11,6 +11,8 @@ use super::{emit, Args, CliError};
 struct Admin {
     base: String,
     token: Option<String>,
+    /// Where the token came from, for a 401's hint: `--token` or the config's `admin_token`.
+    token_from: &'static str,
     agent: ureq::Agent,
 }
 
@@ -29,6 +31,11 @@ impl Admin {
             Some(addr) => admin_base(addr),
             None => configured,
         };
+        let token_from = if args.token.is_some() {
+            "--token"
+        } else {
+            "admin_token in the config"
+        };
         let token = args.token.clone().or(config_token);
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -36,7 +43,12 @@ impl Admin {
             .max_redirects(0)
             .build();
         let agent = ureq::Agent::new_with_config(config);
-        Ok(Admin { base, token, agent })
+        Ok(Admin {
+            base,
+            token,
+            token_from,
+            agent,
+        })
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
@@ -86,8 +98,28 @@ impl Admin {
                             .map(str::to_string)
                     })
                     .unwrap_or_else(|| "no details".to_string());
-                Err(CliError::Failed(format!("{code}: {message}")))
+                Err(CliError::Failed(format!(
+                    "{code}: {message}{}",
+                    self.hint(code)
+                )))
             }
+        }
+    }
+}
+
+impl Admin {
+    /// How to fix a refusal the CLI can help with (issue 27): the token for a 401.
+    fn hint(&self, code: u16) -> String {
+        match (code, &self.token) {
+            (401, None) => "; this crossbar has an admin_token: pass --token TOKEN, or -c the \
+                            config that sets it"
+                .to_string(),
+            (401, Some(_)) => format!(
+                "; the token sent (from {}) is not the running crossbar's admin_token: pass the \
+                 right one with --token TOKEN",
+                self.token_from
+            ),
+            _ => String::new(),
         }
     }
 }
@@ -272,7 +304,11 @@ pub fn pin(args: &Args) -> Result<(), CliError> {
     emit(&format!(
         "pinned {route} to {host}; dropped {} leases on other hosts\n",
         text(&answer["dropped"])
-    ))
+    ))?;
+    if let Some(warning) = answer["warning"].as_str() {
+        super::to_stderr(&format!("warning: {warning}\n"));
+    }
+    Ok(())
 }
 
 pub fn unpin(args: &Args) -> Result<(), CliError> {

@@ -8,7 +8,7 @@ use serde::de::{self, Deserialize, Deserializer, Visitor};
 use super::raw::{RawConfig, RawHost, RawKey, RawModel, RawRoute};
 
 /// The known key nearest to the last segment of an unknown key's dotted path, when one is close
-/// enough to be a typo (an edit distance of at most 3, and under half the known word).
+/// enough to be a typo (`nearest`).
 pub(super) fn for_key(path: &str) -> Option<&'static str> {
     let parts: Vec<&str> = path.split('.').collect();
     let (last, parents) = parts.split_last()?;
@@ -20,12 +20,7 @@ pub(super) fn for_key(path: &str) -> Option<&'static str> {
         ["keys", _] => fields::<RawKey>(),
         _ => return None,
     };
-    known
-        .iter()
-        .map(|k| (distance(last, k), *k))
-        .filter(|(d, k)| *d <= 3 && *d * 2 < k.len())
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
+    crate::nearest::nearest(last, known.iter().copied())
 }
 
 /// Every key a config may hold, as the README's table writes them: `listen`, `hosts.NAME.url`,
@@ -80,24 +75,6 @@ impl<'de> Deserializer<'de> for &mut FieldGrab {
         option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
         ignored_any
     }
-}
-
-/// Levenshtein distance over chars.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]

@@ -245,10 +245,23 @@ impl ProxyError {
             ProxyError::MissingRoute { routes } => {
                 format!("no route named; {shape}; routes: {}", names(routes))
             }
-            ProxyError::UnknownRoute { route, routes } => format!(
-                "no route is called {route:?}; routes: {}; {shape}",
-                names(routes)
-            ),
+            // crossbar's own pages are on the admin listener (issue 27).
+            ProxyError::UnknownRoute { route, .. }
+                if ["admin", "metrics", "livez", "readyz"].contains(&route.as_str()) =>
+            {
+                format!(
+                    "/{route} is served by crossbar's admin listener, not this port: use the \
+                     address admin_listen names in the config (127.0.0.1:8081 unless set)"
+                )
+            }
+            ProxyError::UnknownRoute { route, routes } => {
+                let near = crate::nearest::nearest(route, routes.iter().map(String::as_str))
+                    .map_or(String::new(), |near| format!(" (did you mean {near:?}?)"));
+                format!(
+                    "no route is called {route:?}{near}; routes: {}; {shape}",
+                    names(routes)
+                )
+            }
             ProxyError::MissingV1 { route } => format!(
                 "the base URL ends in /v1: use http://<gateway>/{route}/v1 (e.g. /{route}/v1/chat/completions)"
             ),

@@ -3,6 +3,7 @@
 //! the probes are in `admin/observe.rs`, the CLI verbs in `admin/cli.rs`.
 
 mod cli;
+mod hints;
 mod observe;
 mod pipe;
 mod race;

@@ -42,7 +42,7 @@ pub(super) fn crossbar_to(dir: &Path, args: &[&str], stdout: Stdio) -> Run {
 }
 
 /// An operator verb against the harness's admin listener.
-fn verb(h: &Harness, args: &[&str]) -> Run {
+pub(super) fn verb(h: &Harness, args: &[&str]) -> Run {
     let admin = format!("http://{}", h.server().admin_addr());
     let mut all = vec!["--admin", admin.as_str()];
     all.extend_from_slice(args);
@@ -51,7 +51,7 @@ fn verb(h: &Harness, args: &[&str]) -> Run {
 
 /// Exit 0, nothing on stderr; returns stdout.
 #[track_caller]
-fn check_ok(run: &Run) -> &str {
+pub(super) fn check_ok(run: &Run) -> &str {
     assert_eq!(run.code, Some(0), "{run:#?}");
     assert_eq!(run.stderr, "", "{run:#?}");
     &run.stdout
@@ -59,7 +59,7 @@ fn check_ok(run: &Run) -> &str {
 
 /// Exit 1 with exactly one line on stderr that mentions `mentions`.
 #[track_caller]
-fn check_fails(run: &Run, mentions: &str) {
+pub(super) fn check_fails(run: &Run, mentions: &str) {
     assert_eq!(run.code, Some(1), "{run:#?}");
     assert_eq!(run.stderr.lines().count(), 1, "{run:#?}");
     assert!(run.stderr.contains(mentions), "{run:#?}");

@@ -53,7 +53,13 @@ fn pins_racing_reloads_that_add_and_remove_the_route_never_fail() {
         let answer = post(&h, "/admin/pin", json!({"route": "projB", "host": "titan"}));
         match answer.status {
             200 => {}
-            404 => assert_eq!(answer.json()["error"], "unknown route \"projB\""),
+            404 => {
+                let error = answer.json()["error"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                assert!(error.starts_with("unknown route \"projB\""), "{error}");
+            }
             _ => panic!("{} {}", answer.status, answer.text()),
         }
     }
