@@ -1,8 +1,9 @@
 //! The admin listener: the operator's JSON API, `/metrics` and the status page.
 //!
-//! [`handle`] answers one admin request. It checks the bearer token (constant time), parses bodies
-//! into typed requests whose errors name the bad field, and calls the lease table, drain set and
-//! store. It never serves client (proxy) paths, and the client listener never serves these.
+//! [`handle`] answers one admin request. It checks the bearer token or a signed-in browser's
+//! session (constant time; `guard`, `signin`), parses bodies into typed requests whose errors name
+//! the bad field, and calls the lease table, drain set and store. It never serves client (proxy)
+//! paths, and the client listener never serves these.
 
 use std::time::SystemTime;
 
@@ -10,7 +11,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 mod guard;
+mod session;
+mod signin;
 mod verbs;
+
+pub use session::{strip_cookie, Sessions, COOKIE, LIFETIME, MAX_SESSIONS};
 
 use crate::conn::{BodyError, Request};
 use crate::logfmt::val;
@@ -22,20 +27,40 @@ use crate::store::unix_ms;
 /// Admin bodies are a few fields; anything larger is a mistake.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
 
-/// An admin answer: status and JSON (or another content type for `/metrics` and `/`).
+/// An admin answer: status and JSON (or another content type for `/metrics` and `/`), and the
+/// headers a sign-in adds (`Location`, `Set-Cookie`).
 #[derive(Debug)]
 pub(crate) struct Answer {
     status: u16,
     content_type: &'static str,
     body: String,
+    headers: Vec<(&'static str, String)>,
 }
+
+/// What an HTML answer may do: no scripts or outside resources at all, forms only to this
+/// listener, and no framing by another page (the sign-in and sign-out buttons).
+const HTML_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+                           frame-ancestors 'none'; base-uri 'none'";
 
 impl Answer {
     fn json(status: u16, value: Value) -> Answer {
+        Answer::with(status, "application/json", value.to_string())
+    }
+
+    fn html(status: u16, body: String) -> Answer {
+        let mut answer = Answer::with(status, "text/html; charset=utf-8", body);
+        answer
+            .headers
+            .push(("Content-Security-Policy", HTML_POLICY.to_string()));
+        answer
+    }
+
+    fn with(status: u16, content_type: &'static str, body: String) -> Answer {
         Answer {
             status,
-            content_type: "application/json",
-            body: value.to_string(),
+            content_type,
+            body,
+            headers: Vec::new(),
         }
     }
 
@@ -50,7 +75,11 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let method = request.method().to_string();
     let target = request.target().to_string();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let answer = match probe(gw, &method, path).map_or_else(|| guard::guard(gw, request), Err) {
+    let early = probe(gw, &method, path).or_else(|| signin::handle(gw, request, &method, path));
+    let answer = match early.map_or_else(|| guard::guard(gw, request), Err) {
+        Err(answer) if answer.status == 401 => {
+            signin::instead_of_page(gw, request, &method, path).unwrap_or(answer)
+        }
         Err(answer) => answer,
         Ok(()) => match request.read_body(MAX_ADMIN_BODY) {
             Ok(body) => route(gw, &method, path, query, &body),
@@ -66,10 +95,11 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
             answer.status
         );
     }
-    let headers = [
+    let mut headers = vec![
         ("Content-Type".to_string(), answer.content_type.to_string()),
         ("Cache-Control".to_string(), "no-store".to_string()),
     ];
+    headers.extend((answer.headers.into_iter()).map(|(name, value)| (name.to_string(), value)));
     if let Err(err) = request.send(answer.status, &headers, answer.body.as_bytes()) {
         log::debug!(
             "client gone before its admin answer error={}",
@@ -115,16 +145,12 @@ fn probe(gw: &Gateway, method: &str, path: &str) -> Option<Answer> {
 fn route(gw: &Gateway, method: &str, path: &str, query: &str, body: &[u8]) -> Answer {
     let now = unix_ms(SystemTime::now());
     match (method, path) {
-        ("GET" | "HEAD", "/") => Answer {
-            status: 200,
-            content_type: "text/html; charset=utf-8",
-            body: page::render(gw, now),
-        },
-        ("GET" | "HEAD", "/metrics") => Answer {
-            status: 200,
-            content_type: "text/plain; version=0.0.4; charset=utf-8",
-            body: gw.metrics.render(&gauges(gw)),
-        },
+        ("GET" | "HEAD", "/") => Answer::html(200, signin::page(gw, page::render(gw, now))),
+        ("GET" | "HEAD", "/metrics") => Answer::with(
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            gw.metrics.render(&gauges(gw)),
+        ),
         ("GET", "/admin/status") => Answer::json(200, status(gw)),
         ("GET", "/admin/leases") => Answer::json(200, leases(gw)),
         ("GET", "/admin/events") => events(gw, query),

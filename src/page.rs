@@ -16,7 +16,7 @@ const REFRESH_S: u32 = 5;
 /// Recent requests shown.
 const RECENT: usize = 20;
 
-const STYLE: &str =
+pub(crate) const STYLE: &str =
     "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
 h1{font-size:1.3em;margin:0 0 .2em}h2{font-size:1.05em;margin:1.4em 0 .4em}\
 table{border-collapse:collapse;background:#fff;box-shadow:0 0 0 1px #ddd}\

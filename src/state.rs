@@ -35,6 +35,8 @@ pub struct Gateway {
     pub holdings: Arc<Holdings>,
     /// Client keys' requests in flight, tokens today, failed attempts (issue 25).
     pub keys: Arc<crate::keys::Keys>,
+    /// The status page's sign-in sessions (issue 27).
+    pub sessions: crate::admin::Sessions,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     /// The pooled agent every forwarded request goes through.
@@ -149,6 +151,7 @@ impl Gateway {
             metrics,
             holdings,
             keys,
+            sessions: crate::admin::Sessions::default(),
             last_prompt: Mutex::new(HashMap::new()),
             upstream,
             counter,
@@ -161,7 +164,7 @@ impl Gateway {
     }
 
     /// Puts a new config in force: hosts, routes, slots and timeouts change; leases on hosts that
-    /// are gone are dropped with an event.
+    /// are gone are dropped with an event; a new `admin_token` ends every sign-in session.
     pub fn apply_config(&self, new: Config, now: i64) {
         let old = self.config();
         for gone in old.hosts.keys().filter(|h| !new.hosts.contains_key(*h)) {
@@ -183,6 +186,10 @@ impl Gateway {
         self.leases.set_max_leases(new.max_leases);
         for route in new.routes.values() {
             self.leases.add_candidates(&route.name, &route.hosts);
+        }
+        if new.admin_token != old.admin_token {
+            // Sessions were opened with the old token; whoever holds it no longer may.
+            self.sessions.clear();
         }
         *self.config.write() = Arc::new(new);
     }

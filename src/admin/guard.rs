@@ -1,19 +1,22 @@
 //! Who may use the admin API, decided from the head alone (before any body is read). With an
-//! `admin_token`: whoever presents it. Without one: only requests a web page on another site
-//! cannot make a browser send — the DNS-rebinding and cross-site-form cases of issue 10.
+//! `admin_token`: whoever presents it, or a browser signed in with it (issue 27's session cookie).
+//! Without one, and for a signed-in browser too: only requests a web page on another site cannot
+//! make a browser send — the DNS-rebinding and cross-site-form cases of issue 10.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
 
 use subtle::ConstantTimeEq;
 
-use super::Answer;
+use super::{session, Answer};
 use crate::conn::Request;
 use crate::state::Gateway;
 
-/// Who may use the admin API. With a token: whoever presents it (constant-time compare). Without
-/// one, only what a browser page on another site cannot forge: a `Host` naming this listener or
-/// `localhost` (DNS rebinding), no foreign `Origin`, and `Content-Type: application/json` on a POST
-/// (a plain HTML form cannot send it).
+/// Who may use the admin API. With a token: whoever presents it (constant-time compare), or a
+/// browser with a live session, held to the checks below but the `Host` one (its cookie is sent
+/// only to the name it signed in on). Without a token, only what a browser page on another site
+/// cannot forge: a `Host` naming this listener or `localhost` (DNS rebinding), no foreign
+/// `Origin`, and `Content-Type: application/json` on a POST (a plain HTML form cannot send it).
 pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
     let config = gw.config();
     if let Some(token) = config.admin_token.as_deref() {
@@ -26,17 +29,37 @@ pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
         if second.is_some() {
             return Err(Answer::error(400, "two Authorization headers"));
         }
+        if first.is_none() && signed_in(gw, request) {
+            return same_origin(request).and_then(|()| json_post(request));
+        }
         let given = first.is_some_and(|v| bool::from(v.as_bytes().ct_eq(expected.as_bytes())));
         return if given {
             Ok(())
         } else {
-            Err(Answer::error(401, "missing or wrong admin token"))
+            Err(Answer::error(
+                401,
+                "missing or wrong admin token: send Authorization: Bearer <admin_token>, or sign \
+                 in at /signin in a browser",
+            ))
         };
     }
     let host = request.header("Host").unwrap_or("");
     if !own_host(host, request.local_addr()) {
         return Err(Answer::error(403, not_own_host(host, request.local_addr())));
     }
+    same_origin(request)?;
+    json_post(request)
+}
+
+/// Whether the request carries the cookie of a live sign-in session.
+fn signed_in(gw: &Gateway, request: &Request<'_>) -> bool {
+    let now = Instant::now();
+    session::cookies(request.headers()).any(|id| gw.sessions.check(id, now))
+}
+
+/// A browser's `Origin`, when it sends one, must be this listener as the request's `Host` names it.
+pub(super) fn same_origin(request: &Request<'_>) -> Result<(), Answer> {
+    let host = request.header("Host").unwrap_or("");
     if let Some(origin) = request.header("Origin") {
         let same = origin
             .strip_prefix("http://")
@@ -45,6 +68,11 @@ pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
             return Err(Answer::error(403, "cross-site request refused"));
         }
     }
+    Ok(())
+}
+
+/// A POST must say `Content-Type: application/json`, which a plain HTML form cannot send.
+fn json_post(request: &Request<'_>) -> Result<(), Answer> {
     let json = request
         .header("Content-Type")
         .and_then(|v| v.split(';').next())

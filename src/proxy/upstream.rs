@@ -373,8 +373,17 @@ pub(super) fn send(
         if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
             continue;
         }
+        // The status page's sign-in cookie stays home: cookies are not port-scoped (issue 27).
+        let value = if name.eq_ignore_ascii_case("cookie") {
+            match crate::admin::strip_cookie(value) {
+                Some(rest) => rest,
+                None => continue,
+            }
+        } else {
+            std::borrow::Cow::Borrowed(value.as_str())
+        };
         head += name.len() + value.len() + 4;
-        request = request.header(name.as_str(), value.as_str());
+        request = request.header(name.as_str(), value.as_ref());
     }
     if let Some(key) = &plan.host.api_key {
         head += key.len() + 24;

@@ -7,6 +7,7 @@ mod hints;
 mod observe;
 mod pipe;
 mod race;
+mod signin;
 
 use serde_json::{json, Value};
 

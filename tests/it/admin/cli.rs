@@ -227,6 +227,12 @@ fn a_serving_crossbar_never_logs_its_admin_token() {
             body,
         );
     }
+    // Issue 27: the sign-in form's token, right or wrong, and one put in a URL by mistake.
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    for body in [format!("token={token}"), format!("token={token}x")] {
+        request(admin, "POST", "/signin", &form, body.as_bytes());
+    }
+    request(admin, "GET", &format!("/signin?token={token}"), &[], b"");
     let url = format!("http://{admin}");
     check_fails(
         &crossbar(&dir, &["status", "--admin", &url, "--token", "x"]),
@@ -241,6 +247,7 @@ fn a_serving_crossbar_never_logs_its_admin_token() {
     assert!(child.wait().unwrap().success(), "{log}");
     assert!(log.contains("status=401"), "the log was captured: {log}");
     assert!(log.contains("drain host=titan"), "{log}");
+    assert!(log.contains("admin signed in"), "{log}");
     assert!(
         !log.contains(token),
         "the token leaked into the log:\n{log}"
