@@ -9,7 +9,7 @@ use crate::fingerprint::Family;
 use crate::holdings::Arrival;
 use crate::lease::{Ask, Key, Placed};
 use crate::state::Gateway;
-use crate::store::{unix_ms, RequestRow};
+use crate::store::RequestRow;
 
 use super::ProxyError;
 use super::{arrival, configured_host, ctxguard, outgoing, plan, Incoming, LeaseUse, Plan};
@@ -35,7 +35,8 @@ pub(super) fn place<'c>(
     row: &mut RequestRow,
 ) -> Result<Plan<'c>, ProxyError> {
     let route = &config.routes[&key.route];
-    let now = unix_ms(std::time::SystemTime::now());
+    // Lease events carry the request's start, as every placement of the request path does.
+    let now = row.started;
     let ask = Ask {
         family: what.family,
         // A quarter of the body's bytes: the same measure as a family's size before a host
