@@ -1,13 +1,17 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test gate fmt clippy run demo static bench bench-affinity soak fuzz clean
+.PHONY: build test test-install gate fmt clippy run demo static bench bench-affinity soak fuzz clean
 
 build:
 	$(CARGO) build --release
 
 test:
 	$(CARGO) test --all-targets
+
+# Issue 27: docs/OPERATIONS.md's install steps run as written in a scratch root directory (as root).
+test-install:
+	scripts/install-test.sh
 
 fmt:
 	$(CARGO) fmt --all
