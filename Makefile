@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test test-install gate fmt clippy run demo static bench bench-affinity soak fuzz clean
+.PHONY: build test test-browser test-install gate fmt clippy run demo static bench bench-affinity soak fuzz clean
 
 build:
 	$(CARGO) build --release
@@ -9,7 +9,11 @@ build:
 test:
 	$(CARGO) test --all-targets
 
-# Issue 27: docs/OPERATIONS.md's install steps run as written in a scratch root directory (as root).
+# Issue 27: the status page's sign-in in headless Chromium (Debian's, installed if missing), and
+# docs/OPERATIONS.md's install steps run as written in a scratch root directory (as root).
+test-browser:
+	scripts/browser-test.sh
+
 test-install:
 	scripts/install-test.sh
 
