@@ -24,6 +24,7 @@
 
 mod bare;
 mod conn;
+mod keys;
 mod leases;
 mod nginx;
 mod sse;
@@ -60,6 +61,11 @@ fn main() {
     // so the gate stays fast and the integration tests do not share the 2 cores with a load test.
     if !std::env::args().any(|a| a == "--bench") {
         println!("overhead: skipped (run `make bench`)");
+        return;
+    }
+    // `cargo bench --bench overhead -- --keys-only`: the client-key line alone.
+    if std::env::args().any(|a| a == "--keys-only") {
+        println!("{}", keys::run());
         return;
     }
     if let Some(db) = std::env::args().skip_while(|a| a != "--leases-only").nth(1) {
@@ -209,6 +215,7 @@ fn main() {
     server.stop(Duration::from_secs(5));
     drop(nginx);
     println!("{}", leases_apart(&dir.join("leases.db")));
+    println!("{}", keys::run());
     drop((fast, slow));
     let _ = std::fs::remove_dir_all(&dir);
     let (_, d1, v1, n1, _) = &rows[0];
