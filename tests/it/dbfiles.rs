@@ -121,7 +121,9 @@ fn issue27_a_start_that_cannot_bind_leaves_no_db_or_lock_it_created() {
     let dir = temp_dir();
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let config = config_in(&dir, "crossbar.db", "http://127.0.0.1:9", &addr);
+    let db = dir.join("etc").join("crossbar.db");
+    let db_text = db.to_str().unwrap();
+    let config = config_in(&dir, db_text, "http://127.0.0.1:9", &addr);
     let err = Server::start(Config::load(&config).unwrap()).unwrap_err();
     assert!(matches!(err, StartError::Bind { .. }), "{err}");
     let left: Vec<_> = std::fs::read_dir(dir.join("etc"))
@@ -131,12 +133,11 @@ fn issue27_a_start_that_cannot_bind_leaves_no_db_or_lock_it_created() {
     assert_eq!(left, ["crossbar.toml"]);
 
     // A db that was there stays, and so does its lock file.
-    let free = config_in(&dir, "crossbar.db", "http://127.0.0.1:9", "127.0.0.1:0");
+    let free = config_in(&dir, db_text, "http://127.0.0.1:9", "127.0.0.1:0");
     Server::start(Config::load(&free).unwrap())
         .unwrap()
         .stop(Duration::from_secs(1));
-    let db = dir.join("etc").join("crossbar.db");
-    config_in(&dir, "crossbar.db", "http://127.0.0.1:9", &addr);
+    config_in(&dir, db_text, "http://127.0.0.1:9", &addr);
     assert!(Server::start(Config::load(&config).unwrap()).is_err());
     assert!(db.exists() && crossbar::store::lock_path(&db).exists());
     let _ = std::fs::remove_dir_all(&dir);
@@ -146,8 +147,8 @@ fn issue27_a_start_that_cannot_bind_leaves_no_db_or_lock_it_created() {
 fn issue27_stopped_is_logged_once_the_store_is_closed_and_unlocked() {
     let dir = temp_dir();
     let sim = Sim::start(SimConfig::default());
-    let config = config_in(&dir, "crossbar.db", &sim.url(), "127.0.0.1:0");
     let db = dir.join("etc").join("crossbar.db");
+    let config = config_in(&dir, db.to_str().unwrap(), &sim.url(), "127.0.0.1:0");
     let mut child = Command::new(env!("CARGO_BIN_EXE_crossbar"))
         .args(["serve", "-c", config.to_str().unwrap()])
         .stdin(Stdio::null())
