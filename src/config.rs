@@ -375,20 +375,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+mod keys;
 mod raw;
 mod suggest;
 mod validate;
 
+pub use keys::ClientKey;
 pub use suggest::all_keys;
 
 use raw::RawConfig;
 #[cfg(test)]
 use validate::check_url;
+pub(crate) use validate::valid_name;
 use validate::validate;
 pub use validate::{MAX_API_KEY, MAX_URL};
 
-mod keys;
 #[cfg(test)]
 mod tests;
-pub use keys::ClientKey;
-pub(crate) use validate::valid_name;
