@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench-affinity`: the cache-affinity benchmark (benches/affinity). Installs what it compares
 # against and draws with — Debian's nginx and gnuplot-nox — when missing, then runs it in release.
-# Extra arguments go to the benchmark: --hosts N --conversations C --turns T.
+# Extra arguments go to the benchmark: --hosts N --conversations C --turns T, --workload agents
+# (docs/BENCHMARKS.md lists them all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

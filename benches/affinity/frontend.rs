@@ -52,10 +52,17 @@ pub enum Running {
 }
 
 impl Running {
-    pub fn start(kind: Kind, hosts: &[Host], slots: usize, dir: &Path) -> Result<Running, String> {
+    /// `route_extra`: TOML lines for crossbar's route table (`--crossbar-route-extra`).
+    pub fn start(
+        kind: Kind,
+        hosts: &[Host],
+        slots: usize,
+        dir: &Path,
+        route_extra: &str,
+    ) -> Result<Running, String> {
         match kind {
             Kind::Crossbar => {
-                let text = crossbar_config(hosts, slots, dir);
+                let text = crossbar_config(hosts, slots, dir, route_extra);
                 let config = Config::from_toml(&text).map_err(|e| format!("{e}\n{text}"))?;
                 let server = Server::start(config).map_err(|e| e.to_string())?;
                 let base = format!("http://{}/bench", server.client_addr());
@@ -103,8 +110,9 @@ impl Drop for Running {
 }
 
 /// crossbar as an operator would set it up for these hosts: one route over all of them, the
-/// hosts' real slot counts, a health poll every second.
-pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path) -> String {
+/// hosts' real slot counts, a health poll every second. `route_extra` (TOML lines) ends the route's
+/// table, which is the config's last: callers may append more lines to it.
+pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path, route_extra: &str) -> String {
     let db = dir.join("crossbar.db");
     let _ = std::fs::remove_file(&db);
     let mut t = format!(
@@ -124,6 +132,9 @@ pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path) -> String {
         "[routes.bench]\nhosts = [{}]\nmodel = \"{MODEL}\"\n",
         names.join(", ")
     );
+    for line in route_extra.lines() {
+        let _ = writeln!(t, "{}", line.trim());
+    }
     t
 }
 

@@ -9,13 +9,18 @@
 //!
 //! The last line is machine-readable:
 //! `affinity crossbar_over_oracle=<prefilled ratio> rr_over_crossbar=<history re-prefilled ratio>`
-//! (roomy RAM cache, no host killed).
+//! (roomy RAM cache, no host killed). `--workload agents|agents-small` runs issue 23's coding-agent
+//! sessions instead (`agents_run`), which print their own tables and last line.
 
+mod agents;
+mod agents_report;
+mod agents_run;
 mod figures;
 mod frontend;
 mod hosts;
 #[path = "../nginx_proc.rs"]
 mod nginx_proc;
+mod options;
 mod report;
 mod uipoll;
 mod workload;
@@ -27,7 +32,8 @@ use parking_lot::Mutex;
 
 use figures::{Figures, TurnFacts};
 use frontend::{Kind, Running};
-use hosts::{Host, Real, Setup, Work};
+use hosts::{Host, Setup, Work};
+use options::{options, Options, Workload};
 use workload::{Api, Shape};
 
 /// One way of running the hosts.
@@ -102,9 +108,16 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --hosts N --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF)");
+        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF --crossbar-route-extra TOML)");
         std::process::exit(2)
     });
+    if opts.workload != Workload::Chat {
+        if let Err(e) = agents_run::main(&opts, opts.workload == Workload::AgentsSmall) {
+            eprintln!("affinity: {e}");
+            std::process::exit(1)
+        }
+        return;
+    }
     let hosts = opts.hosts;
     let shape = Shape {
         conversations: opts.conversations.max(1),
@@ -125,14 +138,15 @@ fn main() {
         None => format!("simulated, prefill {PREFILL_US} us/token, decode {DECODE_US} us/token"),
     };
     println!(
-        "crossbar cache-affinity benchmark: {hosts} hosts x {SLOTS} slots, {} conversations x {} \
+        "crossbar cache-affinity benchmark: {hosts} hosts x {} slots, {} conversations x {} \
          turns, api {}; hosts {kind_of_host}\n",
+        opts.slots,
         shape.conversations,
         shape.turns,
         shape.api.name()
     );
     if opts.only.as_deref() == Some("ui-poll") {
-        uipoll::run(&setup(SCENARIOS[0], &shape), hosts, &shape, &dir);
+        uipoll::run(&setup(SCENARIOS[0], &shape, &opts), hosts, &shape, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -158,14 +172,16 @@ fn main() {
         println!();
     }
     if opts.only.is_none() && opts.real.is_none() {
-        uipoll::run(&setup(SCENARIOS[0], &shape), hosts, &shape, &dir);
+        uipoll::run(&setup(SCENARIOS[0], &shape, &opts), hosts, &shape, &dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
     for line in report::ratios(&rows) {
         println!("{line}");
     }
-    // The committed figures are the simulated chat ones; other runs only print.
-    if opts.only.is_none() && opts.real.is_none() && opts.api == Api::Chat {
+    // The committed figures are the simulated chat ones on stock hosts; other runs only print.
+    let stock =
+        opts.slots == SLOTS && opts.ctx == SLOT_CTX * SLOTS as u64 && opts.route_extra.is_empty();
+    if opts.only.is_none() && opts.real.is_none() && opts.api == Api::Chat && stock {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let seeds = opts.seed..opts.seed + opts.seeds;
         match report::write_docs(&root, &rows, hosts, &shape, seeds) {
@@ -214,12 +230,12 @@ impl Sample {
 
 /// One run: fresh hosts, the front end, the whole workload once.
 fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path) -> Sample {
-    let setup = setup(scenario, shape);
+    let setup = setup(scenario, shape, opts);
     let hosts: Vec<Host> = (0..opts.hosts)
         .map(|_| Host::start(&setup, opts.real.as_ref()))
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("cannot start a host: {e}"));
-    let running = Running::start(kind, &hosts, SLOTS, dir)
+    let running = Running::start(kind, &hosts, opts.slots, dir, &opts.route_extra)
         .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
     if let Running::Crossbar(Some(server), _) = &running {
         wait_for_first_polls(server, opts.hosts);
@@ -261,10 +277,10 @@ fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path
 }
 
 /// The hosts of every run of `scenario`.
-fn setup(scenario: Scenario, shape: &Shape) -> Setup {
+fn setup(scenario: Scenario, shape: &Shape, opts: &Options) -> Setup {
     Setup {
-        slots: SLOTS,
-        slot_ctx: SLOT_CTX,
+        slots: opts.slots,
+        slot_ctx: opts.ctx / opts.slots as u64,
         prefill_us: PREFILL_US,
         decode_us: DECODE_US,
         ram_cache_tokens: scenario.ram_cache_tokens,
@@ -285,67 +301,6 @@ fn wait_for_first_polls(server: &crossbar::server::Server, n: usize) {
         assert!(Instant::now() < deadline, "crossbar never polled its hosts");
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// The benchmark's flags (after `--`); `cargo bench` adds `--bench` itself.
-#[derive(Debug)]
-struct Options {
-    hosts: usize,
-    conversations: usize,
-    turns: usize,
-    /// Run only this scenario (docs are then left alone, as with `real`).
-    only: Option<String>,
-    random_starts: bool,
-    seed: u64,
-    seeds: u64,
-    /// Real llama-server processes instead of sims (`--llama-server BIN --model GGUF`).
-    real: Option<Real>,
-    /// The API the agents speak (`--api chat|messages|responses`).
-    api: Api,
-}
-
-fn options() -> Result<Options, lexopt::Error> {
-    use lexopt::prelude::*;
-    let mut o = Options {
-        hosts: 3,
-        conversations: 12,
-        turns: 8,
-        only: None,
-        random_starts: false,
-        seed: 1,
-        seeds: 1,
-        real: None,
-        api: Api::Chat,
-    };
-    let (mut binary, mut model) = (None, None);
-    let mut parser = lexopt::Parser::from_env();
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("bench") => {}
-            Long("hosts") => o.hosts = parser.value()?.parse::<usize>()?.max(1),
-            Long("conversations") => o.conversations = parser.value()?.parse()?,
-            Long("turns") => o.turns = parser.value()?.parse()?,
-            // A scenario's name, or `ui-poll` for the polling UI's comparison alone.
-            Long("only") => o.only = Some(parser.value()?.string()?),
-            Long("random-starts") => o.random_starts = true,
-            Long("seed") => o.seed = parser.value()?.parse()?,
-            Long("seeds") => o.seeds = parser.value()?.parse::<u64>()?.max(1),
-            Long("api") => {
-                let name = parser.value()?.string()?;
-                o.api = Api::parse(&name)
-                    .ok_or(format!("--api {name}: chat, messages or responses"))?;
-            }
-            Long("llama-server") => binary = Some(PathBuf::from(parser.value()?)),
-            Long("model") => model = Some(PathBuf::from(parser.value()?)),
-            _ => return Err(arg.unexpected()),
-        }
-    }
-    o.real = match (binary, model) {
-        (Some(binary), Some(model)) => Some(Real { binary, model }),
-        (None, None) => None,
-        _ => return Err("--llama-server and --model go together".into()),
-    };
-    Ok(o)
 }
 
 fn temp_dir() -> PathBuf {

@@ -77,7 +77,7 @@ impl Api {
     }
 
     /// The path and body of a streamed turn whose history is `messages` (system first).
-    fn request(self, messages: &[Value], reply_tokens: u64) -> (&'static str, String) {
+    pub fn request(self, messages: &[Value], reply_tokens: u64) -> (&'static str, String) {
         let system = &messages[0]["content"];
         let rest = &messages[1..];
         let body = match self {
@@ -119,8 +119,8 @@ pub trait Target: Sync {
     fn failed(&self, _conv: usize) {}
 }
 
-const ATTEMPTS: u32 = 6;
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
+pub const ATTEMPTS: u32 = 6;
+pub const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// The model name the clients ask for (every host serves it under this alias).
 pub const MODEL: &str = "qwen-coder";
 
@@ -169,13 +169,7 @@ fn converse(
     target: &dyn Target,
     turn_done: &dyn Fn(),
 ) -> Vec<TurnFacts> {
-    let config = ureq::Agent::config_builder()
-        .max_idle_connections(0)
-        .max_idle_connections_per_host(0)
-        .timeout_connect(Some(Duration::from_secs(2)))
-        .timeout_per_read(Some(Duration::from_secs(120)))
-        .build();
-    let agent = ureq::Agent::new_with_config(config);
+    let agent = client();
     let system = if conv.is_multiple_of(2) {
         words(&mut Rng::with_seed(shape.seed), shape.shared_system_tokens)
     } else {
@@ -231,19 +225,31 @@ fn converse(
     out
 }
 
-struct Answer {
+/// An agent's HTTP client: a fresh connection per request (llama-server closes streamed ones),
+/// short connects, long reads (a turn may queue behind others), no overall timeout on streams.
+pub fn client() -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .max_idle_connections(0)
+        .max_idle_connections_per_host(0)
+        .timeout_connect(Some(Duration::from_secs(2)))
+        .timeout_per_read(Some(Duration::from_secs(120)))
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
+pub struct Answer {
     /// The host that answered, when the front end says (crossbar's `X-Crossbar-Host`, the
     /// benchmark's nginx `X-Upstream`); otherwise the URL asked is the host.
-    served_by: Option<String>,
-    ttft_ms: f64,
-    reply: String,
-    prompt_n: u64,
-    cache_n: u64,
+    pub served_by: Option<String>,
+    pub ttft_ms: f64,
+    pub reply: String,
+    pub prompt_n: u64,
+    pub cache_n: u64,
 }
 
 /// One streamed request. Succeeds only when the stream ends with its API's last event and the
 /// prompt figures (`timings`, or Messages' usage) were in it.
-fn attempt(agent: &ureq::Agent, api: Api, url: &str, body: &str) -> Result<Answer, String> {
+pub fn attempt(agent: &ureq::Agent, api: Api, url: &str, body: &str) -> Result<Answer, String> {
     let sent = Instant::now();
     let resp = agent
         .post(url)
@@ -302,7 +308,7 @@ fn attempt(agent: &ureq::Agent, api: Api, url: &str, body: &str) -> Result<Answe
 }
 
 /// About `tokens` tokens (4 bytes each) of pseudo-words.
-fn words(rng: &mut Rng, tokens: usize) -> String {
+pub fn words(rng: &mut Rng, tokens: usize) -> String {
     const SYLLABLES: [&str; 16] = [
         "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "du", "fi", "go", "he", "ja",
         "qu",

@@ -1,0 +1,116 @@
+//! The benchmark's flags (after `--`; `cargo bench` adds `--bench` itself), parsed once into
+//! `Options` with every default filled in: which workload, how many hosts of what size, which
+//! scenarios and seeds, real servers or sims, and extra lines for crossbar's route.
+
+use std::path::PathBuf;
+
+use crate::hosts::Real;
+use crate::workload::Api;
+use crate::{SLOTS, SLOT_CTX};
+
+/// The agents workloads' hosts (`--slots`, `--ctx` change them): 2 slots of 16k, or of 8k.
+const AGENT_SLOTS: usize = 2;
+const AGENT_CTX: u64 = 32_768;
+const AGENT_SMALL_CTX: u64 = 16_384;
+
+/// Which workload `--workload` plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Chat,
+    Agents,
+    AgentsSmall,
+}
+
+/// Every flag, defaults filled in.
+#[derive(Debug)]
+pub struct Options {
+    pub workload: Workload,
+    pub hosts: usize,
+    /// Slots per host (`-np`) and total context (`-c`; each slot gets `ctx / slots`).
+    pub slots: usize,
+    pub ctx: u64,
+    /// TOML lines appended to crossbar's `[routes.bench]` table (`--crossbar-route-extra`).
+    pub route_extra: String,
+    pub conversations: usize,
+    pub turns: usize,
+    /// Run only this scenario (docs are then left alone, as with `real`).
+    pub only: Option<String>,
+    pub random_starts: bool,
+    pub seed: u64,
+    pub seeds: u64,
+    /// Real llama-server processes instead of sims (`--llama-server BIN --model GGUF`).
+    pub real: Option<Real>,
+    /// The API the agents speak (`--api chat|messages|responses`).
+    pub api: Api,
+}
+
+/// The flags from the command line.
+pub fn options() -> Result<Options, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut o = Options {
+        workload: Workload::Chat,
+        hosts: 3,
+        slots: 0,
+        ctx: 0,
+        route_extra: String::new(),
+        conversations: 12,
+        turns: 8,
+        only: None,
+        random_starts: false,
+        seed: 1,
+        seeds: 1,
+        real: None,
+        api: Api::Chat,
+    };
+    let (mut binary, mut model, mut slots, mut ctx) = (None, None, None, None);
+    let mut parser = lexopt::Parser::from_env();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("bench") => {}
+            Long("workload") => {
+                o.workload = match parser.value()?.string()?.as_str() {
+                    "chat" => Workload::Chat,
+                    "agents" => Workload::Agents,
+                    "agents-small" => Workload::AgentsSmall,
+                    other => {
+                        return Err(
+                            format!("--workload {other}: chat, agents or agents-small").into()
+                        )
+                    }
+                }
+            }
+            Long("hosts") => o.hosts = parser.value()?.parse::<usize>()?.max(1),
+            Long("slots") => slots = Some(parser.value()?.parse::<usize>()?.max(1)),
+            Long("ctx") => ctx = Some(parser.value()?.parse::<u64>()?),
+            Long("crossbar-route-extra") => o.route_extra = parser.value()?.string()?,
+            Long("conversations") => o.conversations = parser.value()?.parse()?,
+            Long("turns") => o.turns = parser.value()?.parse()?,
+            // A scenario's name, or `ui-poll` for the polling UI's comparison alone.
+            Long("only") => o.only = Some(parser.value()?.string()?),
+            Long("random-starts") => o.random_starts = true,
+            Long("seed") => o.seed = parser.value()?.parse()?,
+            Long("seeds") => o.seeds = parser.value()?.parse::<u64>()?.max(1),
+            Long("api") => {
+                let name = parser.value()?.string()?;
+                o.api = Api::parse(&name)
+                    .ok_or(format!("--api {name}: chat, messages or responses"))?;
+            }
+            Long("llama-server") => binary = Some(PathBuf::from(parser.value()?)),
+            Long("model") => model = Some(PathBuf::from(parser.value()?)),
+            _ => return Err(arg.unexpected()),
+        }
+    }
+    o.real = match (binary, model) {
+        (Some(binary), Some(model)) => Some(Real { binary, model }),
+        (None, None) => None,
+        _ => return Err("--llama-server and --model go together".into()),
+    };
+    let (default_slots, default_ctx) = match o.workload {
+        Workload::Chat => (SLOTS, SLOT_CTX * SLOTS as u64),
+        Workload::Agents => (AGENT_SLOTS, AGENT_CTX),
+        Workload::AgentsSmall => (AGENT_SLOTS, AGENT_SMALL_CTX),
+    };
+    o.slots = slots.unwrap_or(default_slots);
+    o.ctx = ctx.unwrap_or(default_ctx);
+    Ok(o)
+}
