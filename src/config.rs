@@ -66,6 +66,10 @@ pub struct Host {
     /// Operator override of how many tokens the host's KV cache holds in all (placement's
     /// capacity), e.g. for llama-server's RAM prompt cache, which crossbar cannot read.
     pub kv_tokens: Option<u64>,
+    /// The `--slot-prompt-similarity` the host runs with (llama-server's default 0.10). Above 0,
+    /// a new conversation takes the slot of a sibling sharing its prompt family and wipes that
+    /// sibling's history, so placement does not gather a family there (issue 23).
+    pub slot_prompt_similarity: f64,
     /// Model name → parallel slots for it.
     pub models: BTreeMap<String, usize>,
     /// Model name → the name this host knows it by (`upstream`), where they differ.

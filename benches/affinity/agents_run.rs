@@ -211,7 +211,14 @@ fn run(
                 Front::Crossbar => Kind::Crossbar,
                 _ => Kind::LeastConn,
             };
-            let running = Running::start(kind, &hosts, opts.slots, dir, &opts.route_extra)?;
+            let running = Running::start(
+                kind,
+                &hosts,
+                opts.slots,
+                dir,
+                &opts.route_extra,
+                setup.similarity,
+            )?;
             if let Running::Crossbar(Some(server), _) = &running {
                 crate::wait_for_first_polls(server, opts.hosts);
             }

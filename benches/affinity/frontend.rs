@@ -59,10 +59,11 @@ impl Running {
         slots: usize,
         dir: &Path,
         route_extra: &str,
+        similarity: f64,
     ) -> Result<Running, String> {
         match kind {
             Kind::Crossbar => {
-                let text = crossbar_config(hosts, slots, dir, route_extra);
+                let text = crossbar_config(hosts, slots, dir, route_extra, similarity);
                 let config = Config::from_toml(&text).map_err(|e| format!("{e}\n{text}"))?;
                 let server = Server::start(config).map_err(|e| e.to_string())?;
                 let base = format!("http://{}/bench", server.client_addr());
@@ -109,10 +110,16 @@ impl Drop for Running {
     }
 }
 
-/// crossbar as an operator would set it up for these hosts: one route over all of them, the
-/// hosts' real slot counts, a health poll every second. `route_extra` (TOML lines) ends the route's
+/// crossbar as an operator would set it up for these hosts: one route over all of them, the hosts'
+/// real slot counts and `slot_prompt_similarity` (as they run), a health poll every second. `route_extra` (TOML lines) ends the route's
 /// table, which is the config's last: callers may append more lines to it.
-pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path, route_extra: &str) -> String {
+pub fn crossbar_config(
+    hosts: &[Host],
+    slots: usize,
+    dir: &Path,
+    route_extra: &str,
+    similarity: f64,
+) -> String {
     let db = dir.join("crossbar.db");
     let _ = std::fs::remove_file(&db);
     let mut t = format!(
@@ -123,7 +130,8 @@ pub fn crossbar_config(hosts: &[Host], slots: usize, dir: &Path, route_extra: &s
     for (i, h) in hosts.iter().enumerate() {
         let _ = write!(
             t,
-            "[hosts.h{i}]\nurl = \"{}\"\n[hosts.h{i}.models.{MODEL}]\nparallel = {slots}\n",
+            "[hosts.h{i}]\nurl = \"{}\"\nslot_prompt_similarity = {similarity}\n\
+             [hosts.h{i}.models.{MODEL}]\nparallel = {slots}\n",
             h.url()
         );
     }

@@ -235,8 +235,15 @@ fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path
         .map(|_| Host::start(&setup, opts.real.as_ref()))
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("cannot start a host: {e}"));
-    let running = Running::start(kind, &hosts, opts.slots, dir, &opts.route_extra)
-        .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
+    let running = Running::start(
+        kind,
+        &hosts,
+        opts.slots,
+        dir,
+        &opts.route_extra,
+        setup.similarity,
+    )
+    .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
     if let Running::Crossbar(Some(server), _) = &running {
         wait_for_first_polls(server, opts.hosts);
     }

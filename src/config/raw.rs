@@ -58,6 +58,7 @@ pub(super) struct RawHost {
     pub(super) api_key: Option<String>,
     pub(super) ctx: Option<u64>,
     pub(super) kv_tokens: Option<u64>,
+    pub(super) slot_prompt_similarity: Option<f64>,
     #[serde(default)]
     pub(super) models: BTreeMap<String, RawModel>,
 }

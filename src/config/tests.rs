@@ -351,6 +351,16 @@ fn placement_keys_are_checked_and_spread_new_is_a_warning() {
         &zero,
         "hosts.titan.kv_tokens: must be at least 1 token; leave it out to use slots x per-slot context",
     );
+    // Issue 23: the similarity the host runs with, llama-server's own default unless said.
+    assert_eq!(cfg.hosts["titan"].slot_prompt_similarity, 0.10);
+    let odd = MINIMAL.replace(
+        "[hosts.titan.models",
+        "slot_prompt_similarity = 1.5\n[hosts.titan.models",
+    );
+    check_problem(
+        &odd,
+        "hosts.titan.slot_prompt_similarity: must be from 0 to 1, as llama-server's --slot-prompt-similarity",
+    );
     let typo = MINIMAL.to_string() + "move_when_bussy = true\n";
     check_problem(
         &typo,

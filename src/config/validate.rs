@@ -229,6 +229,15 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
             format!("is longer than {MAX_API_KEY} bytes"),
         ));
     }
+    if raw
+        .slot_prompt_similarity
+        .is_some_and(|s| !(0.0..=1.0).contains(&s))
+    {
+        problems.push(Problem::new(
+            format!("{key}.slot_prompt_similarity"),
+            "must be from 0 to 1, as llama-server's --slot-prompt-similarity",
+        ));
+    }
     if raw.kv_tokens == Some(0) {
         problems.push(Problem::new(
             format!("{key}.kv_tokens"),
@@ -282,6 +291,7 @@ fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host 
         api_key: raw.api_key.filter(|k| !k.is_empty()),
         ctx: raw.ctx,
         kv_tokens: raw.kv_tokens,
+        slot_prompt_similarity: raw.slot_prompt_similarity.unwrap_or(0.10),
         models,
         upstream,
     }

@@ -10,6 +10,7 @@ fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
         api_key: None,
         ctx,
         kv_tokens: None,
+        slot_prompt_similarity: 0.1,
         models: models.iter().map(|m| (m.to_string(), 1)).collect(),
         upstream: BTreeMap::new(),
     }

@@ -222,6 +222,7 @@ mod tests {
             api_key: None,
             ctx: None,
             kv_tokens: None,
+            slot_prompt_similarity: 0.1,
             models: BTreeMap::from([("qwen-coder".to_string(), 1), ("chat".to_string(), 1)]),
             upstream: BTreeMap::from([("qwen-coder".to_string(), "Qwen2.5-Coder".to_string())]),
         };
@@ -247,6 +248,7 @@ mod tests {
             api_key: None,
             ctx: None,
             kv_tokens: None,
+            slot_prompt_similarity: 0.1,
             models: BTreeMap::from([("qwen".to_string(), 1)]),
             upstream: BTreeMap::from([("qwen".to_string(), "coder".to_string())]),
         };

@@ -154,7 +154,13 @@ impl View {
             queued: busy.saturating_sub(parallel),
             leases: c.leases,
             weight: host.weight,
-            family_tokens: facts.family_tokens,
+            // Siblings would take each other's slots there (llama-server's similarity above 0):
+            // their family is not worth gathering (issue 23's agents benchmark).
+            family_tokens: if host.slot_prompt_similarity > 0.0 {
+                0
+            } else {
+                facts.family_tokens
+            },
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),
             held: c.held,

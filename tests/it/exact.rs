@@ -24,6 +24,7 @@ fn host(name: &'static str, ctx: u64, counts: Counts) -> HostSpec {
         },
         parallel: 1,
         weight: 1,
+        config: "",
     }
 }
 

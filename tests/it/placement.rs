@@ -29,9 +29,17 @@ fn preamble(name: &str) -> String {
     format!("You are {name}. ") + &"Use the tools read_file and run_tests with care. ".repeat(160)
 }
 
+/// A host run with `--slot-prompt-similarity 0`: siblings keep their own histories there.
+fn sps0(name: &'static str) -> HostSpec {
+    HostSpec {
+        config: "slot_prompt_similarity = 0",
+        ..host(name, 2)
+    }
+}
+
 #[test]
 fn a_sibling_conversation_starts_where_its_prompt_family_is_warm() {
-    let h = Harness::start(vec![host("a", 2), host("b", 2)], "");
+    let h = Harness::start(vec![sps0("a"), sps0("b")], "");
     let coder = preamble("the coder");
     let first = h.post(CHAT, &agent(&coder, "fix the parser", 0, false));
     assert_eq!(first.status, 200, "{}", first.text());
@@ -149,4 +157,18 @@ fn a_conversation_leaves_a_far_too_busy_host_where_its_route_allows_it() {
     assert_eq!(next.header("X-Crossbar-Placement"), Some("sticky"));
     assert_eq!(next.header("X-Crossbar-Host"), Some("b"));
     drop((y, z));
+}
+
+/// With llama-server's default similarity a sibling would take its family's slot and wipe that
+/// conversation's history (issue 23's agents benchmark): such hosts do not gather a family, and a
+/// sibling goes where the least is held.
+#[test]
+fn on_hosts_whose_slots_share_prompts_a_family_is_not_gathered() {
+    let h = Harness::start(vec![host("a", 2), host("b", 2)], "");
+    let coder = preamble("the coder");
+    let first = h.post(CHAT, &agent(&coder, "fix the parser", 0, false));
+    assert_eq!(first.header("X-Crossbar-Host"), Some("a"));
+    let sibling = h.post(CHAT, &agent(&coder, "write the docs", 0, false));
+    assert_eq!(sibling.header("X-Crossbar-Host"), Some("b"));
+    assert_eq!(sibling.header("X-Crossbar-Placement"), Some("least-loaded"));
 }

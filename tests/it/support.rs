@@ -31,6 +31,8 @@ pub struct HostSpec {
     pub sim: SimConfig,
     pub parallel: usize,
     pub weight: u32,
+    /// More lines for its `[hosts.NAME]` table.
+    pub config: &'static str,
 }
 
 pub fn host(name: &'static str, parallel: usize) -> HostSpec {
@@ -42,6 +44,7 @@ pub fn host(name: &'static str, parallel: usize) -> HostSpec {
         },
         parallel,
         weight: 1,
+        config: "",
     }
 }
 
@@ -202,9 +205,10 @@ fn config_text(
     text.push('\n');
     for (spec, (_, sim)) in hosts.iter().zip(sims) {
         text.push_str(&format!(
-            "[hosts.{name}]\nurl = \"{}\"\nweight = {}\n[hosts.{name}.models.m]\nparallel = {}\n",
+            "[hosts.{name}]\nurl = \"{}\"\nweight = {}\n{}\n[hosts.{name}.models.m]\nparallel = {}\n",
             sim.url(),
             spec.weight,
+            spec.config,
             spec.parallel,
             name = spec.name
         ));

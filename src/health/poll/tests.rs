@@ -148,6 +148,7 @@ fn host(name: &str, url: &str) -> config::Host {
         api_key: None,
         ctx: None,
         kv_tokens: None,
+        slot_prompt_similarity: 0.1,
         models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
         upstream: BTreeMap::new(),
     }

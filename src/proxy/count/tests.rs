@@ -21,6 +21,7 @@ pub(super) fn silent_host(name: &str) -> (TcpListener, Host) {
         api_key: None,
         ctx: None,
         kv_tokens: None,
+        slot_prompt_similarity: 0.1,
         models: Default::default(),
         upstream: Default::default(),
     };
