@@ -146,7 +146,12 @@ fn main() {
         shape.api.name()
     );
     if opts.only.as_deref() == Some("ui-poll") {
-        uipoll::run(&setup(SCENARIOS[0], &shape, &opts), hosts, &shape, &dir);
+        uipoll::run(
+            &setup(SCENARIOS[0], shape.reply_tokens, &opts),
+            hosts,
+            &shape,
+            &dir,
+        );
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
@@ -172,7 +177,12 @@ fn main() {
         println!();
     }
     if opts.only.is_none() && opts.real.is_none() {
-        uipoll::run(&setup(SCENARIOS[0], &shape, &opts), hosts, &shape, &dir);
+        uipoll::run(
+            &setup(SCENARIOS[0], shape.reply_tokens, &opts),
+            hosts,
+            &shape,
+            &dir,
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
     for line in report::ratios(&rows) {
@@ -230,7 +240,7 @@ impl Sample {
 
 /// One run: fresh hosts, the front end, the whole workload once.
 fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path) -> Sample {
-    let setup = setup(scenario, shape, opts);
+    let setup = setup(scenario, shape.reply_tokens, opts);
     let hosts: Vec<Host> = (0..opts.hosts)
         .map(|_| Host::start(&setup, opts.real.as_ref()))
         .collect::<Result<_, _>>()
@@ -283,8 +293,8 @@ fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path
     }
 }
 
-/// The hosts of every run of `scenario`.
-fn setup(scenario: Scenario, shape: &Shape, opts: &Options) -> Setup {
+/// The hosts of every run of `scenario`, replying `reply_tokens` a turn (the agents workload's too).
+pub fn setup(scenario: Scenario, reply_tokens: u64, opts: &Options) -> Setup {
     Setup {
         slots: opts.slots,
         slot_ctx: opts.ctx / opts.slots as u64,
@@ -292,7 +302,7 @@ fn setup(scenario: Scenario, shape: &Shape, opts: &Options) -> Setup {
         decode_us: DECODE_US,
         ram_cache_tokens: scenario.ram_cache_tokens,
         similarity: scenario.similarity,
-        reply_tokens: shape.reply_tokens,
+        reply_tokens,
     }
 }
 
