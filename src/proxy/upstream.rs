@@ -30,14 +30,11 @@ use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
 };
-use ureq::{http, Agent, Body, Error};
+use ureq::{Agent, Error};
 
 use crate::config::Config;
 use crate::conn::MAX_HEAD;
 use crate::limiter::GONE_CHECK;
-use crate::wire;
-
-use super::{Incoming, Plan, ProxyError};
 
 /// Longest an upstream connection idles in the pool: under llama-server's keep-alive (5 s), so
 /// the server never closes one just as crossbar picks it up.
@@ -337,102 +334,8 @@ impl<T: Transport> Watched<T> {
     }
 }
 
-/// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
-/// connection. A request that cannot be written is the client's error, found before a byte is
-/// sent: a head over [`HEAD_ROOM`] (431), or one the HTTP library refuses (400).
-pub(super) fn send(
-    agent: &ureq::Agent,
-    exchange: &Exchange,
-    incoming: &Incoming,
-    plan: &Plan<'_>,
-    bodyless: bool,
-    whole: Option<Duration>,
-    fresh: bool,
-) -> Result<Result<http::Response<Body>, ureq::Error>, ProxyError> {
-    let url = format!("{}{}{}", plan.host.url, plan.rest, incoming.query);
-    // "METHOD url HTTP/1.1\r\n", each "name: value\r\n", the blank line; ureq's own headers
-    // are within `ADDED`.
-    let mut head = incoming.method.len() + url.len() + 13;
-    let mut request = http::Request::builder()
-        .method(incoming.method.as_str())
-        .uri(url.as_str());
-    let tokens = wire::connection_tokens(incoming.header("Connection"));
-    for (name, value) in &incoming.headers {
-        let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
-        // The host's own key replaces the client's; with client keys on, no client key ever goes
-        // upstream (issue 25).
-        let replaced = (plan.keyed && crate::keys::is_key_header(name))
-            || plan.host.api_key.is_some()
-                && (name.eq_ignore_ascii_case("authorization")
-                    || name.eq_ignore_ascii_case("x-api-key"));
-        // Accept-Encoding stays home: the tee must read the answer's tokens, and on a LAN an
-        // uncompressed answer costs nothing.
-        let skipped = ["expect", "accept-encoding"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h));
-        if wire::is_hop_by_hop(name, &tokens) || skipped || ours || replaced {
-            continue;
-        }
-        // The status page's sign-in cookie stays home: cookies are not port-scoped (issue 27).
-        let value = if name.eq_ignore_ascii_case("cookie") {
-            match crate::admin::strip_cookie(value) {
-                Some(rest) => rest,
-                None => continue,
-            }
-        } else {
-            std::borrow::Cow::Borrowed(value.as_str())
-        };
-        head += name.len() + value.len() + 4;
-        request = request.header(name.as_str(), value.as_ref());
-    }
-    if let Some(key) = &plan.host.api_key {
-        head += key.len() + 24;
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    if head > HEAD_ROOM {
-        return Err(ProxyError::HeadTooLarge);
-    }
-    let bad = |err: http::Error| ProxyError::BadRequest(err.to_string());
-    exchange.body_follows(!plan.body.is_empty());
-    Ok(if bodyless {
-        agent.run(configured(
-            agent,
-            request.body(()).map_err(bad)?,
-            whole,
-            fresh,
-        ))
-    } else {
-        let body = request.body(plan.body.as_slice()).map_err(bad)?;
-        agent.run(configured(agent, body, whole, fresh))
-    })
-}
-
-/// `request` with what this attempt needs beyond the agent's settings:
-/// - `whole` (a listing read whole): at most that long for the head, and that long for the body.
-///   Not ureq's global timeout, under which it resolves the host's name on a thread of its own
-///   (`upstream.rs`: the agent has no overall timeout for that reason).
-/// - `fresh` (the retry): an idle age of zero, so the pool hands out none of its connections to
-///   the host. After a host restart every one of them is dead, not only the first one tried.
-fn configured<S: ureq::AsSendBody>(
-    agent: &ureq::Agent,
-    request: http::Request<S>,
-    whole: Option<Duration>,
-    fresh: bool,
-) -> http::Request<S> {
-    if whole.is_none() && !fresh {
-        return request;
-    }
-    let mut config = agent.configure_request(request);
-    if let Some(limit) = whole {
-        config = config
-            .timeout_recv_response(Some(limit))
-            .timeout_recv_body(Some(limit));
-    }
-    if fresh {
-        config = config.max_idle_age(Duration::ZERO);
-    }
-    config.build()
-}
+mod send;
+pub(super) use send::send;
 
 #[cfg(test)]
 mod tests;
