@@ -203,18 +203,7 @@ fn run(
                 Front::Crossbar => Kind::Crossbar,
                 _ => Kind::LeastConn,
             };
-            let running = Running::start(
-                kind,
-                &hosts,
-                opts.slots,
-                dir,
-                &opts.route_extra,
-                setup.similarity,
-            )?;
-            if let Running::Crossbar(Some(server), _) = &running {
-                crate::wait_for_first_polls(server, opts.hosts);
-            }
-            Started::Running(running)
+            Started::Running(crate::start_front(kind, &hosts, &setup, opts, dir)?)
         }
     };
     // The UI asks wherever the workload's first conversation goes: the front end's one address.

@@ -245,18 +245,8 @@ fn run(scenario: Scenario, kind: Kind, opts: &Options, shape: &Shape, dir: &Path
         .map(|_| Host::start(&setup, opts.real.as_ref()))
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("cannot start a host: {e}"));
-    let running = Running::start(
-        kind,
-        &hosts,
-        opts.slots,
-        dir,
-        &opts.route_extra,
-        setup.similarity,
-    )
-    .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
-    if let Running::Crossbar(Some(server), _) = &running {
-        wait_for_first_polls(server, opts.hosts);
-    }
+    let running = start_front(kind, &hosts, &setup, opts, dir)
+        .unwrap_or_else(|e| panic!("{}: cannot start: {e}", kind.name()));
     let killed = Mutex::new(None);
     let at_half = || {
         if scenario.kill {
@@ -304,6 +294,29 @@ pub fn setup(scenario: Scenario, reply_tokens: u64, opts: &Options) -> Setup {
         similarity: scenario.similarity,
         reply_tokens,
     }
+}
+
+/// The front end `kind` in front of `hosts` (crossbar told how they run), ready for the workload:
+/// crossbar once it has polled every host.
+fn start_front(
+    kind: Kind,
+    hosts: &[Host],
+    setup: &Setup,
+    opts: &Options,
+    dir: &Path,
+) -> Result<Running, String> {
+    let running = Running::start(
+        kind,
+        hosts,
+        opts.slots,
+        dir,
+        &opts.route_extra,
+        setup.similarity,
+    )?;
+    if let Running::Crossbar(Some(server), _) = &running {
+        wait_for_first_polls(server, opts.hosts);
+    }
+    Ok(running)
 }
 
 /// Until crossbar has polled a host it cannot know the host serves the model.
