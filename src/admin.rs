@@ -87,6 +87,10 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
             Err(err) => Answer::error(400, format!("cannot read the body: {err}")),
         },
     };
+    // The body is still coming: called again once the poller has it (issue 24).
+    if request.body_later() {
+        return;
+    }
     if answer.status >= 400 {
         log::info!(
             "admin refused method={} path={} status={}",

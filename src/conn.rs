@@ -11,6 +11,7 @@
 //! a number a client sent.
 
 mod accept;
+mod awaited;
 mod body;
 mod deadline;
 mod head;
@@ -19,6 +20,7 @@ mod park;
 mod peers;
 mod pool;
 mod request;
+mod serve;
 
 pub mod fuzz;
 
@@ -39,10 +41,13 @@ pub use request::Request;
 pub struct Settings {
     /// The whole head must arrive within this (`client_header_timeout`).
     pub header_timeout: Duration,
-    /// A body gets this plus its size at `body_min_rate` (`client_body_timeout`).
+    /// Every window this long must bring its share of a body (`client_body_timeout`).
     pub body_timeout: Duration,
-    /// Bytes per second a body must at least arrive at (`client_body_min_rate`).
+    /// Bytes per second a body must at least arrive at, judged per window (`client_body_min_rate`).
     pub body_min_rate: u64,
+    /// Bytes all request bodies being received may hold together; past it, `503 busy`
+    /// (`client_body_buffer_mib`).
+    pub body_buffer: usize,
     /// An idle keep-alive connection is closed after this (`keepalive_idle`).
     pub keepalive_idle: Duration,
     /// A client that takes nothing from its socket this long loses it (`client_write_timeout`).
@@ -66,8 +71,12 @@ pub struct Counts {
     pub reading_head: usize,
     /// Waiting for the first byte of a (next) head off the workers.
     pub idle: usize,
-    /// Requests whose body a worker is waiting for (all peers).
+    /// Requests whose body is awaited, on a worker or off the workers (all peers).
     pub reading_body: usize,
+    /// Bytes the bodies being received hold (`client_body_buffer_mib`).
+    pub body_bytes: usize,
+    /// Requests whose body the poller reads, off the workers.
+    pub bodies_off_workers: usize,
 }
 
 impl Settings {
@@ -85,6 +94,7 @@ impl Default for Settings {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             body_min_rate: 64 << 10,
+            body_buffer: 256 << 20,
             keepalive_idle: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
             accept_queue: 128,

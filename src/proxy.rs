@@ -105,6 +105,9 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let config = gw.config();
     let (mut plan, key) = match prepare(gw, &config, request, &incoming, &mut row) {
         Ok(ready) => ready,
+        // The body is still coming: the connection layer reads it off the workers and calls
+        // again (issue 24). Nothing is answered or recorded now.
+        Err(ProxyError::BodyLater) => return,
         Err(err) => return refuse(gw, request, err, row, clock),
     };
     // A host that refused the connection got nothing: the request goes once to the next
@@ -245,6 +248,9 @@ fn prepare<'c>(
     let body = request.read_body(MAX_BODY).map_err(|err| match err {
         BodyError::TooLarge => ProxyError::BodyTooLarge,
         BodyError::Timeout => ProxyError::BodyTimeout,
+        BodyError::Busy => ProxyError::BodiesBusy,
+        BodyError::Gone => ProxyError::ClientGone("client gone while sending its body"),
+        BodyError::Later => ProxyError::BodyLater,
         other => ProxyError::BadBody(other.to_string()),
     })?;
     // A name a host of the route knows a configured model by is that model from here on: its

@@ -29,6 +29,7 @@ pub(super) struct RawConfig {
     pub(super) client_header_timeout: Option<String>,
     pub(super) client_body_timeout: Option<String>,
     pub(super) client_body_min_rate: Option<u64>,
+    pub(super) client_body_buffer_mib: Option<u64>,
     pub(super) keepalive_idle: Option<String>,
     pub(super) client_write_timeout: Option<String>,
     pub(super) accept_queue: Option<usize>,

@@ -17,6 +17,19 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         " (bytes per second)",
         problems,
     );
+    let body_buffer_mib = at_least_one(
+        "client_body_buffer_mib",
+        raw.client_body_buffer_mib,
+        256,
+        " (MiB)",
+        problems,
+    );
+    if body_buffer_mib > 1 << 20 {
+        problems.push(Problem::new(
+            "client_body_buffer_mib",
+            "must be at most 1048576 (1 TiB)",
+        ));
+    }
     let accept_queue = at_least_one("accept_queue", raw.accept_queue, 128, "", problems);
     let max_per_peer = at_least_one(
         "max_connections_per_peer",
@@ -60,6 +73,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         header_timeout: duration("client_header_timeout", raw.client_header_timeout, "10s"),
         body_timeout: duration("client_body_timeout", raw.client_body_timeout, "10s"),
         body_min_rate,
+        body_buffer: usize::try_from(body_buffer_mib.min(1 << 20) << 20).unwrap_or(usize::MAX),
         keepalive_idle: duration("keepalive_idle", raw.keepalive_idle, "15s"),
         write_timeout: duration("client_write_timeout", raw.client_write_timeout, "60s"),
         accept_queue,

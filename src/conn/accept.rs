@@ -90,6 +90,7 @@ pub(super) fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) 
             fresh: true,
             peer,
             watch: None,
+            arrived: None,
         };
         // Connections already wait for a worker: this one waits for its whole head off the
         // workers, so the queue holds only requests a worker can serve at once.

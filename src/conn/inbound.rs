@@ -10,7 +10,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// Bytes asked of the socket per read.
-const READ_PIECE: usize = 16 << 10;
+pub(super) const READ_PIECE: usize = 16 << 10;
+/// A buffer grown past this (a pipelined burst, a long head) is let go once it is empty.
+const KEEP: usize = 64 << 10;
 
 /// A byte source whose reads can be bounded in time.
 pub trait Wire: Read {
@@ -85,7 +87,18 @@ impl<W: Wire> Inbound<W> {
         if self.pos == self.end {
             self.pos = 0;
             self.end = 0;
+            if self.buf.len() > KEEP {
+                self.buf = Vec::new();
+            }
         }
+    }
+
+    /// Bytes as if they had been read, for tests of the parsers.
+    #[cfg(test)]
+    pub(super) fn push(&mut self, bytes: &[u8]) {
+        self.buf.truncate(self.end);
+        self.buf.extend_from_slice(bytes);
+        self.end = self.buf.len();
     }
 
     /// One read into the room after the pending bytes (moved to the front first): at most
@@ -162,51 +175,6 @@ impl<W: Wire> Inbound<W> {
                 }
                 Err(err) => Fill::Failed(err),
             };
-        }
-    }
-
-    /// Takes up to `n` pending bytes into `out`, reading when none are pending.
-    pub fn take_into(
-        &mut self,
-        out: &mut Vec<u8>,
-        n: usize,
-        deadline: Instant,
-    ) -> Result<usize, Fill> {
-        if self.pending().is_empty() {
-            match self.fill(deadline, READ_PIECE) {
-                Fill::Data => {}
-                other => return Err(other),
-            }
-        }
-        let k = n.min(self.pending().len());
-        out.extend_from_slice(&self.pending()[..k]);
-        self.consume(k);
-        Ok(k)
-    }
-
-    /// One line ending in CRLF, without it, at most `max` bytes long. `Err(None)` when the line is
-    /// too long or ends in a bare LF; `Err(Some(fill))` when the wire failed first.
-    pub fn line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Option<Fill>> {
-        let mut scanned = 0;
-        loop {
-            let pending = self.pending();
-            if let Some(i) = pending[scanned..].iter().position(|&b| b == b'\n') {
-                let end = scanned + i;
-                if end == 0 || pending[end - 1] != b'\r' || end > max + 1 {
-                    return Err(None);
-                }
-                let line = pending[..end - 1].to_vec();
-                self.consume(end + 1);
-                return Ok(line);
-            }
-            if pending.len() > max + 1 {
-                return Err(None);
-            }
-            scanned = pending.len();
-            match self.fill(deadline, max + 2) {
-                Fill::Data => {}
-                other => return Err(Some(other)),
-            }
         }
     }
 }

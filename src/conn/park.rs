@@ -4,7 +4,9 @@
 //! non-blocking reads, collecting head bytes (up to 64 KiB) the way nginx and HAProxy do: a
 //! connection goes back on the accept queue only once its head is complete, so a client dribbling
 //! its head (slowloris) never holds a worker. A head not complete by its deadline is answered 408
-//! here. Everything held is capped; nothing here blocks on a socket.
+//! here. It reads request bodies a worker gave up waiting for the same way (`awaited`): the request
+//! goes back on the queue once its body is whole, or has failed. Everything held is capped;
+//! nothing here blocks on a socket.
 
 use std::io::{ErrorKind, Read};
 use std::net::{Shutdown, TcpStream};
@@ -14,8 +16,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender, TrySendError};
 
 use super::accept::busy;
-use super::head::HeadError;
-use super::inbound::Fill;
+use super::awaited::{Arrived, Awaiting};
+use super::body::from_fill;
+use super::head::{Head, HeadError};
+use super::inbound::{Fill, READ_PIECE};
 use super::peers::PeerSlot;
 use super::pool::{refuse_head, Conn, Shared};
 use super::MAX_HEAD;
@@ -28,12 +32,16 @@ const MAX_PARKED: usize = 1024;
 const LINGER: Duration = Duration::from_secs(2);
 /// Reads per connection per tick (each up to 16 KiB): a head of 64 KiB fits in one tick.
 const READS_PER_TICK: usize = 5;
+/// Reads per body per tick: up to 1 MiB, 100 MB/s for a body the poller reads.
+const BODY_READS_PER_TICK: usize = 64;
 
 /// A connection the poller holds.
 #[derive(Debug)]
 pub(super) enum Parked {
     /// Waiting for its next head, or for the rest of it; back to the queue once it is whole.
     Conn(Conn),
+    /// A request whose body is still coming: back on the queue once it is whole (or failed).
+    Body(Box<Receiving>),
     /// Answered and half-closed; dropped at EOF or when the instant passes. Still counts for its
     /// peer.
     Linger(TcpStream, PeerSlot, Instant),
@@ -43,6 +51,30 @@ pub(super) enum Parked {
 pub(super) fn park(sh: &Shared, conn: Conn) {
     if conn.inb.wire().set_nonblocking(true).is_ok() {
         add(sh, Parked::Conn(conn));
+    }
+}
+
+/// A request whose body the poller reads.
+#[derive(Debug)]
+pub(super) struct Receiving {
+    conn: Conn,
+    head: Head,
+    wait: Awaiting,
+    /// When its pace next wants more.
+    by: Instant,
+}
+
+/// Hands a request whose body is still coming to the poller.
+pub(super) fn body(sh: &Shared, conn: Conn, head: Head, wait: Awaiting) {
+    if conn.inb.wire().set_nonblocking(true).is_ok() {
+        let by = Instant::now() + sh.settings.body_timeout;
+        let receiving = Receiving {
+            conn,
+            head,
+            wait,
+            by,
+        };
+        add(sh, Parked::Body(Box::new(receiving)));
     }
 }
 
@@ -77,6 +109,7 @@ fn add(sh: &Shared, parked: Parked) {
 fn until(p: &Parked) -> Instant {
     match p {
         Parked::Conn(conn) => until_conn(conn),
+        Parked::Body(receiving) => receiving.by,
         Parked::Linger(_, _, until) => *until,
     }
 }
@@ -112,6 +145,7 @@ pub(super) fn poll(
                         kept.push(Parked::Conn(conn));
                     }
                 }
+                Parked::Body(receiving) => kept.extend(look_body(sh, receiving, queue, now)),
                 Parked::Linger(mut sock, peer, until) => {
                     if until > now && drain(&mut sock, &mut scratch, 64) {
                         kept.push(Parked::Linger(sock, peer, until));
@@ -127,15 +161,18 @@ pub(super) fn poll(
 
 /// Publishes what the poller holds, for `Pool::counts` (lingering closes are not counted).
 fn count(sh: &Shared, list: &[Parked]) {
-    let (mut heads, mut idle) = (0, 0);
+    let (mut heads, mut idle, mut bodies) = (0, 0, 0);
     for parked in list {
         match parked {
+            Parked::Conn(conn) if conn.arrived.is_some() => bodies += 1,
             Parked::Conn(conn) if conn.inb.pending().is_empty() => idle += 1,
             Parked::Conn(_) => heads += 1,
+            Parked::Body(..) => bodies += 1,
             Parked::Linger(..) => {}
         }
     }
     sh.held.heads.store(heads, Ordering::Relaxed);
+    sh.held.bodies.store(bodies, Ordering::Relaxed);
     sh.held.idle.store(idle, Ordering::Relaxed);
 }
 
@@ -143,6 +180,9 @@ fn count(sh: &Shared, list: &[Parked]) {
 /// when its head is refused or late, dropped when the peer left or an idle one timed out;
 /// otherwise returned to stay held.
 fn look(sh: &Shared, mut conn: Conn, queue: &Sender<Conn>, now: Instant) -> Option<Conn> {
+    if conn.arrived.is_some() {
+        return hand(sh, conn, queue, now);
+    }
     let mut ended = false;
     for _ in 0..READS_PER_TICK {
         if conn.inb.pending().len() >= MAX_HEAD {
@@ -190,6 +230,47 @@ fn look(sh: &Shared, mut conn: Conn, queue: &Sender<Conn>, now: Instant) -> Opti
             None
         }
     }
+}
+
+/// A request whose body is still coming: reads what has arrived (up to
+/// [`BODY_READS_PER_TICK`]) into it; back on the queue once the body is whole or has failed
+/// (too large, malformed, behind its pace, over the budget, the client gone), for the handler to
+/// answer; otherwise kept.
+fn look_body(
+    sh: &Shared,
+    mut r: Box<Receiving>,
+    queue: &Sender<Conn>,
+    now: Instant,
+) -> Option<Parked> {
+    let mut reads = 0;
+    let body = loop {
+        r.by = match r.wait.step(&mut r.conn.inb, now) {
+            Ok(Some(by)) => by,
+            Ok(None) => break Ok(()),
+            Err(err) => break Err(err),
+        };
+        if reads == BODY_READS_PER_TICK {
+            return Some(Parked::Body(r));
+        }
+        reads += 1;
+        match r.conn.inb.fill_now(READ_PIECE) {
+            Fill::Data => {}
+            Fill::Timeout => return Some(Parked::Body(r)),
+            Fill::Failed(_) => return None,
+            ended @ Fill::Eof => break Err(from_fill(ended)),
+        }
+    };
+    let Receiving {
+        mut conn,
+        head,
+        wait,
+        ..
+    } = *r;
+    let body = body.map(|()| wait.finish());
+    // It waits for a worker as a whole head does: until `client_header_timeout` from now.
+    conn.head_by = Some(now + sh.settings.header_timeout);
+    conn.arrived = Some(Box::new(Arrived { head, body }));
+    hand(sh, conn, queue, now).map(Parked::Conn)
 }
 
 fn until_conn(conn: &Conn) -> Instant {

@@ -1,18 +1,15 @@
-//! A listener's threads — the accept thread (`accept`), the poller (`park`) and the fixed workers —
-//! how they start and stop, and what a worker does with a connection.
+//! A listener's threads — the accept thread (`accept`), the poller (`park`) and the fixed workers
+//! (`serve`) — and how they start and stop.
 //!
 //! The accept thread puts a socket on the bounded queue while the queue is empty, else hands it to
 //! `park`'s poller, which queues it once its head is whole, so only whole requests wait for a
 //! worker. A worker takes one and serves its requests one after another (keep-alive, pipelining).
-//! A head that is not whole within [`HEAD_STEP`], and an idle connection while someone waits in
-//! the queue, go to the poller too: no worker waits on a slow client's head. A worker does wait for
-//! a body still to come, so such a request first takes one of its peer's body slots (`peers`);
-//! one over `max_body_readers_per_peer` is `503 busy`. Stop: the stop channel
-//! is dropped and the accept thread woken by a connection to itself; workers finish the connections
-//! already accepted, then exit.
+//! A head not whole within 50 ms, a body not whole within 50 ms (`awaited`), and an idle
+//! connection while someone waits in the queue go to the poller too: no worker waits on a slow
+//! client. Stop: the stop channel is dropped and the accept thread woken by a connection to
+//! itself; workers finish the connections already accepted, then exit.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -20,24 +17,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 
-use super::accept::{accept, per_peer_bodies, Burst};
-use super::head::{BodyKind, Head, HeadError};
-use super::inbound::{Fill, Inbound};
+use super::accept::{accept, Burst};
+use super::awaited::{Arrived, Budget};
+use super::inbound::Inbound;
 use super::park::{self, Parked};
 use super::peers::{PeerSlot, Peers};
-use super::request::{refuse, Request};
-use super::{Counts, Settings, MAX_HEAD};
-
-/// How long an idle worker waits on its connection before looking at the accept queue again: a
-/// connection waiting behind idle keep-alive ones is served within about this long.
-const IDLE_STEP: Duration = Duration::from_millis(100);
-/// The same wait when someone already waits in the queue as the answer goes out: a client that
-/// sends its next request at once keeps its worker; one that pauses is parked for the newcomer.
-const BUSY_STEP: Duration = Duration::from_millis(2);
-/// How long a worker waits for the rest of a head it has started to read before handing the
-/// connection to the poller. A head sent in one write is whole at once; this only spares the
-/// poller's tick to a head split over a few packets.
-const HEAD_STEP: Duration = Duration::from_millis(50);
+use super::request::Request;
+pub(super) use super::serve::refuse_head;
+use super::serve::serve;
+use super::{Counts, Settings};
 
 /// What a listener serves, and where it counts what it refused.
 pub struct Service {
@@ -101,6 +89,9 @@ pub(super) struct Conn {
     /// A second handle on the socket for the requests that watch it ([`Request::socket`]), made
     /// once per connection rather than once per request.
     pub(super) watch: Option<Arc<TcpStream>>,
+    /// A request whose body the poller read off the workers: its head and its body (or why
+    /// not), for the handler to be called again with.
+    pub(super) arrived: Option<Box<Arrived>>,
 }
 
 impl Conn {
@@ -116,6 +107,8 @@ pub(super) struct Held {
     pub(super) heads: AtomicUsize,
     /// Waiting for the first byte of a (next) head.
     pub(super) idle: AtomicUsize,
+    /// A request whose body is still coming (or, whole, waits for a worker).
+    pub(super) bodies: AtomicUsize,
 }
 
 pub(super) struct Shared {
@@ -128,6 +121,8 @@ pub(super) struct Shared {
     /// What the poller holds, as of its last look.
     pub(super) held: Held,
     pub(super) peers: Arc<Peers>,
+    /// What the bodies being received may hold, all together (`client_body_buffer_mib`).
+    pub(super) budget: Arc<Budget>,
     pub(super) busy_burst: Burst,
     pub(super) per_peer_burst: Burst,
     pub(super) bodies_burst: Burst,
@@ -175,6 +170,7 @@ impl Pool {
             wake_poller,
             held: Default::default(),
             peers: Peers::new(settings.max_per_peer, settings.max_bodies_per_peer),
+            budget: Budget::new(settings.body_buffer),
             busy_burst: Burst::default(),
             per_peer_burst: Burst::default(),
             bodies_burst: Burst::default(),
@@ -219,6 +215,8 @@ impl Pool {
             reading_head: self.shared.held.heads.load(Ordering::Relaxed),
             idle: self.shared.held.idle.load(Ordering::Relaxed),
             reading_body: self.shared.peers.bodies(),
+            body_bytes: self.shared.budget.used(),
+            bodies_off_workers: self.shared.held.bodies.load(Ordering::Relaxed),
         }
     }
 
@@ -272,126 +270,6 @@ fn work(sh: &Shared, stopped: &Receiver<()>) {
         };
         serve(sh, conn);
     }
-}
-
-/// Serves one connection's requests until it closes, breaks, idles out or is parked.
-fn serve(sh: &Shared, conn: Conn) {
-    let mut conn = conn;
-    loop {
-        conn = match wait_for_request(sh, conn) {
-            Some(conn) => conn,
-            None => return,
-        };
-        let now = Instant::now();
-        let head_by = *conn.head_by.get_or_insert(now + sh.settings.header_timeout);
-        let head = match conn.inb.read_head(head_by.min(now + HEAD_STEP)) {
-            Ok(head) => head,
-            Err(HeadError::Closed) => return,
-            // A slow head is read off the workers; the poller queues it again once it is whole.
-            Err(HeadError::Timeout) if Instant::now() < head_by => return park::park(sh, conn),
-            Err(err) => return refuse_head(sh, conn, err),
-        };
-        conn.fresh = false;
-        conn.head_by = None;
-        conn.scanned = 0;
-        // A body still to come holds this worker until it is read: one peer gets a few at once.
-        let reading = if body_to_come(&head, conn.inb.pending()) {
-            match conn.peer.body() {
-                Some(slot) => Some(slot),
-                None => return per_peer_bodies(sh, conn),
-            }
-        } else {
-            None
-        };
-        let stopping = sh.stopping.load(Ordering::SeqCst);
-        let mut request = Request::new(
-            head,
-            &mut conn.inb,
-            &mut conn.watch,
-            &sh.settings,
-            stopping,
-            reading,
-        );
-        let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
-        if served.is_err() || !request.answered() {
-            log::error!(
-                "request handler panicked or gave no answer listener={} answer=500_if_it_could",
-                sh.service.name
-            );
-            if !request.answered() {
-                let headers = [("Content-Type".to_string(), "application/json".to_string())];
-                let body = super::request::internal_error(request.target());
-                let _ = request.send(500, &headers, &body);
-            }
-        }
-        if served.is_err() || !request.keep() {
-            drop(request);
-            return park::linger(sh, conn);
-        }
-        conn.idle_until = Instant::now() + sh.settings.keepalive_idle;
-    }
-}
-
-/// Whether a worker would wait for some of `head`'s body: all of it not yet received with the
-/// head. Chunked bodies always count (their end is only known by decoding them).
-fn body_to_come(head: &Head, pending: &[u8]) -> bool {
-    match head.body {
-        BodyKind::None => false,
-        BodyKind::Length(n) => (pending.len() as u64) < n,
-        BodyKind::Chunked => true,
-    }
-}
-
-/// Waits for the first byte of the next head. `None` when the connection is done with: closed,
-/// idle too long, the listener stopping, or parked because someone waits for a worker.
-fn wait_for_request(sh: &Shared, mut conn: Conn) -> Option<Conn> {
-    loop {
-        if !conn.inb.pending().is_empty() {
-            return Some(conn);
-        }
-        let now = Instant::now();
-        if now >= conn.idle_until || (sh.stopping.load(Ordering::SeqCst) && !conn.fresh) {
-            return None;
-        }
-        let step = if sh.queue.is_empty() {
-            IDLE_STEP
-        } else {
-            BUSY_STEP
-        };
-        match conn.inb.fill(conn.idle_until.min(now + step), MAX_HEAD) {
-            Fill::Data => return Some(conn),
-            Fill::Eof | Fill::Failed(_) => return None,
-            Fill::Timeout if !sh.queue.is_empty() => {
-                park::park(sh, conn);
-                return None;
-            }
-            Fill::Timeout => {}
-        }
-    }
-}
-
-/// Answers a head that was refused (431, 400, 408), logs and counts it, and closes.
-pub(super) fn refuse_head(sh: &Shared, conn: Conn, err: HeadError) {
-    let (status, error, detail, reason) = match &err {
-        HeadError::TooLarge => (431, "headers too large", None, Refused::HeadersTooLarge),
-        HeadError::Bad(what) => (400, "bad request", Some(what.as_str()), Refused::BadRequest),
-        HeadError::Timeout => (408, "request timeout", None, Refused::HeadTimeout),
-        HeadError::Closed => return,
-    };
-    // Counted before the answer goes out, so a client that has the answer sees it counted.
-    (sh.service.refused)(reason);
-    let sock = conn.inb.wire();
-    refuse(sock, status, error, detail, None);
-    let peer = sock
-        .peer_addr()
-        .map_or_else(|_| "-".to_string(), |a| a.to_string());
-    log::info!(
-        "refused listener={} status={status} reason={} peer={peer} detail={}",
-        sh.service.name,
-        reason.as_str(),
-        crate::logfmt::val(detail.unwrap_or("-"))
-    );
-    park::linger(sh, conn);
 }
 
 impl Shared {

@@ -7,14 +7,26 @@ use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::body::{self, BodyError};
+use super::awaited::{Awaiting, Budget, Charge, BODY_STEP};
+use super::body::{from_fill, BodyError};
 use super::deadline::Deadlined;
 use super::head::{BodyKind, Head};
-use super::inbound::Inbound;
+use super::inbound::{Fill, Inbound, READ_PIECE};
 use super::peers::BodySlot;
 use super::Settings;
 use crate::wire::{self, BodyWriter, Framing, HeadOut};
+
+/// A request's body as its worker found it.
+#[derive(Debug)]
+pub(super) enum Body {
+    /// To be read on the worker, with its place in its peer's count when some of it is still to
+    /// come.
+    ToRead(Option<BodySlot>),
+    /// Read off the workers by the poller: whole (with its charge), or why not.
+    Arrived(Result<(Vec<u8>, Charge), BodyError>),
+}
 
 /// One request on a connection, lent to a handler.
 #[derive(Debug)]
@@ -23,9 +35,16 @@ pub struct Request<'c> {
     inb: &'c mut Inbound<TcpStream>,
     watch: &'c mut Option<Arc<TcpStream>>,
     settings: &'c Settings,
+    budget: &'c Arc<Budget>,
     body_read: bool,
     /// Its peer's count of bodies being read, while this one's is awaited.
     reading: Option<BodySlot>,
+    /// The body the poller read off the workers, whole or why not.
+    arrived: Option<Result<Vec<u8>, BodyError>>,
+    /// What the body read holds of the listener's budget, until the request ends.
+    _charge: Option<Charge>,
+    /// The body was not whole within [`BODY_STEP`]: the poller takes it from here.
+    later: Option<Awaiting>,
     answered: bool,
     /// The connection closes after this answer: set when the answer starts without keep-alive,
     /// and by the answer's writer on a write error or an aborted body.
@@ -38,18 +57,27 @@ impl<'c> Request<'c> {
         head: Head,
         inb: &'c mut Inbound<TcpStream>,
         watch: &'c mut Option<Arc<TcpStream>>,
-        settings: &'c Settings,
+        (settings, budget): (&'c Settings, &'c Arc<Budget>),
         stopping: bool,
-        reading: Option<BodySlot>,
+        body: Body,
     ) -> Request<'c> {
         let body_read = head.body == BodyKind::None;
+        let (reading, arrived, charge) = match body {
+            Body::ToRead(slot) => (slot, None, None),
+            Body::Arrived(Ok((body, charge))) => (None, Some(Ok(body)), Some(charge)),
+            Body::Arrived(Err(err)) => (None, Some(Err(err)), None),
+        };
         Request {
             head,
             inb,
             watch,
             settings,
+            budget,
             body_read,
             reading,
+            arrived,
+            _charge: charge,
+            later: None,
             answered: false,
             close_after: AtomicBool::new(false),
             stopping,
@@ -90,25 +118,59 @@ impl<'c> Request<'c> {
     /// Reads the whole body, at most `max` bytes (else [`BodyError::TooLarge`], the rest unread and
     /// the connection closed after the answer). Answers `100 Continue` first if the client waits
     /// for it. A second call returns an empty body.
+    ///
+    /// A body not whole within [`BODY_STEP`] is [`BodyError::Later`]: the handler must return at
+    /// once without answering; the poller reads the rest off the workers and the handler is called
+    /// again, this call then returning the whole body (or why not) at once. So nothing a handler
+    /// does before it may be seen by the client or kept.
     pub fn read_body(&mut self, max: usize) -> Result<Vec<u8>, BodyError> {
-        // However it ends, no worker waits for this body any more.
-        let _reading = self.reading.take();
         if self.body_read {
             return Ok(Vec::new());
         }
-        if let BodyKind::Length(n) = self.head.body {
-            if n > max as u64 {
-                return Err(BodyError::TooLarge);
-            }
+        if let Some(arrived) = self.arrived.take() {
+            let body = arrived?;
+            self.body_read = true;
+            return match body.len() > max {
+                true => Err(BodyError::TooLarge),
+                false => Ok(body),
+            };
         }
+        let timing = self.settings.body_timing();
+        let slot = self.reading.take();
+        let mut wait = Awaiting::new(self.head.body, max, timing, slot, self.budget)?;
         if self.head.expect_continue {
             let mut out = self.inb.wire();
             io::Write::write_all(&mut out, b"HTTP/1.1 100 Continue\r\n\r\n")
                 .map_err(BodyError::Io)?;
         }
-        let body = body::read(self.inb, self.head.body, max, self.settings.body_timing())?;
-        self.body_read = true;
-        Ok(body)
+        let until = Instant::now() + BODY_STEP;
+        loop {
+            let now = Instant::now();
+            let Some(by) = wait.step(self.inb, now)? else {
+                let (body, charge) = wait.finish();
+                (self._charge, self.body_read) = (Some(charge), true);
+                return Ok(body);
+            };
+            if now >= until {
+                self.later = Some(wait);
+                return Err(BodyError::Later);
+            }
+            match self.inb.fill(by.min(until), READ_PIECE) {
+                Fill::Data | Fill::Timeout => {}
+                other => return Err(from_fill(other)),
+            }
+        }
+    }
+
+    /// Whether [`Request::read_body`] left the body to the poller ([`BodyError::Later`]): the
+    /// handler returns without answering, and is called again with the whole body.
+    pub fn body_later(&self) -> bool {
+        self.later.is_some() && !self.answered
+    }
+
+    /// The head and the body still coming, for the poller.
+    pub(super) fn into_later(self) -> Option<(Head, Awaiting)> {
+        Some((self.head, self.later?))
     }
 
     /// Whether the client has gone: its side of the connection is closed or broken. Bytes it sent
@@ -135,6 +197,7 @@ impl<'c> Request<'c> {
         framing: Framing,
         head_out: HeadOut,
     ) -> io::Result<BodyWriter<'_>> {
+        self.not_later()?;
         let all = self.answer_headers(headers, framing);
         let http10 = self.head.http10;
         BodyWriter::start_tracked(
@@ -155,6 +218,7 @@ impl<'c> Request<'c> {
         headers: &[(String, String)],
         body: &[u8],
     ) -> io::Result<()> {
+        self.not_later()?;
         let head_only = self.head.method == "HEAD";
         let all = self.answer_headers(headers, Framing::Length(body.len() as u64));
         wire::send_tracked(
@@ -166,6 +230,15 @@ impl<'c> Request<'c> {
             &all,
             body,
         )
+    }
+
+    /// A handler told [`BodyError::Later`] must not answer: its answer would come before the
+    /// one it is called again for.
+    fn not_later(&self) -> io::Result<()> {
+        match self.later {
+            Some(_) => Err(io::Error::other("the request's body is still coming")),
+            None => Ok(()),
+        }
     }
 
     /// `headers` plus the connection's own: `Keep-Alive` when it stays open, else `Connection:

@@ -75,6 +75,11 @@ pub enum ProxyError {
     /// The body did not arrive within its deadline (`client_body_timeout` plus its size at
     /// `client_body_min_rate`).
     BodyTimeout,
+    /// The bodies being received hold `client_body_buffer_mib` already (issue 24).
+    BodiesBusy,
+    /// The body is still coming: the connection layer reads it off the workers and calls the
+    /// handler again. Never answered, never recorded.
+    BodyLater,
     /// The client left before an answer could start (queued for a slot): recorded as 499, never
     /// answered.
     ClientGone(&'static str),
@@ -105,6 +110,8 @@ impl ProxyError {
             | ProxyError::QueueFull
             | ProxyError::QueueTimeout
             | ProxyError::StoreUnavailable
+            | ProxyError::BodiesBusy
+            | ProxyError::BodyLater
             | ProxyError::ShuttingDown => 503,
             ProxyError::Upstream { .. } => 502,
             ProxyError::Internal(_) => 500,
@@ -225,6 +232,12 @@ impl ProxyError {
             ProxyError::BodyTimeout => {
                 "the request body did not arrive in time (client_body_timeout)".to_string()
             }
+            ProxyError::BodiesBusy => {
+                "crossbar holds as many request bodies being received as it may \
+                 (client_body_buffer_mib); retry after Retry-After seconds"
+                    .to_string()
+            }
+            ProxyError::BodyLater => "the request body is still coming".to_string(),
             ProxyError::ClientGone(why) => why.to_string(),
             ProxyError::Internal(_) => {
                 "crossbar failed to answer this request; its log says why".to_string()
@@ -283,7 +296,7 @@ impl ProxyError {
             ProxyError::NoHealthyHost(_) | ProxyError::PinnedDown(_) => {
                 Some(health_interval_s.max(1))
             }
-            ProxyError::QueueFull | ProxyError::ShuttingDown => Some(1),
+            ProxyError::QueueFull | ProxyError::ShuttingDown | ProxyError::BodiesBusy => Some(1),
             ProxyError::QueueTimeout | ProxyError::StoreUnavailable => Some(5),
             ProxyError::TooManyRequests { retry_after, .. } => Some(*retry_after),
             _ => None,
@@ -315,6 +328,8 @@ impl fmt::Display for ProxyError {
             ProxyError::BadBody(_) => "unreadable body",
             ProxyError::BadRequest(_) => "bad request",
             ProxyError::BodyTimeout => "request timeout",
+            ProxyError::BodiesBusy => "busy",
+            ProxyError::BodyLater => "body still coming",
             ProxyError::ClientGone(_) => "client gone",
             ProxyError::Internal(_) => "internal error",
         })

@@ -89,7 +89,10 @@ pub(super) fn read_request(
     let body = conn::read_body(inb, head.body, MAX_BODY, timing).map_err(|err| match err {
         BodyError::TooLarge => ReadError::Bad(413, "body too large".into()),
         BodyError::Bad(what) => ReadError::Bad(400, what),
-        BodyError::Timeout => ReadError::Closed,
+        // The blocking read neither charges a budget nor leaves a body for later.
+        BodyError::Timeout | BodyError::Gone | BodyError::Busy | BodyError::Later => {
+            ReadError::Closed
+        }
         BodyError::Io(err) => ReadError::Io(err),
     })?;
     Ok(HttpRequest {

@@ -3,6 +3,7 @@
 //! is routed leave no accounting row but count in `crossbar_refused_total`.
 
 mod admin;
+mod bodies;
 mod clients;
 mod crowd;
 mod emfile;

@@ -16,8 +16,13 @@ const STRANGER: [u8; 4] = [127, 0, 0, 2];
 
 /// A connection to `addr` from `STRANGER`.
 fn stranger(addr: SocketAddr) -> Conn {
+    connect_from(STRANGER, addr)
+}
+
+/// A connection to `addr` from the loopback address `from`.
+pub(super) fn connect_from(from: [u8; 4], addr: SocketAddr) -> Conn {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::from((STRANGER, 0)).into()).unwrap();
+    sock.bind(&SocketAddr::from((from, 0)).into()).unwrap();
     sock.connect(&addr.into()).unwrap();
     let sock: TcpStream = sock.into();
     sock.set_read_timeout(Some(Duration::from_secs(20)))
@@ -29,7 +34,7 @@ fn stranger(addr: SocketAddr) -> Conn {
 
 /// A normal chat turn from 127.0.0.1 is answered 200 within a second.
 #[track_caller]
-fn check_served_promptly(h: &Harness) {
+pub(super) fn check_served_promptly(h: &Harness) {
     let started = Instant::now();
     let answer = h.post(CHAT, &chat("still there?", 0, false));
     let took = started.elapsed();
