@@ -1,7 +1,8 @@
 //! The chaos thread: at seeded random moments it kills a host and revives it, hangs a host before
 //! its first byte, breaks streams mid-way, reloads crossbar with a changed config (SIGHUP), drains
-//! hosts and pins routes through the admin API, and once SIGKILLs crossbar and restarts it —
-//! faults overlap. It also samples crossbar's threads, fds and memory twice a second.
+//! hosts and pins routes through the admin API, sends silent request bodies from nine addresses
+//! (issue 24: they must cost sockets, not workers), and once SIGKILLs crossbar and restarts it —
+//! faults overlap. It also samples crossbar's threads, fds, memory and WAL size twice a second.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,6 +42,10 @@ pub struct Report {
     /// The current crossbar's idle threads and fds.
     pub idle: Sample,
     pub rss_max_kib: u64,
+    /// The largest `crossbar.db-wal` seen.
+    pub wal_max_bytes: u64,
+    /// Rounds of silent bodies (9 addresses × 8 connections each).
+    pub silent_rounds: u32,
     pub logs: Vec<PathBuf>,
     pub crashed: Option<String>,
 }
@@ -58,6 +63,8 @@ pub struct Chaos {
     undo: Vec<(Instant, Undo, Option<usize>)>,
     faulted: [bool; 3],
     variant: u32,
+    /// The threads holding silent bodies, joined before the checks.
+    silent: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Chaos {
@@ -91,6 +98,7 @@ impl Chaos {
             undo: Vec::new(),
             faulted: [false; 3],
             variant: 0,
+            silent: Vec::new(),
         }
     }
 
@@ -119,6 +127,9 @@ impl Chaos {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.undo_due(Instant::now() + Duration::from_secs(3600));
+        for silent in self.silent.drain(..) {
+            let _ = silent.join();
+        }
         self.sample();
         (self.sims, self.crossbar, self.report)
     }
@@ -133,6 +144,9 @@ impl Chaos {
             self.run
                 .rss_kib
                 .store(s.rss_kib, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Ok(wal) = std::fs::metadata(self.dir.join("crossbar.db-wal")) {
+            self.report.wal_max_bytes = self.report.wal_max_bytes.max(wal.len());
         }
     }
 
@@ -204,6 +218,13 @@ impl Chaos {
             (90..=94, _) => {
                 self.admin("/admin/release", r#"{"route":"beta"}"#);
                 self.report.releases += 1;
+            }
+            (95..=99, _) if self.silent.iter().all(|t| t.is_finished()) => {
+                let (run, hold) = (self.run.clone(), self.rng.u64(500..3000));
+                self.silent.retain(|t| !t.is_finished());
+                self.silent
+                    .push(std::thread::spawn(move || silent_bodies(&run, hold)));
+                self.report.silent_rounds += 1;
             }
             _ => {}
         }
@@ -339,6 +360,59 @@ type Leases = (
 );
 
 /// `/admin/leases` as key → host, and the pins as route → host.
+/// 72 requests from 127.0.0.2–10 (8 each) declaring a 1 MiB body on the `junk` route and sending
+/// none of it (half of them wait for `100 Continue`), held `hold_ms` and then closed: each is a
+/// client that left (499), unless crossbar refused it before routing.
+fn silent_bodies(run: &Run, hold_ms: u64) {
+    let start = Instant::now();
+    let mut conns = Vec::new();
+    for peer in 2..=10u8 {
+        for i in 0..8 {
+            let from = std::net::IpAddr::from([127, 0, 0, peer]);
+            let Ok(mut conn) = http::Conn::open_from(run.client(), None, Some(from)) else {
+                continue;
+            };
+            let expect = if i % 2 == 1 {
+                "Expect: 100-continue\r\n"
+            } else {
+                ""
+            };
+            let head = format!(
+                "POST /junk/v1/chat/completions HTTP/1.1\r\nHost: soak\r\n\
+                 Content-Type: application/json\r\n{expect}Content-Length: 1048576\r\n\r\n"
+            );
+            if conn.send(head.as_bytes()).is_ok() {
+                conns.push(conn);
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(hold_ms));
+    for mut conn in conns {
+        // What came back meanwhile, if anything (`head` skips a `100 Continue`).
+        conn.set_read_timeout(Duration::from_millis(20));
+        let outcome = match conn.head() {
+            Ok(Some(head)) => {
+                let body = match conn.body(&head, None) {
+                    http::Body::Complete(b) => b,
+                    _ => Vec::new(),
+                };
+                let host = head.header("X-Crossbar-Host").map(str::to_string);
+                crate::clients::answered(head.status, host, None, true, &body)
+            }
+            _ => crate::ledger::Outcome::Left,
+        };
+        drop(conn);
+        run.record(crate::ledger::Sent {
+            corr: crate::ledger::Corr::Route("junk"),
+            turn: None,
+            route: "junk:silent-body",
+            start,
+            end: Instant::now(),
+            outcome,
+        });
+    }
+}
+
 fn leases(run: &Run) -> Option<Leases> {
     let (status, v) = http::admin(run.admin(), "GET", "/admin/leases", None).ok()?;
     if status != 200 {

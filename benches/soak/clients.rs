@@ -359,7 +359,7 @@ impl Client {
 }
 
 /// An answer, classified by what crossbar's answer itself says.
-fn answered(
+pub fn answered(
     status: u16,
     host: Option<String>,
     lease: Option<String>,

@@ -56,10 +56,22 @@ impl Conn {
     /// Connects with `READ_TIMEOUT` on reads and writes; `rcvbuf` shrinks the receive window
     /// (set before connecting, so the window is small from the handshake on).
     pub fn open(addr: SocketAddr, rcvbuf: Option<usize>) -> io::Result<Conn> {
+        Conn::open_from(addr, rcvbuf, None)
+    }
+
+    /// [`Conn::open`] from the local address `from` (another loopback address: another peer).
+    pub fn open_from(
+        addr: SocketAddr,
+        rcvbuf: Option<usize>,
+        from: Option<std::net::IpAddr>,
+    ) -> io::Result<Conn> {
         use socket2::{Domain, Socket, Type};
         let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
         if let Some(n) = rcvbuf {
             s.set_recv_buffer_size(n)?;
+        }
+        if let Some(ip) = from {
+            s.bind(&SocketAddr::new(ip, 0).into())?;
         }
         s.connect_timeout(&addr.into(), Duration::from_secs(3))?;
         let s: TcpStream = s.into();

@@ -31,6 +31,8 @@ use procs::{count_lines, idle_level, sample, Crossbar, SimProc};
 
 const CLIENTS: u64 = 64;
 const RSS_LIMIT_MIB: f64 = 64.0;
+/// `store::WAL_LIMIT` (64 MiB) plus what 200 ms of commits may add before the checkpoint resets it.
+const WAL_LIMIT_MIB: f64 = 72.0;
 /// Idle threads and fds may differ by this much after the load.
 const SLACK: usize = 4;
 
@@ -171,6 +173,19 @@ fn main() {
     println!(
         "check rss: max={rss_max_mib:.1} MiB (VmHWM, both processes) limit={RSS_LIMIT_MIB} -> {}",
         verdict(rss_max_mib < RSS_LIMIT_MIB)
+    );
+
+    // Issue 24: the WAL stays under the store's bound (plus what 200 ms of commits add).
+    let wal_mib = report.wal_max_bytes as f64 / (1 << 20) as f64;
+    let wal_ok = wal_mib <= WAL_LIMIT_MIB;
+    println!(
+        "check wal: max={wal_mib:.1} MiB limit={WAL_LIMIT_MIB} -> {}",
+        verdict(wal_ok)
+    );
+    failed |= !wal_ok;
+    println!(
+        "check silent bodies: rounds={} of 72 from 9 addresses (their rows are checked with the rest)",
+        report.silent_rounds
     );
 
     let metrics = http::metrics(run.admin()).unwrap_or_default();
