@@ -22,6 +22,11 @@ impl Conn {
         }
     }
 
+    /// The socket, to write a request in pieces.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        self.r.get_mut()
+    }
+
     pub fn send(&mut self, path: &str, body: &[u8]) {
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n\

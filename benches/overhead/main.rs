@@ -27,6 +27,7 @@ mod conn;
 mod keys;
 mod leases;
 mod nginx;
+mod slowbody;
 mod sse;
 
 use std::net::SocketAddr;
@@ -90,6 +91,11 @@ fn main() {
     let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("bad config: {e}\n{text}"));
     let server = Server::start(config).expect("crossbar starts");
     let gw = server.client_addr();
+    // `cargo bench --bench overhead -- --slow-body-only`: the poller path's line alone.
+    if std::env::args().any(|a| a == "--slow-body-only") {
+        println!("{}", slowbody::run(gw));
+        return;
+    }
     let sim = fast.addr();
     println!(
         "crossbar overhead benchmark (release, loopback, {}, {})",
@@ -212,6 +218,7 @@ fn main() {
         events.added.ms.len()
     );
 
+    println!("{}", slowbody::run(gw));
     server.stop(Duration::from_secs(5));
     drop(nginx);
     println!("{}", leases_apart(&dir.join("leases.db")));
