@@ -21,6 +21,7 @@ mod health;
 mod lock;
 mod reader;
 mod requests;
+mod reserve;
 mod rows;
 mod schema;
 mod write;
@@ -112,6 +113,21 @@ impl Store {
     /// checkpoint thread copies the WAL back and truncates it, and a WAL the writer resets is cut
     /// back to the limit (`journal_size_limit`).
     pub fn open_with_wal_limit(path: &Path, wal_limit: u64) -> Result<Store, StoreError> {
+        let bounds = Bounds {
+            wal: wal_limit,
+            ..Bounds::default()
+        };
+        Store::open_with(path, bounds)
+    }
+
+    /// [`Store::open`] with its WAL and disk bounds.
+    pub(crate) fn open_with(path: &Path, bounds: Bounds) -> Result<Store, StoreError> {
+        let wal_limit = bounds.wal;
+        // The reserve's space is the db's to start on (a WAL that filled the disk is copied back
+        // as the db opens); the checkpoint thread takes it again once writes have gone through
+        // for a while.
+        let reserve = reserve::Reserve::of(path, bounds.reserve);
+        reserve.release();
         let conn = Connection::open(path).map_err(|source| open_err(path, source))?;
         let conn = setup(path, conn)?;
         // Checkpoints run on their own thread (`checkpoint`), never inside a group commit.
@@ -120,7 +136,7 @@ impl Store {
         conn.pragma_update(None, "journal_size_limit", wal_limit as i64)
             .map_err(|source| open_err(path, source))?;
         let health = Arc::new(StoreHealth::new(path));
-        let checkpointer = Checkpointer::start(path, wal_limit)?;
+        let checkpointer = Checkpointer::start(path, bounds, health.clone(), reserve)?;
         let writer = Writer::start(conn, health.clone());
         Ok(Store {
             reader: Reader::open(path)?,
@@ -214,6 +230,27 @@ fn setup(path: &Path, conn: Connection) -> Result<Connection, StoreError> {
     let mut conn = conn;
     schema::migrate(path, &mut conn)?;
     Ok(conn)
+}
+
+/// What the store keeps its files within (issue 24).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    /// The WAL is reset once it is over this and copied back ([`WAL_LIMIT`]).
+    pub(crate) wal: u64,
+    /// Bytes kept in reserve beside the db for a WAL that fills the disk (`reserve::RESERVE`).
+    pub(crate) reserve: u64,
+    /// How long writes must go through before the reserve is taken (at start, after a full disk).
+    pub(crate) settle: Duration,
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds {
+            wal: WAL_LIMIT,
+            reserve: reserve::RESERVE,
+            settle: Duration::from_secs(60),
+        }
+    }
 }
 
 /// The WAL's bound (issue 24): 30,000 cheap requests in 12 s once left an 846 MB `-wal` that never

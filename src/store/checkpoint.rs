@@ -6,18 +6,30 @@
 //! every worker waiting on that group commit waited for the copy and its fsync with it (the p99 of a
 //! commit wait was 12 ms at 32 writers, the max 20 ms). A passive checkpoint never waits for readers
 //! or the writer; what it cannot copy now it copies next time.
+//!
+//! The WAL is reset (`TRUNCATE`) once it is over its limit and wholly copied back, never waiting:
+//! with a reader on an old snapshot it would hold the write lock while it waited, and every commit
+//! with it (5 s stalls in the drill). When the disk fills, it gives up the db's reserve
+//! (`reserve`) and holds writes back until the WAL is copied back and reset, then lets them go on
+//! and takes the reserve again once they have gone through for a while.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use rusqlite::Connection;
 
+use super::health::StoreHealth;
+use super::reserve::Reserve;
 use super::{open_err, StoreError};
+use crate::logfmt::val;
 
 /// How often the WAL is copied back into the database file.
 const EVERY: Duration = Duration::from_millis(200);
+/// How long after a reserve could not be written (no room) it is tried again.
+const RETRY: Duration = Duration::from_secs(600);
 
 /// The checkpoint thread; dropping it stops and joins it.
 #[derive(Debug)]
@@ -26,34 +38,50 @@ pub(super) struct Checkpointer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What the checkpoint thread keeps between ticks.
+struct Wal {
+    conn: Connection,
+    wal: PathBuf,
+    limit: u64,
+    health: Arc<StoreHealth>,
+    reserve: Reserve,
+    /// How long writes must have gone through (since the start, or since a full disk) before
+    /// the reserve is taken.
+    settle: Duration,
+    /// When the reserve may be (re)taken.
+    take_at: Instant,
+}
+
 impl Checkpointer {
-    pub(super) fn start(path: &Path, wal_limit: u64) -> Result<Checkpointer, StoreError> {
+    pub(super) fn start(
+        path: &Path,
+        bounds: super::Bounds,
+        health: Arc<StoreHealth>,
+        reserve: Reserve,
+    ) -> Result<Checkpointer, StoreError> {
         let conn = Connection::open(path).map_err(|e| open_err(path, e))?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        let wal = std::path::PathBuf::from(wal);
-        conn.busy_timeout(Duration::from_secs(5))
+        // No busy timeout: a checkpoint that would wait, for a reader or the writer, does what it
+        // can now and the rest next tick.
+        conn.busy_timeout(Duration::ZERO)
             .map_err(|e| open_err(path, e))?;
+        let mut state = Wal {
+            conn,
+            wal: PathBuf::from(wal),
+            limit: bounds.wal,
+            health,
+            reserve,
+            settle: bounds.settle,
+            take_at: Instant::now() + bounds.settle,
+        };
         let (stop, stopped) = bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || loop {
                 match stopped.recv_timeout(EVERY) {
-                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Timeout) => state.tick(Instant::now()),
                     _ => return,
-                }
-                let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
-                let mode = if size > wal_limit {
-                    "PRAGMA wal_checkpoint(TRUNCATE)"
-                } else {
-                    "PRAGMA wal_checkpoint(PASSIVE)"
-                };
-                // A failure (a full disk) is the writer's to report; this tries again next tick.
-                if let Err(err) = conn.query_row(mode, [], |_| Ok(())) {
-                    log::debug!(
-                        "wal checkpoint failed error={}",
-                        crate::logfmt::val(&err.to_string())
-                    );
                 }
             })
             .expect("the OS refused to start a thread");
@@ -61,6 +89,79 @@ impl Checkpointer {
             stop: Some(stop),
             thread: Some(thread),
         })
+    }
+}
+
+impl Wal {
+    fn tick(&mut self, now: Instant) {
+        let copied = match self.checkpoint("PASSIVE") {
+            Ok(copied) => copied,
+            Err(err) => {
+                let full = err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
+                if full {
+                    self.reclaim();
+                }
+                // Any other failure is the writer's to report; this tries again next tick.
+                log::debug!("wal checkpoint failed error={}", val(&err.to_string()));
+                false
+            }
+        };
+        if self.health.disk_full() {
+            self.reclaim();
+        }
+        let reclaiming = self.health.reclaiming();
+        if copied && (reclaiming || self.size() > self.limit) {
+            let _ = self.checkpoint("TRUNCATE");
+        }
+        if reclaiming && self.size() == 0 {
+            self.health.set_reclaiming(false);
+            self.take_at = now + self.settle;
+            log::info!("store wal copied back and reset; writes go on");
+        }
+        if !reclaiming && now >= self.take_at && !self.reserve.held() && self.health.status().ok {
+            match self.reserve.take() {
+                Ok(()) => log::debug!("store reserve taken"),
+                Err(err) => {
+                    self.take_at = now + RETRY;
+                    log::warn!(
+                        "store reserve not taken file={} error={}; a WAL that fills the disk will \
+                         need space freed by hand",
+                        val(&self.reserve.path().display().to_string()),
+                        val(&err.to_string())
+                    );
+                }
+            }
+        }
+    }
+
+    /// Runs a checkpoint in `mode`: true when the whole WAL is now in the db.
+    fn checkpoint(&self, mode: &str) -> rusqlite::Result<bool> {
+        let sql = format!("PRAGMA wal_checkpoint({mode})");
+        self.conn.query_row(&sql, [], |row| {
+            let (busy, log, done): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            Ok(busy == 0 && log == done)
+        })
+    }
+
+    /// The disk is full: while there is a reserve to give up, writes are held back so the WAL
+    /// stops growing, and the reserve is given up so the WAL can be copied back into the db. With
+    /// none (a disk full of something else) there is nothing to gain: writes fail as they come.
+    fn reclaim(&mut self) {
+        if self.health.reclaiming() || !self.reserve.held() {
+            return;
+        }
+        self.health.set_reclaiming(true);
+        let freed = self.reserve.release();
+        log::warn!(
+            "store disk full reserve_released={freed} wal_bytes={}; writes wait until the WAL is \
+             copied back and reset (a reader left open on the db, such as a sqlite3 shell in a \
+             transaction, delays it)",
+            self.size()
+        );
+    }
+
+    fn size(&self) -> u64 {
+        std::fs::metadata(&self.wal).map_or(0, |m| m.len())
     }
 }
 

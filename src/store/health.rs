@@ -5,6 +5,7 @@
 //! status page and `/metrics` read [`StoreHealth::status`]. No I/O here beyond the log.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -19,6 +20,9 @@ use crate::logfmt::val;
 pub struct StoreHealth {
     path: PathBuf,
     inner: Mutex<Inner>,
+    /// The disk filled: writes are refused, so the WAL stops growing, until the checkpoint thread
+    /// has copied it back and reset it (`checkpoint`, `reserve`).
+    reclaiming: AtomicBool,
 }
 
 /// Invariant: `failing` is `Some` from the first failed commit until the next successful one.
@@ -32,6 +36,8 @@ struct Inner {
 struct Failing {
     since: i64,
     cause: String,
+    /// The burst's failures include a full disk.
+    full: bool,
     failed: u64,
     /// Writing commits in a row since the last failure.
     good: u32,
@@ -59,7 +65,22 @@ impl StoreHealth {
         StoreHealth {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner::default()),
+            reclaiming: AtomicBool::new(false),
         }
+    }
+
+    /// Whether commits are failing on a full disk now.
+    pub(super) fn disk_full(&self) -> bool {
+        self.inner.lock().failing.as_ref().is_some_and(|f| f.full)
+    }
+
+    /// Whether writes are held back while the WAL is copied back and reset.
+    pub(super) fn reclaiming(&self) -> bool {
+        self.reclaiming.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_reclaiming(&self, on: bool) {
+        self.reclaiming.store(on, Ordering::Relaxed);
     }
 
     pub fn status(&self) -> StoreStatus {
@@ -121,17 +142,20 @@ impl StoreHealth {
     }
 
     fn failed(&self, err: &rusqlite::Error) {
+        let full = err.sqlite_error_code() == Some(ErrorCode::DiskFull);
         let mut inner = self.inner.lock();
         inner.write_errors += 1;
         if let Some(f) = &mut inner.failing {
             f.failed += 1;
             f.good = 0;
+            f.full |= full;
             return;
         }
         let cause = err.to_string();
         inner.failing = Some(Failing {
             since: unix_ms(SystemTime::now()),
             cause: cause.clone(),
+            full,
             failed: 1,
             good: 0,
         });
@@ -154,7 +178,8 @@ fn hint(err: &rusqlite::Error) -> &'static str {
             "make the db file and its directory writable by crossbar"
         }
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            "another process holds a write lock on the db; end its transaction"
+            "another connection held a write lock on the db for 5 s (another process, or a sqlite3 \
+             shell in a write transaction); end its transaction"
         }
         Some(ErrorCode::SystemIoFailure) => "check the disk and the kernel log for I/O errors",
         _ => "see the cause; crossbar retries with every write",

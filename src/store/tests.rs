@@ -10,6 +10,7 @@ use super::schema::{migrate_with, MIGRATIONS};
 use super::*;
 
 mod requests;
+mod reserve;
 
 /// A database file in the system temp dir with a unique name, removed (with its WAL files) on drop.
 #[derive(Debug)]
@@ -34,7 +35,7 @@ impl TempDb {
 
 impl Drop for TempDb {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
+        for suffix in ["", "-wal", "-shm", "-journal", "-reserve"] {
             let mut p = self.path.clone().into_os_string();
             p.push(suffix);
             let _ = std::fs::remove_file(PathBuf::from(p));

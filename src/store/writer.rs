@@ -310,6 +310,17 @@ impl Shared {
 /// One outcome per job: all share a batch that committed; if it failed, each is tried alone, so
 /// one bad write cannot fail its neighbours.
 fn commit_jobs(conn: &mut Connection, batch: &[Job], health: &StoreHealth) -> Vec<Outcome> {
+    // The disk is full and the WAL is being copied back: nothing is written, so the WAL stops
+    // growing into the space the copy needs (`reserve`).
+    if health.reclaiming() {
+        let full = || {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                None,
+            )
+        };
+        return batch.iter().map(|_| health.outcome(Err(full()))).collect();
+    }
     match commit(conn, batch.iter().flat_map(|j| &j.writes)) {
         Ok(wrote) => {
             health.committed(wrote);
