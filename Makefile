@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test test-browser test-install gate fmt clippy run demo static bench bench-affinity soak fuzz clean
+.PHONY: build test test-browser test-install gate fmt clippy run demo static bench bench-affinity soak fuzz drill-wal clean
 
 build:
 	$(CARGO) build --release
@@ -50,6 +50,12 @@ bench-affinity:
 # (default 600); one line per check, then the `soak seconds=..` summary; exit 0 only if all pass.
 soak:
 	$(CARGO) bench --bench soak
+
+# Issue 24: the WAL fills a 24 MiB tmpfs behind a reader left open, then crossbar must recover by
+# itself and start again on that disk (root: it mounts the tmpfs; about 3 minutes).
+drill-wal:
+	$(CARGO) build --release --bins
+	scripts/wal-full-drill.sh
 
 # The connection layer's seeded mutation runner (no nightly here for cargo-fuzz): CASES cases,
 # SEED to replay a failure it printed.
