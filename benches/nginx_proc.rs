@@ -67,6 +67,14 @@ impl Nginx {
     }
 }
 
+impl Nginx {
+    /// The master's process id (its workers are its children).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         let stopped = Command::new(binary())

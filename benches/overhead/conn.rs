@@ -9,6 +9,8 @@ use std::time::Duration;
 /// A raw HTTP/1.1 client connection (keep-alive unless the server says close).
 pub struct Conn {
     r: BufReader<TcpStream>,
+    /// A client key sent with every request (`Authorization: Bearer`), for crossbar.
+    key: Option<&'static str>,
 }
 
 impl Conn {
@@ -19,6 +21,7 @@ impl Conn {
             .expect("timeout");
         Conn {
             r: BufReader::new(s),
+            key: None,
         }
     }
 
@@ -27,10 +30,19 @@ impl Conn {
         self.r.get_mut()
     }
 
+    /// The same connection, sending `key` with every request.
+    pub fn with_key(mut self, key: Option<&'static str>) -> Conn {
+        self.key = key;
+        self
+    }
+
     pub fn send(&mut self, path: &str, body: &[u8]) {
+        let auth = self.key.map_or(String::new(), |key| {
+            format!("Authorization: Bearer {key}\r\n")
+        });
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n",
+             {auth}Content-Length: {}\r\n\r\n",
             body.len()
         );
         let mut msg = head.into_bytes();

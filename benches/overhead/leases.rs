@@ -174,14 +174,14 @@ pub fn run(db: &Path) -> String {
          new_p99_us={:.1} rss_mib={:.1} table_mib={:.1} sweep_expired={expired} sweep_ms={sweep_ms:.0} \
          sweep_stall_max_us={stall_us:.0} acquires_during_sweep={during} touches_flushed={flushed} \
          row_commit_p50_us={:.1} row_commit_p99_us={:.1}",
-        crate::percentile(&mut reused, 50.0),
-        crate::percentile(&mut reused, 99.0),
-        crate::percentile(&mut fresh, 50.0),
-        crate::percentile(&mut fresh, 99.0),
+        crate::figures::percentile(&mut reused, 50.0),
+        crate::figures::percentile(&mut reused, 99.0),
+        crate::figures::percentile(&mut fresh, 50.0),
+        crate::figures::percentile(&mut fresh, 99.0),
         rss_after as f64 / 1024.0,
         rss_after.saturating_sub(rss_before) as f64 / 1024.0,
-        crate::percentile(&mut rows, 50.0),
-        crate::percentile(&mut rows, 99.0),
+        crate::figures::percentile(&mut rows, 50.0),
+        crate::figures::percentile(&mut rows, 99.0),
     )
 }
 

@@ -9,17 +9,18 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::conn::Conn;
-use crate::percentile;
+use crate::figures::percentile;
 
 const RUNS: usize = 60;
 const CHAT_BODY: &str =
     r#"{"model":"m","messages":[{"role":"user","content":"a body sent slowly"}],"max_tokens":4}"#;
 
-/// Runs the measurement against crossbar at `gw` (route `projA`) and returns the `slow-body` line.
-pub fn run(gw: SocketAddr) -> String {
+/// Runs the measurement against crossbar at `gw` (route `projA`, process `pid`), every request
+/// with the client `key`, and returns the `slow-body` line.
+pub fn run(gw: SocketAddr, key: &str, pid: u32) -> String {
     let head = format!(
         "POST /projA/v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n",
+         Authorization: Bearer {key}\r\nContent-Length: {}\r\n\r\n",
         CHAT_BODY.len()
     );
     let (mut whole, mut polled) = (Vec::new(), Vec::new());
@@ -31,7 +32,7 @@ pub fn run(gw: SocketAddr) -> String {
             Some(Duration::from_millis(70)),
         ));
     }
-    let cpu = poller_cpu_with_silent_bodies(gw);
+    let cpu = poller_cpu_with_silent_bodies(gw, key, pid);
     format!(
         "slow-body whole_p50_ms={:.3} whole_p99_ms={:.3} poller_p50_ms={:.3} poller_p99_ms={:.3} \
          poller_cpu_pct_holding_72={cpu:.2} (last body byte -> status line; {RUNS} runs each)",
@@ -64,7 +65,7 @@ fn last_byte_to_answer(gw: SocketAddr, head: &str, pause: Option<Duration>) -> f
 }
 
 /// Percent of one core the client listener's poller used over 2 s holding 72 silent bodies.
-fn poller_cpu_with_silent_bodies(gw: SocketAddr) -> f64 {
+fn poller_cpu_with_silent_bodies(gw: SocketAddr, key: &str, pid: u32) -> f64 {
     let mut silent = Vec::new();
     for peer in 2..=10u8 {
         for _ in 0..8 {
@@ -74,26 +75,30 @@ fn poller_cpu_with_silent_bodies(gw: SocketAddr) -> f64 {
                 .expect("bind");
             sock.connect(&gw.into()).expect("connect");
             let mut sock: TcpStream = sock.into();
-            let head = "POST /projA/v1/chat/completions HTTP/1.1\r\nHost: bench\r\n\
-                        Content-Type: application/json\r\nContent-Length: 16777216\r\n\r\n";
+            let head = format!(
+                "POST /projA/v1/chat/completions HTTP/1.1\r\nHost: bench\r\n\
+                 Content-Type: application/json\r\nAuthorization: Bearer {key}\r\n\
+                 Content-Length: 16777216\r\n\r\n"
+            );
             sock.write_all(head.as_bytes()).expect("send");
             silent.push(sock);
         }
     }
     // Every body past its worker's 50 ms, then measured for 2 s.
     std::thread::sleep(Duration::from_millis(300));
-    let before = poller_ticks();
+    let before = poller_ticks(pid);
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
-    let ticks = poller_ticks().saturating_sub(before);
+    let ticks = poller_ticks(pid).saturating_sub(before);
     drop(silent);
     // Clock ticks are 1/100 s on Linux.
     ticks as f64 * 10.0 / started.elapsed().as_millis() as f64 * 100.0
 }
 
-/// utime + stime of the client listener's poller thread (`clients-idle`), in clock ticks.
-fn poller_ticks() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+/// utime + stime of crossbar's (`pid`) client listener's poller thread (`clients-idle`), in clock
+/// ticks.
+fn poller_ticks(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
     for task in tasks.flatten() {

@@ -10,7 +10,8 @@ use crossbar::sim::{Sim, SimEvent};
 use parking_lot::Mutex;
 
 use crate::conn::Conn;
-use crate::{chat_body, Sample, STREAM_RUNS, STREAM_TOKENS, STREAM_VIA};
+use crate::figures::Sample;
+use crate::{chat_body, STREAM_RUNS, STREAM_TOKENS, STREAM_VIA};
 
 pub struct EventFigures {
     pub direct_p50: f64,
@@ -30,7 +31,7 @@ pub struct EventFigures {
 /// event. Run i direct is matched with run i through, event k with event k; the figure is the p50
 /// over all matched pairs. (Measuring arrival offsets relative to the first event instead would
 /// cancel any constant per-event delay and report ~0 — not honest.)
-pub fn stream_added(slow: &Sim, gw: SocketAddr) -> EventFigures {
+pub fn stream_added(slow: &Sim, gw: SocketAddr, key: &'static str) -> EventFigures {
     let rx = slow.events();
     let sent: Arc<Mutex<Vec<(usize, Instant)>>> = Arc::default();
     let observer = {
@@ -46,7 +47,8 @@ pub fn stream_added(slow: &Sim, gw: SocketAddr) -> EventFigures {
     let direct_addr = slow.addr();
     let one = |addr: SocketAddr, path: &str| -> Vec<f64> {
         sent.lock().clear();
-        let arrivals = stream_once(addr, path);
+        let key = (addr == gw).then_some(key);
+        let arrivals = stream_once(addr, path, key);
         // Let the observer drain the last events of this stream.
         let deadline = Instant::now() + Duration::from_secs(2);
         while sent.lock().len() < arrivals.len() && Instant::now() < deadline {
@@ -76,6 +78,7 @@ pub fn stream_added(slow: &Sim, gw: SocketAddr) -> EventFigures {
         Sample {
             ms,
             wall: Duration::from_secs(1),
+            ticks: 0,
         }
         .p(50.0)
     };
@@ -85,6 +88,7 @@ pub fn stream_added(slow: &Sim, gw: SocketAddr) -> EventFigures {
         added: Sample {
             ms: added,
             wall: Duration::from_secs(1),
+            ticks: 0,
         },
     };
     // Detached: the observer exits when the sim is dropped and its channel disconnects.
@@ -101,8 +105,8 @@ fn signed_ms(arrival: Instant, sent: Instant) -> f64 {
 }
 
 /// One streamed request on a fresh connection; the arrival time of each SSE event, in order.
-fn stream_once(addr: SocketAddr, path: &str) -> Vec<Instant> {
-    let mut conn = Conn::open(addr);
+fn stream_once(addr: SocketAddr, path: &str, key: Option<&'static str>) -> Vec<Instant> {
+    let mut conn = Conn::open(addr).with_key(key);
     conn.send(path, &chat_body(0, true, STREAM_TOKENS));
     let head = conn.head();
     assert_eq!(head.status, 200, "{path}: stream failed");

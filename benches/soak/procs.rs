@@ -139,7 +139,9 @@ impl Crossbar {
     /// Starts `crossbar serve -c config`, its stderr (the log) going to `log`; waits up to 10 s for
     /// the line naming the listeners.
     pub fn start(config: &Path, log: &Path) -> io::Result<Crossbar> {
-        let child = Command::new(CROSSBAR)
+        // BENCH_CROSSBAR: another build of the binary, to compare two builds in one setup.
+        let binary = std::env::var_os("BENCH_CROSSBAR").unwrap_or_else(|| CROSSBAR.into());
+        let child = Command::new(binary)
             .args(["serve", "-c"])
             .arg(config)
             .stdin(Stdio::null())
