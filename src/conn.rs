@@ -105,17 +105,16 @@ impl Default for Settings {
 }
 
 /// True when the peer has closed or broken its side of `sock`. Bytes waiting (a pipelined request)
-/// mean it is still there. Never blocks: the socket is non-blocking just for the peek.
+/// mean it is still there. Never blocks: one `recv(MSG_PEEK | MSG_DONTWAIT)`, whatever the socket's
+/// mode — toggling `O_NONBLOCK` around a plain peek cost two more system calls per look (issue 26).
 pub fn peer_gone(sock: &TcpStream) -> bool {
-    if sock.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let mut b = [0u8; 1];
-    let gone = match sock.peek(&mut b) {
+    let mut b = [std::mem::MaybeUninit::<u8>::uninit()];
+    let peeked = socket2::SockRef::from(sock).recv_with_flags(&mut b, PEEK_NOW);
+    match peeked {
         Ok(0) => true,
         Ok(_) => false,
-        Err(e) => e.kind() != ErrorKind::WouldBlock,
-    };
-    let restored = sock.set_nonblocking(false).is_ok();
-    gone || !restored
+        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+    }
 }
+
+const PEEK_NOW: libc::c_int = libc::MSG_PEEK | libc::MSG_DONTWAIT;
