@@ -34,8 +34,8 @@ pub use lock::{lock_path, DbLock, LockError};
 pub use reader::Reader;
 pub use rows::{LeaseEvent, LeaseRow, LeaseState, Reason, RequestRow};
 pub use write::Write;
-pub use writer::Ticket;
 use writer::Writer;
+pub use writer::{Coming, Ticket};
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -179,6 +179,19 @@ impl Store {
     /// Writes and waits: one accounting row appended (its `id` is ignored).
     pub fn record_request(&self, row: &RequestRow) -> Result<(), StoreError> {
         self.submit(vec![Write::Request(row.clone())]).wait()
+    }
+
+    /// Says that a request's row is on its way, so a commit just before it may wait for it and
+    /// take both (group commit under load; a lone request never waits: `writer.rs`).
+    pub fn row_coming(&self) -> Coming {
+        self.writer.coming()
+    }
+
+    /// [`Store::record_request`] for the row `coming` announced.
+    pub fn record_coming(&self, row: &RequestRow, coming: Coming) -> Result<(), StoreError> {
+        (self.writer)
+            .submit_coming(vec![Write::Request(row.clone())], coming)
+            .wait()
     }
 
     pub fn schema_version(&self) -> Result<i64, StoreError> {

@@ -17,7 +17,7 @@ use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
 use crate::wire::{self, BodyWriter, Framing, HeadOut};
 
-use super::record::{client_gone, finish_row};
+use super::record::{client_gone, finish_row, record_with};
 use super::{
     record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER,
     PLACEMENT_HEADER,
@@ -245,6 +245,8 @@ pub(super) fn relay(
         .then(|| response.headers().get("content-length"))
         .flatten()
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    // A whole answer's row is on its way from here: a commit under way may wait for it.
+    let coming = length.map(|_| gw.store.row_coming());
     let mut upstream = response.into_body().into_reader();
     let head_out = if length.is_some() {
         HeadOut::WithBody
@@ -298,7 +300,7 @@ pub(super) fn relay(
         return upstream_broke(gw, plan, row, clock, &tee, out, detail);
     }
     finish_row(gw, row, clock, &tee);
-    record(gw, row);
+    record_with(gw, row, coming);
     super::learn(gw, plan, row);
     drop(permit);
     if let Some(key) = &plan._key {

@@ -10,7 +10,7 @@ use crate::fingerprint;
 use crate::lease::Key;
 use crate::logfmt::val;
 use crate::state::Gateway;
-use crate::store::RequestRow;
+use crate::store::{Coming, RequestRow};
 use crate::tee::Tee;
 
 use super::{ProxyError, HOST_HEADER};
@@ -19,6 +19,12 @@ use super::{ProxyError, HOST_HEADER};
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
 /// client; the store logs its cause once per burst (here only at debug).
 pub(super) fn record(gw: &Gateway, row: &RequestRow) {
+    record_with(gw, row, None);
+}
+
+/// [`record`] for a row announced when its whole answer arrived (`coming`, issue 26): a commit
+/// under way beside it may wait for it and take both.
+pub(super) fn record_with(gw: &Gateway, row: &RequestRow, coming: Option<Coming>) {
     gw.metrics.observe_request(row);
     if !row.key.is_empty() {
         let tokens =
@@ -26,7 +32,11 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
         let now = crate::store::unix_ms(std::time::SystemTime::now());
         gw.keys.spent(&gw.config(), &row.key, tokens as u64, now);
     }
-    match gw.store.record_request(row) {
+    let recorded = match coming {
+        Some(coming) => gw.store.record_coming(row, coming),
+        None => gw.store.record_request(row),
+    };
+    match recorded {
         Ok(()) => {}
         Err(err) => {
             gw.metrics.observe_row_lost();

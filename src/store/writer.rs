@@ -6,9 +6,12 @@
 //!   queued commits its job on its own thread. A lone request's accounting row thus costs no
 //!   hand-off: the hop to a writer thread and back was the largest part of what crossbar added
 //!   per request at one client (issue 12, docs/BENCHMARKS.md).
-//! - **Together:** when other jobs are queued beside it, the waiter hands the queue to the writer
-//!   thread, which commits everything queued so far in one transaction (group commit), so
-//!   concurrent workers share one `fsync`-free WAL commit. A worker that took a batch could be
+//! - **Together:** when other jobs are queued beside it, or rows are on their way ([`Coming`]:
+//!   requests whose whole answer has arrived and whose row is being filled in), the waiter hands
+//!   the queue to the writer thread, which waits up to [`GATHER`] for the rows on their way and
+//!   commits everything queued in one transaction (group commit), so concurrent workers share one
+//!   `fsync`-free WAL commit: its six lock calls and its frames (issue 26: batches of 1.4 rows
+//!   at 32 clients before rows on their way were waited for). A worker that took a batch could be
 //!   preempted with 60 threads on 2 cores, and everyone queued behind it would wait for its next
 //!   time slice (a 15 ms p99 at 32 clients); the writer thread, asleep between batches, is run as
 //!   soon as it is woken.
@@ -23,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,6 +48,10 @@ const COMMIT_WAIT: Duration = Duration::from_secs(30);
 /// How often the writer thread looks at the queue unwoken: a safety net, since it is woken for
 /// every job it is to commit.
 const IDLE_TICK: Duration = Duration::from_millis(250);
+/// Longest the writer thread waits for rows on their way ([`Coming`]) before it commits what is
+/// queued: about the time a worker takes from a whole answer to its row on a busy CPU. Nobody
+/// waits for it when nothing else is on its way.
+const GATHER: Duration = Duration::from_micros(200);
 
 type Outcome = Result<(), StoreError>;
 
@@ -150,6 +158,8 @@ struct Queue {
     /// dropped unwaited.
     wanted: bool,
     stopping: bool,
+    /// The writer thread waits for rows on their way: [`Coming`] wakes it when the last arrives.
+    gathering: bool,
     /// Batches committed by a waiting caller, and by the writer thread (for tests and tuning).
     by_caller: u64,
     by_thread: u64,
@@ -164,6 +174,8 @@ struct Shared {
     /// Used only by the committer of the moment (`Queue::committing`).
     conn: Mutex<Connection>,
     health: Arc<StoreHealth>,
+    /// Rows on their way: [`Coming`]s alive.
+    coming: AtomicUsize,
 }
 
 impl std::fmt::Debug for Shared {
@@ -189,6 +201,7 @@ impl Writer {
             wake: Condvar::new(),
             conn: Mutex::new(conn),
             health,
+            coming: AtomicUsize::new(0),
         });
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
@@ -225,6 +238,42 @@ impl Writer {
     }
 }
 
+/// A row on its way: the request has its whole answer and will submit its row in a moment (the
+/// tee's last look, metrics, the log line's fields). While one lives, a lone waiter does not
+/// commit on its own thread but lets the writer thread gather (up to [`GATHER`]) and commit them
+/// together. Dropped when its row is queued ([`Writer::submit_coming`]) or never will be.
+#[derive(Debug)]
+pub struct Coming(Option<Arc<Shared>>);
+
+impl Drop for Coming {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.take() else {
+            return;
+        };
+        if shared.coming.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The gathering writer checks the count under the queue's lock before it waits.
+            if shared.queue.lock().gathering {
+                shared.wake.notify_one();
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Says that a row is on its way (see [`Coming`]).
+    pub(super) fn coming(&self) -> Coming {
+        self.shared.coming.fetch_add(1, Ordering::AcqRel);
+        Coming(Some(self.shared.clone()))
+    }
+
+    /// [`Writer::submit`] for the row `coming` announced: queued before it stops counting.
+    pub(super) fn submit_coming(&self, writes: Vec<Write>, coming: Coming) -> Ticket {
+        let ticket = self.submit(writes);
+        drop(coming);
+        ticket
+    }
+}
+
 impl Drop for Writer {
     /// Commits what is queued, then joins the writer thread.
     fn drop(&mut self) {
@@ -244,7 +293,7 @@ impl Shared {
     fn wait(&self, slot: &Slot, deadline: Instant) -> Outcome {
         let mut q = self.queue.lock();
         if !slot.is_set() && !q.committing {
-            if q.jobs.len() == 1 {
+            if q.jobs.len() == 1 && self.coming.load(Ordering::Acquire) == 0 {
                 q.by_caller += 1;
                 self.commit_queued(&mut q);
             } else {
@@ -295,14 +344,33 @@ impl Shared {
         let mut q = self.queue.lock();
         loop {
             if !q.committing && !q.jobs.is_empty() && (q.wanted || q.stopping) {
-                q.by_thread += 1;
-                self.commit_queued(&mut q);
+                self.gather(&mut q);
+                // A waiter may have committed while the queue was unlocked.
+                if !q.committing && !q.jobs.is_empty() {
+                    q.by_thread += 1;
+                    self.commit_queued(&mut q);
+                }
                 continue;
             }
             if q.stopping && !q.committing && q.jobs.is_empty() {
                 return;
             }
             self.wake.wait_for(&mut q, IDLE_TICK);
+        }
+    }
+}
+
+impl Shared {
+    /// Waits, at most [`GATHER`], while rows are on their way and the batch has room.
+    fn gather(&self, q: &mut MutexGuard<'_, Queue>) {
+        let until = Instant::now() + GATHER;
+        while !q.stopping && q.jobs.len() < MAX_BATCH && self.coming.load(Ordering::Acquire) > 0 {
+            q.gathering = true;
+            let timed_out = self.wake.wait_until(q, until).timed_out();
+            q.gathering = false;
+            if timed_out {
+                return;
+            }
         }
     }
 }

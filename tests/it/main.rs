@@ -21,6 +21,7 @@ mod placement;
 mod proxy;
 mod restart;
 mod router;
+mod rows;
 mod signals;
 mod store;
 mod support;
