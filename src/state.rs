@@ -208,9 +208,12 @@ impl Gateway {
     /// With the prompt goes the host's unload count of the model then (see `Health::unloads`),
     /// so a cold turn can say whether a router swapped the model out in between.
     pub fn swap_last_prompt(&self, key: &Key, prompt: i64, unloads: u64) -> Option<(i64, u64)> {
-        self.last_prompt
-            .lock()
-            .insert(key.clone(), (prompt, unloads))
+        let mut last = self.last_prompt.lock();
+        // A conversation's later turns find their entry: no copy of the key (three strings).
+        if let Some(entry) = last.get_mut(key) {
+            return Some(std::mem::replace(entry, (prompt, unloads)));
+        }
+        last.insert(key.clone(), (prompt, unloads))
     }
 
     /// What placement sees of `host`+`model` (issue 23): tokens its leases hold against its

@@ -56,8 +56,21 @@ pub(super) fn log_request(row: &RequestRow, lease: &str) {
     if !log::log_enabled!(log::Level::Info) {
         return;
     }
-    let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_string(), |n| n.to_string());
-    let mut line = format!(
+    // One string, written field by field (a `format!` per optional field and per token count
+    // was seven allocations more per request, issue 26).
+    use std::fmt::Write as _;
+    struct Tokens(Option<i64>);
+    impl std::fmt::Display for Tokens {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self.0 {
+                Some(n) => write!(f, "{n}"),
+                None => f.write_str("-"),
+            }
+        }
+    }
+    let mut line = String::with_capacity(320);
+    let _ = write!(
+        line,
         "route={} api={} host={} lease={lease} placed={} family={} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
         val(or_dash(&row.route)),
         or_dash(&row.api),
@@ -70,21 +83,21 @@ pub(super) fn log_request(row: &RequestRow, lease: &str) {
         row.queued_ms,
         row.ttfb_ms,
         row.total_ms,
-        tokens(row.prompt_tokens),
-        tokens(row.cached_tokens),
-        tokens(row.completion_tokens),
+        Tokens(row.prompt_tokens),
+        Tokens(row.cached_tokens),
+        Tokens(row.completion_tokens),
     );
     if let Some(est) = row.ctx_est {
-        line.push_str(&format!(" ctx_est={est}"));
+        let _ = write!(line, " ctx_est={est}");
     }
     if let Some(exact) = row.ctx_exact {
-        line.push_str(&format!(" ctx_exact={exact}"));
+        let _ = write!(line, " ctx_exact={exact}");
     }
     if !row.key.is_empty() {
-        line.push_str(&format!(" key={}", val(&row.key)));
+        let _ = write!(line, " key={}", val(&row.key));
     }
     if !row.err.is_empty() {
-        line.push_str(&format!(" err={}", val(&row.err)));
+        let _ = write!(line, " err={}", val(&row.err));
     }
     log::info!("{line}");
 }
