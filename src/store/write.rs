@@ -46,10 +46,22 @@ pub(super) fn commit<'a>(
     writes: impl Iterator<Item = &'a Write>,
 ) -> rusqlite::Result<bool> {
     let before = conn.total_changes();
+    let mut writes = writes.peekable();
+    let first = writes.next();
+    if writes.peek().is_none() {
+        // One write is its own transaction (a lone request's row, issue 26): SQLite commits it
+        // when the statement ends, without a BEGIN and a COMMIT of its own to run. Only this
+        // connection writes, so its read never has to become a write behind another writer.
+        if let Some(write) = first {
+            apply(conn, write)?;
+        }
+        return Ok(conn.total_changes() > before);
+    }
     // Prepared once and cached like the writes themselves: a commit is on a request's path.
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let mut writes = writes;
-    let done = writes
+    let done = first
+        .into_iter()
+        .chain(writes)
         .try_for_each(|write| apply(conn, write))
         .and_then(|()| conn.prepare_cached("COMMIT")?.execute([]).map(drop));
     if done.is_err() && !conn.is_autocommit() {
