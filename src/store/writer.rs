@@ -238,42 +238,6 @@ impl Writer {
     }
 }
 
-/// A row on its way: the request has its whole answer and will submit its row in a moment (the
-/// tee's last look, metrics, the log line's fields). While one lives, a lone waiter does not
-/// commit on its own thread but lets the writer thread gather (up to [`GATHER`]) and commit them
-/// together. Dropped when its row is queued ([`Writer::submit_coming`]) or never will be.
-#[derive(Debug)]
-pub struct Coming(Option<Arc<Shared>>);
-
-impl Drop for Coming {
-    fn drop(&mut self) {
-        let Some(shared) = self.0.take() else {
-            return;
-        };
-        if shared.coming.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The gathering writer checks the count under the queue's lock before it waits.
-            if shared.queue.lock().gathering {
-                shared.wake.notify_one();
-            }
-        }
-    }
-}
-
-impl Writer {
-    /// Says that a row is on its way (see [`Coming`]).
-    pub(super) fn coming(&self) -> Coming {
-        self.shared.coming.fetch_add(1, Ordering::AcqRel);
-        Coming(Some(self.shared.clone()))
-    }
-
-    /// [`Writer::submit`] for the row `coming` announced: queued before it stops counting.
-    pub(super) fn submit_coming(&self, writes: Vec<Write>, coming: Coming) -> Ticket {
-        let ticket = self.submit(writes);
-        drop(coming);
-        ticket
-    }
-}
-
 impl Drop for Writer {
     /// Commits what is queued, then joins the writer thread.
     fn drop(&mut self) {
@@ -402,5 +366,8 @@ fn commit_jobs(conn: &mut Connection, batch: &[Job], health: &StoreHealth) -> Ve
     }
 }
 
+mod coming;
 #[cfg(test)]
 mod tests;
+
+pub use coming::Coming;
