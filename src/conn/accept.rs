@@ -89,6 +89,7 @@ pub(super) fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) 
             scanned: 0,
             fresh: true,
             peer,
+            addr: from,
             watch: None,
             arrived: None,
         };

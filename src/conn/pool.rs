@@ -86,6 +86,8 @@ pub(super) struct Conn {
     pub(super) fresh: bool,
     /// Its place in its peer's count, given back when the socket closes.
     pub(super) peer: PeerSlot,
+    /// The client's address, as accepted (asked of the socket once, not per request).
+    pub(super) addr: SocketAddr,
     /// A second handle on the socket for the requests that watch it ([`Request::socket`]), made
     /// once per connection rather than once per request.
     pub(super) watch: Option<Arc<TcpStream>>,

@@ -45,6 +45,8 @@ pub struct Request<'c> {
     _charge: Option<Charge>,
     /// The body was not whole within [`BODY_STEP`]: the poller takes it from here.
     later: Option<Awaiting>,
+    /// The client's address, as its connection was accepted.
+    peer: Option<SocketAddr>,
     answered: bool,
     /// The connection closes after this answer: set when the answer starts without keep-alive,
     /// and by the answer's writer on a write error or an aborted body.
@@ -78,6 +80,7 @@ impl<'c> Request<'c> {
             arrived,
             _charge: charge,
             later: None,
+            peer: None,
             answered: false,
             close_after: AtomicBool::new(false),
             stopping,
@@ -105,9 +108,13 @@ impl<'c> Request<'c> {
         self.head.http10
     }
 
-    /// The client's address.
+    /// The client's address (as accepted: no system call).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.inb.wire().peer_addr().ok()
+        self.peer.or_else(|| self.inb.wire().peer_addr().ok())
+    }
+
+    pub(super) fn set_peer(&mut self, addr: SocketAddr) {
+        self.peer = Some(addr);
     }
 
     /// The address the client connected to (this listener's own address as the client sees it).
