@@ -249,7 +249,10 @@ fn prepare<'c>(
         BodyError::TooLarge => ProxyError::BodyTooLarge,
         BodyError::Timeout => ProxyError::BodyTimeout,
         BodyError::Busy => ProxyError::BodiesBusy,
-        BodyError::Gone => ProxyError::ClientGone("client gone while sending its body"),
+        // Its connection ended or broke inside the body: the client left.
+        BodyError::Gone | BodyError::Io(_) => {
+            ProxyError::ClientGone("client gone while sending its body")
+        }
         BodyError::Later => ProxyError::BodyLater,
         other => ProxyError::BadBody(other.to_string()),
     })?;

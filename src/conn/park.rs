@@ -256,8 +256,8 @@ fn look_body(
         match r.conn.inb.fill_now(READ_PIECE) {
             Fill::Data => {}
             Fill::Timeout => return Some(Parked::Body(r)),
-            Fill::Failed(_) => return None,
-            ended @ Fill::Eof => break Err(from_fill(ended)),
+            // The client left (or its connection broke): the handler records it.
+            ended @ (Fill::Eof | Fill::Failed(_)) => break Err(from_fill(ended)),
         }
     };
     let Receiving {
