@@ -7,9 +7,9 @@
 //! commit wait was 12 ms at 32 writers, the max 20 ms). A passive checkpoint never waits for readers
 //! or the writer; what it cannot copy now it copies next time.
 //!
-//! The WAL is reset (`TRUNCATE`) once it is over its limit and wholly copied back, never waiting:
-//! with a reader on an old snapshot it would hold the write lock while it waited, and every commit
-//! with it (5 s stalls in the drill). When the disk fills, it gives up the db's reserve
+//! The WAL is reset (`TRUNCATE`) once it is over its limit and wholly copied back, waiting at most
+//! [`RESET_WAIT`]: with a reader on an old snapshot it holds the write lock while it waits, and
+//! every commit with it (5 s stalls in the drill, with SQLite's usual 5 s). When the disk fills, it gives up the db's reserve
 //! (`reserve`) and holds writes back until the WAL is copied back and reset, then lets them go on
 //! and takes the reserve again once they have gone through for a while.
 
@@ -28,6 +28,9 @@ use crate::logfmt::val;
 
 /// How often the WAL is copied back into the database file.
 const EVERY: Duration = Duration::from_millis(200);
+/// Longest a WAL reset waits for the writer or a reader: long enough to fall between two commits
+/// under steady load, short enough that the commits it holds up barely notice (5 s before).
+const RESET_WAIT: Duration = Duration::from_millis(20);
 /// How long after a reserve could not be written (no room) it is tried again.
 const RETRY: Duration = Duration::from_secs(600);
 
@@ -62,9 +65,9 @@ impl Checkpointer {
         let conn = Connection::open(path).map_err(|e| open_err(path, e))?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        // No busy timeout: a checkpoint that would wait, for a reader or the writer, does what it
-        // can now and the rest next tick.
-        conn.busy_timeout(Duration::ZERO)
+        // A passive checkpoint never waits; the reset waits at most this long for the writer or a
+        // reader, holding the write lock meanwhile, then tries again next tick.
+        conn.busy_timeout(RESET_WAIT)
             .map_err(|e| open_err(path, e))?;
         let mut state = Wal {
             conn,
