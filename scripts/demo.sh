@@ -34,19 +34,9 @@ trap cleanup EXIT INT TERM
 
 say() { printf '\n== %s\n' "$*"; }
 
-# Waits (up to 10 s) until file $1 has a line matching $2; prints that line.
-wait_line() {
-  local file=$1 pattern=$2 i
-  for i in $(seq 1 200); do
-    if grep -m1 -E "$pattern" "$file" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "demo: timed out waiting for /$pattern/ in $file:" >&2
-  cat "$file" >&2
-  return 1
-}
+NAME=demo
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 say "building release binaries"
 cargo build --release --bins --example demo_client

@@ -62,19 +62,9 @@ if [[ ! -x "$BIN/crossbar" || ! -x "$BIN/crossbar-sim" ]]; then
   nice -n 10 cargo build --release --bins
 fi
 
-# Waits (up to 10 s) until file $1 has a line matching $2; prints that line.
-wait_line() {
-  local file=$1 pattern=$2 i
-  for i in $(seq 1 200); do
-    if grep -m1 -E "$pattern" "$file" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "wal-full-drill: timed out waiting for /$pattern/ in $file:" >&2
-  cat "$file" >&2
-  return 1
-}
+NAME=wal-full-drill
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 # No simulated cost: the drill is about the store, so requests should be as cheap as they come.
 "$BIN/crossbar-sim" --listen 127.0.0.1:0 --alias m --ctx 65536 --slots 8 --max-tokens 1 \
