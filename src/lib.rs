@@ -29,4 +29,6 @@ pub mod store;
 pub mod tee;
 #[cfg(test)]
 mod testlog;
+#[cfg(test)]
+mod testwait;
 pub mod wire;

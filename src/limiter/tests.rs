@@ -8,16 +8,6 @@ use std::thread;
 const LONG: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(10);
 
-/// Spins (yielding) until `cond` holds; fails the test after `BOUND`.
-#[track_caller]
-fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + BOUND;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::yield_now();
-    }
-}
-
 #[track_caller]
 fn check_counts(lim: &Limiter, in_flight: usize, queued: usize) {
     assert_eq!(
@@ -114,7 +104,7 @@ fn waiters_are_admitted_in_arrival_order() {
         let (release_tx, release_rx) = unbounded();
         drop(release_tx);
         handles.push(waiter_to(&lim, id, done_tx.clone(), release_rx));
-        wait_for("the waiter to queue", || {
+        crate::testwait::until("the waiter to queue", || {
             lim.queued("mini", "qwen") == id + 1
         });
     }
@@ -140,7 +130,7 @@ fn a_full_queue_refuses_at_once() {
     let (holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (release_tx, release_rx) = unbounded();
     let (handle, admitted) = waiter(&lim, 1, release_rx);
-    wait_for("the waiter to queue", || lim.queued("mini", "qwen") == 1);
+    crate::testwait::until("the waiter to queue", || lim.queued("mini", "qwen") == 1);
 
     let started = Instant::now();
     assert_eq!(
@@ -183,7 +173,7 @@ fn a_timed_out_front_waiter_lets_the_next_one_in() {
     let (holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (_keep_tx, release_rx) = unbounded::<()>();
     let (front, front_rx) = waiter(&lim, 1, release_rx.clone());
-    wait_for("the front waiter to queue", || {
+    crate::testwait::until("the front waiter to queue", || {
         lim.queued("mini", "qwen") == 1
     });
     lim.set_queue(4, LONG);
@@ -207,7 +197,7 @@ fn close_wakes_every_waiter_and_refuses_later_acquires() {
     let (_keep_tx, release_rx) = unbounded::<()>();
     let (a, a_rx) = waiter(&lim, 1, release_rx.clone());
     let (b, b_rx) = waiter(&lim, 2, release_rx);
-    wait_for("both waiters to queue", || lim.queued("mini", "qwen") == 2);
+    crate::testwait::until("both waiters to queue", || lim.queued("mini", "qwen") == 2);
 
     lim.close();
     assert_eq!(
@@ -237,15 +227,15 @@ fn raising_capacity_admits_waiters_at_once() {
     let (_holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (keep_tx, release_rx) = unbounded::<()>();
     let (a, a_rx) = waiter(&lim, 1, release_rx.clone());
-    wait_for("the first waiter to queue", || {
+    crate::testwait::until("the first waiter to queue", || {
         lim.queued("mini", "qwen") == 1
     });
     let (b, b_rx) = waiter(&lim, 2, release_rx.clone());
-    wait_for("the second waiter to queue", || {
+    crate::testwait::until("the second waiter to queue", || {
         lim.queued("mini", "qwen") == 2
     });
     let (c, c_rx) = waiter(&lim, 3, release_rx);
-    wait_for("the third waiter to queue", || {
+    crate::testwait::until("the third waiter to queue", || {
         lim.queued("mini", "qwen") == 3
     });
 
@@ -345,7 +335,7 @@ fn snapshot_is_sorted_and_counts_waiters() {
     let (holder, _) = lim.acquire("mini", "qwen").unwrap();
     let (keep_tx, release_rx) = unbounded::<()>();
     let (handle, admitted) = waiter(&lim, 1, release_rx);
-    wait_for("the waiter to queue", || lim.queued("mini", "qwen") == 1);
+    crate::testwait::until("the waiter to queue", || lim.queued("mini", "qwen") == 1);
 
     let stats = |host: &str, model: &str, parallel, in_flight, queued| SlotStats {
         host: host.into(),

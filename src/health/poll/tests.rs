@@ -163,16 +163,6 @@ fn check_poll(url: &str, want: Poll) {
     );
 }
 
-/// Waits, boundedly, until `cond` holds; the pause between looks only spares the CPU.
-#[track_caller]
-fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + BOUND;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::park_timeout(Duration::from_millis(2));
-    }
-}
-
 // ---- polling one host ----------------------------------------------------------------------
 
 #[test]

@@ -3,8 +3,6 @@
 //! by itself and could not start again on that disk. The reserve beside the db is given up then,
 //! writes wait until the WAL is copied back and reset, and the reserve is taken again.
 
-use std::time::Instant;
-
 use super::*;
 
 fn size(path: &Path) -> Option<u64> {
@@ -13,15 +11,6 @@ fn size(path: &Path) -> Option<u64> {
 
 fn suffixed(db: &TempDb, suffix: &str) -> PathBuf {
     PathBuf::from(format!("{}{suffix}", db.path.display()))
-}
-
-#[track_caller]
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn disk_full() -> rusqlite::Result<bool> {
@@ -44,13 +33,13 @@ fn a_full_disk_gives_the_reserve_up_until_the_wal_is_reset_then_takes_it_again()
     let db = TempDb::new("reserve");
     let (reserve, wal) = (suffixed(&db, "-reserve"), suffixed(&db, "-wal"));
     let store = Store::open_with(&db.path, small()).unwrap();
-    wait_until("the reserve is taken once writes have gone through", || {
+    crate::testwait::until("the reserve is taken once writes have gone through", || {
         size(&reserve) == Some(64 << 10)
     });
     store.record_request(&request(1, "projA", 200)).unwrap();
     // A commit fails on a full disk, as SQLite says it.
     assert!(store.health.outcome(disk_full()).is_err());
-    wait_until("the reserve is given up and the WAL reset", || {
+    crate::testwait::until("the reserve is given up and the WAL reset", || {
         size(&reserve).is_none() && !store.health.reclaiming() && size(&wal) == Some(0)
     });
     // Writes go on; once they have gone through for a while the reserve is taken again.
@@ -60,7 +49,7 @@ fn a_full_disk_gives_the_reserve_up_until_the_wal_is_reset_then_takes_it_again()
             .unwrap();
     }
     assert!(store.status().ok);
-    wait_until("the reserve is taken again", || {
+    crate::testwait::until("the reserve is taken again", || {
         size(&reserve) == Some(64 << 10)
     });
     assert_eq!(
@@ -76,7 +65,7 @@ fn a_full_disk_gives_the_reserve_up_until_the_wal_is_reset_then_takes_it_again()
 fn writes_wait_for_the_wal_to_be_reset_and_a_reader_left_open_delays_it() {
     let db = TempDb::new("reclaim");
     let store = Store::open_with(&db.path, small()).unwrap();
-    wait_until("the reserve is taken", || {
+    crate::testwait::until("the reserve is taken", || {
         size(&suffixed(&db, "-reserve")).is_some()
     });
     store.record_request(&request(1, "projA", 200)).unwrap();
@@ -87,13 +76,13 @@ fn writes_wait_for_the_wal_to_be_reset_and_a_reader_left_open_delays_it() {
         .unwrap();
     store.record_request(&request(2, "projA", 200)).unwrap();
     assert!(store.health.outcome(disk_full()).is_err());
-    wait_until("writes are held back", || store.health.reclaiming());
+    crate::testwait::until("writes are held back", || store.health.reclaiming());
     let refused = store.record_request(&request(3, "projA", 200));
     assert!(refused.is_err(), "{refused:?}");
     std::thread::sleep(Duration::from_millis(500));
     assert!(store.health.reclaiming(), "the reader still holds the WAL");
     reader.execute_batch("COMMIT").unwrap();
-    wait_until("the WAL is reset once the reader ends", || {
+    crate::testwait::until("the WAL is reset once the reader ends", || {
         !store.health.reclaiming()
     });
     store.record_request(&request(4, "projA", 200)).unwrap();

@@ -43,7 +43,7 @@ fn the_poller_marks_each_bad_host_down_while_the_good_one_keeps_its_pace() {
         .expect("the slow host was asked");
     let _ = ok.hits.try_iter().count();
     let reason = |name: &str| health.get(name).and_then(|s| s.reason).map(|r| r.kind());
-    wait_for("the slow host to be marked down", || {
+    crate::testwait::until("the slow host to be marked down", || {
         reason("slow").is_some()
     });
     let polls_meanwhile = ok.hits.try_iter().filter(|(p, _)| p == "/health").count();
@@ -52,7 +52,7 @@ fn the_poller_marks_each_bad_host_down_while_the_good_one_keeps_its_pace() {
         "good host polled {polls_meanwhile} times during a {timeout:?} hang"
     );
 
-    wait_for("every bad host to be marked down", || {
+    crate::testwait::until("every bad host to be marked down", || {
         ["refused", "garbage", "booting"]
             .iter()
             .all(|h| reason(h).is_some())
@@ -88,11 +88,11 @@ fn a_host_coming_back_from_loading_is_marked_up_by_the_next_poll() {
     let config: BTreeMap<_, _> = hosts.iter().map(|h| (h.name.clone(), h.clone())).collect();
     let health = Arc::new(Health::new(&config));
     let poller = Poller::start(Arc::clone(&health), hosts, Duration::from_millis(10), BOUND);
-    wait_for("mini to be loading", || {
+    crate::testwait::until("mini to be loading", || {
         health.get("mini").unwrap().reason.map(|r| r.kind()) == Some("loading")
     });
     READY.store(true, Ordering::SeqCst);
-    wait_for("mini to be up", || health.healthy("mini"));
+    crate::testwait::until("mini to be up", || health.healthy("mini"));
     let status = health.get("mini").unwrap();
     assert!(status.since > 0 && status.since <= status.last_poll);
     poller.stop();
