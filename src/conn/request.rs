@@ -46,7 +46,7 @@ pub struct Request<'c> {
     /// The body was not whole within [`BODY_STEP`]: the poller takes it from here.
     later: Option<Awaiting>,
     /// The client's address, as its connection was accepted.
-    peer: Option<SocketAddr>,
+    peer: SocketAddr,
     answered: bool,
     /// The connection closes after this answer: set when the answer starts without keep-alive,
     /// and by the answer's writer on a write error or an aborted body.
@@ -59,7 +59,7 @@ impl<'c> Request<'c> {
         head: Head,
         inb: &'c mut Inbound<TcpStream>,
         watch: &'c mut Option<Arc<TcpStream>>,
-        (settings, budget): (&'c Settings, &'c Arc<Budget>),
+        (settings, budget, peer): (&'c Settings, &'c Arc<Budget>, SocketAddr),
         stopping: bool,
         body: Body,
     ) -> Request<'c> {
@@ -80,7 +80,7 @@ impl<'c> Request<'c> {
             arrived,
             _charge: charge,
             later: None,
-            peer: None,
+            peer,
             answered: false,
             close_after: AtomicBool::new(false),
             stopping,
@@ -110,11 +110,7 @@ impl<'c> Request<'c> {
 
     /// The client's address (as accepted: no system call).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.peer.or_else(|| self.inb.wire().peer_addr().ok())
-    }
-
-    pub(super) fn set_peer(&mut self, addr: SocketAddr) {
-        self.peer = Some(addr);
+        Some(self.peer)
     }
 
     /// The address the client connected to (this listener's own address as the client sees it).

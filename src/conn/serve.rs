@@ -64,9 +64,9 @@ pub(super) fn serve(sh: &Shared, conn: Conn) {
             }
         };
         let stopping = sh.stopping.load(Ordering::SeqCst);
-        let both = (&sh.settings, &sh.budget);
-        let mut request = Request::new(head, &mut conn.inb, &mut conn.watch, both, stopping, body);
-        request.set_peer(conn.addr);
+        let shared = (&sh.settings, &sh.budget, conn.addr);
+        let mut request =
+            Request::new(head, &mut conn.inb, &mut conn.watch, shared, stopping, body);
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
         // The body is still coming: the poller reads it, and the handler is called again.
         if served.is_ok() && request.body_later() {
