@@ -12,12 +12,20 @@
 //! measured speed, plus the expected wait for a slot (0 with one free, else (queued + 1) ÷ slots ×
 //! its mean slot hold). Estimates within 10 % or 50 ms of the best are tied; ties go to the host
 //! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
-//! load), then to the lower share of capacity held per unit of weight, then to more free slots, fewer queued, fewer
+//! load), then, when slot similarity is on, to the fewer siblings (the family's conversations)
+//! placed there per unit of weight, then to
+//! the lower share of capacity held per unit of weight, then to more free slots, fewer queued, fewer
 //! leases per unit of weight (without it conversations that start while every host is idle all
 //! land on the first), more weight, and the route's order.
 //!
 //! A family prefix counts as warm only when the host has room for it: held tokens plus the prompt
 //! within its capacity. Else the prompt would push the family out of its cache.
+//!
+//! With llama-server's slot similarity on (its default, 0.10) a family is never gathered: a new
+//! sibling takes the idle slot sharing the family prefix, and since most of that slot survives,
+//! llama-server neither saves it to its RAM cache nor restores the sibling's own history from
+//! there (server-context.cpp, `get_available_slot`: `f_keep < 0.5`). Two siblings on one host then
+//! wipe each other's history turn after turn. There siblings are kept apart instead.
 
 use std::cmp::Ordering;
 
@@ -47,6 +55,10 @@ pub struct Info {
     pub weight: u32,
     /// Tokens of the request's family prefix held warm there (0: cold, or no family).
     pub family_tokens: u64,
+    /// On a host whose slot similarity is on (llama-server's default): how many siblings (the
+    /// request's family's conversations) were placed there; 0 without a family, or with
+    /// similarity off.
+    pub siblings: u32,
     /// Prefill speed, tokens per second (the host's measured one, else the route's median).
     pub prefill_tps: f64,
     /// Mean time a request holds one of its slots, ms.
@@ -165,14 +177,15 @@ pub fn best(infos: &[Info], prompt: u64) -> Option<(&Info, Why)> {
 
 /// `Greater` when `a` should win a tie over `b`, on everything but route order.
 fn tie_break(a: &Info, b: &Info) -> Ordering {
-    // a.leases / a.weight < b.leases / b.weight, without division.
-    let per_weight = |x: &Info, y: &Info| x.leases as u64 * u64::from(y.weight);
+    // x / host.weight against the other's, without division: `n` times the other's weight.
+    let per_weight = |n: u64, other: &Info| n * u64::from(other.weight);
     a.inherited
         .cmp(&b.inherited)
+        .then(per_weight(b.siblings.into(), a).cmp(&per_weight(a.siblings.into(), b)))
         .then(b.held_share().total_cmp(&a.held_share()))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))
-        .then(per_weight(b, a).cmp(&per_weight(a, b)))
+        .then(per_weight(b.leases as u64, a).cmp(&per_weight(a.leases as u64, b)))
         .then(a.weight.cmp(&b.weight))
 }
 

@@ -143,7 +143,12 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
     for &scenario in chosen {
         println!("{}", report::header());
         let mut floor = None;
-        'fronts: for front in Front::ALL {
+        let wanted = |f: &Front| {
+            *f == Front::Oracle
+                || opts.fronts.is_empty()
+                || opts.fronts.iter().any(|n| n == f.name())
+        };
+        'fronts: for front in Front::ALL.into_iter().filter(wanted) {
             let mut sum = Sample::default();
             for seed in opts.seed..opts.seed + opts.seeds {
                 let shape = AgentShape {

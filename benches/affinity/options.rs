@@ -42,6 +42,9 @@ pub struct Options {
     pub real: Option<Real>,
     /// The API the agents speak (`--api chat|messages|responses`).
     pub api: Api,
+    /// The agents workload's front ends to run (`--fronts oracle,crossbar`); empty: all. The
+    /// ratios need the oracle, which always runs.
+    pub fronts: Vec<String>,
 }
 
 /// The flags from the command line.
@@ -61,6 +64,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         seeds: 1,
         real: None,
         api: Api::Chat,
+        fronts: Vec::new(),
     };
     let (mut binary, mut model, mut slots, mut ctx) = (None, None, None, None);
     let mut parser = lexopt::Parser::from_env();
@@ -94,6 +98,10 @@ pub fn options() -> Result<Options, lexopt::Error> {
                 let name = parser.value()?.string()?;
                 o.api = Api::parse(&name)
                     .ok_or(format!("--api {name}: chat, messages or responses"))?;
+            }
+            Long("fronts") => {
+                let list = parser.value()?.string()?;
+                o.fronts = list.split(',').map(|f| f.trim().to_string()).collect();
             }
             Long("llama-server") => binary = Some(PathBuf::from(parser.value()?)),
             Long("model") => model = Some(PathBuf::from(parser.value()?)),

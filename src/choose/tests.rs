@@ -20,6 +20,7 @@ fn host(name: &str) -> Info {
         leases: 0,
         weight: 1,
         family_tokens: 0,
+        siblings: 0,
         prefill_tps: 1000.0,
         hold_ms: 1000.0,
         held: 0,
@@ -330,6 +331,51 @@ fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
         (count("a"), count("b"), count("c")),
         (3, 3, 2),
         "{placed:?}"
+    );
+}
+
+#[test]
+fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
+    // Siblings on three idle hosts whose llama-server picks slots by similarity, one after
+    // another. Host "a" weighs 2. Each goes where the fewest of its family were placed per unit
+    // of weight, although the siblings add held tokens: a gets 4 of 8, b and c 2 each.
+    let mut hosts = vec![
+        Info {
+            weight: 2,
+            ..idle("a", 4)
+        },
+        idle("b", 4),
+        idle("c", 4),
+    ];
+    let mut placed = Vec::new();
+    for _ in 0..8 {
+        let name = winner(&hosts, 1000).unwrap().0.to_string();
+        let host = hosts.iter_mut().find(|h| h.name == name).unwrap();
+        host.siblings += 1;
+        host.leases += 1;
+        host.held += 5_000;
+        placed.push(name);
+    }
+    let count = |n: &str| placed.iter().filter(|p| *p == n).count();
+    assert_eq!(
+        (count("a"), count("b"), count("c")),
+        (4, 2, 2),
+        "{placed:?}"
+    );
+    // Fewer siblings beat a lower share held: the siblings are what would wipe the newcomer's
+    // history.
+    let beside_siblings = Info {
+        siblings: 3,
+        ..idle("a", 4)
+    };
+    let fuller_but_apart = Info {
+        siblings: 1,
+        held: 50_000,
+        ..idle("b", 4)
+    };
+    assert_eq!(
+        winner(&[beside_siblings, fuller_but_apart], 1000),
+        Some(("b", Why::LeastLoaded))
     );
 }
 

@@ -142,6 +142,7 @@ impl View {
                 .any(|m| c.leased_models.contains(m) || self.limiter.in_flight(name, m) > 0),
         };
         let capacity = capacity(&self.health, host, model, parallel);
+        let similarity = host.slot_prompt_similarity > 0.0;
         choose::Info {
             name: name.clone(),
             healthy: self.health.healthy(name),
@@ -155,12 +156,9 @@ impl View {
             leases: c.leases,
             weight: host.weight,
             // Siblings would take each other's slots there (llama-server's similarity above 0):
-            // their family is not worth gathering (issue 23's agents benchmark).
-            family_tokens: if host.slot_prompt_similarity > 0.0 {
-                0
-            } else {
-                facts.family_tokens
-            },
+            // their family is not worth gathering (issue 23's agents benchmark); better apart.
+            family_tokens: if similarity { 0 } else { facts.family_tokens },
+            siblings: if similarity { facts.family_placed } else { 0 },
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),
             held: c.held,
