@@ -31,8 +31,11 @@ pub const ARRIVING_CAP: usize = 1024;
 pub const ARRIVAL_TTL: i64 = 10_000;
 /// Prefills kept per host for its speed.
 pub const PREFILLS: usize = 32;
-/// Shorter prefills say more about per-request overhead than about a host's speed.
-pub const MIN_PREFILL: u64 = 64;
+/// Shorter prefills say more about per-request overhead than about a host's speed. llama-server
+/// evaluates a prompt in batches of 512 tokens (`--ubatch-size`): a shorter one runs a partial
+/// batch and measures slower per token, so a host serving continuing turns (a few hundred new
+/// tokens each) looked slower than one prefilling first turns (issue 23, real servers).
+pub const MIN_PREFILL: u64 = 512;
 
 /// What placement knows about one host+model, for one request's family.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -102,12 +102,45 @@ impl Drop for Running {
         match self {
             Running::Crossbar(server, _) => {
                 if let Some(s) = server.take() {
+                    println!("{}", placements(&s));
                     s.stop(Duration::from_secs(5));
                 }
             }
             Running::Nginx(..) | Running::Oracle(..) => {}
         }
     }
+}
+
+/// What placed crossbar's requests, from its rows, and each host's measured prefill speed: the
+/// figures that explain where new conversations went (`#` lines, beside the table).
+fn placements(server: &Server) -> String {
+    let gateway = server.gateway();
+    let config = gateway.config();
+    let speeds: Vec<String> = (config.hosts.keys())
+        .map(|h| {
+            let tps = gateway.holdings.prefill_tps(h);
+            format!("{h} {}", tps.map_or("-".into(), |t| format!("{t:.0}")))
+        })
+        .collect();
+    let reasons = rusqlite::Connection::open(&config.db)
+        .and_then(|db| {
+            let mut q = db.prepare(
+                "SELECT placed, COUNT(*) FROM requests WHERE placed != 'sticky' GROUP BY placed",
+            )?;
+            let rows = q.query_map([], |r| {
+                Ok(format!(
+                    "{} {}",
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?
+                ))
+            })?;
+            rows.collect::<Result<Vec<_>, _>>()
+        })
+        .map_or_else(|e| e.to_string(), |r| r.join(", "));
+    format!(
+        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}",
+        speeds.join(", ")
+    )
 }
 
 /// crossbar as an operator would set it up for these hosts: one route over all of them, the hosts'

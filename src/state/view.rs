@@ -19,6 +19,11 @@ use crate::limiter::Limiter;
 const DEFAULT_TPS: f64 = 1000.0;
 /// A slot hold for a host+model that has given none back yet, when no other host has either.
 const DEFAULT_HOLD_MS: f64 = 1000.0;
+/// Measured prefill speeds within this factor of the route's median count as the median: on
+/// real llama-servers identical hosts measured 674 to 2,271 tokens/s in one run (issue 23's
+/// agents benchmark), and placing by that noise sent 10 of 24 conversations to one host. A
+/// different GPU or model quantisation is a larger factor than this.
+const SPEED_NOISE: f64 = 1.5;
 
 /// The lease table's window on live host state.
 pub(super) struct View {
@@ -89,7 +94,7 @@ impl lease::Chooser for View {
 impl View {
     /// The chooser's snapshot of each candidate for a request of `model` (`ask`), in order. A
     /// host that has not measured its prefill speed or slot hold yet gets the median of those that
-    /// have. Locks taken one at a time (config, then per host health, limiter, holdings).
+    /// have, and so does one whose speed is within [`SPEED_NOISE`] of it. Locks taken one at a time (config, then per host health, limiter, holdings).
     fn infos(
         &self,
         candidates: &[lease::Candidate],
@@ -103,16 +108,7 @@ impl View {
             .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
             .map(|(host, c)| self.info(&config, host, c, model, ask, now))
             .collect();
-        let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0));
-        let hold = median(infos.iter().map(|i| i.hold_ms).filter(|h| *h > 0.0));
-        for info in &mut infos {
-            if info.prefill_tps <= 0.0 {
-                info.prefill_tps = tps.unwrap_or(DEFAULT_TPS);
-            }
-            if info.hold_ms <= 0.0 {
-                info.hold_ms = hold.unwrap_or(DEFAULT_HOLD_MS);
-            }
-        }
+        settle_measures(&mut infos);
         infos
     }
 
@@ -185,9 +181,73 @@ pub(super) fn capacity(
     })
 }
 
+/// Gives a host without a measured prefill speed or slot hold the median of the others' (a
+/// default when none has one), and one whose speed is within [`SPEED_NOISE`] of the median the
+/// median itself.
+fn settle_measures(infos: &mut [choose::Info]) {
+    let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0));
+    let hold = median(infos.iter().map(|i| i.hold_ms).filter(|h| *h > 0.0));
+    for info in infos {
+        let noise = |m: f64| (m / SPEED_NOISE..=m * SPEED_NOISE).contains(&info.prefill_tps);
+        if info.prefill_tps <= 0.0 || tps.is_some_and(noise) {
+            info.prefill_tps = tps.unwrap_or(DEFAULT_TPS);
+        }
+        if info.hold_ms <= 0.0 {
+            info.hold_ms = hold.unwrap_or(DEFAULT_HOLD_MS);
+        }
+    }
+}
+
 /// The median of `xs` (the upper one of an even count), `None` when empty.
 fn median(xs: impl Iterator<Item = f64>) -> Option<f64> {
     let mut xs: Vec<f64> = xs.collect();
     xs.sort_by(f64::total_cmp);
     xs.get(xs.len() / 2).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn speeds(tps: &[f64]) -> Vec<f64> {
+        let mut infos: Vec<choose::Info> = (tps.iter())
+            .map(|&t| choose::Info {
+                name: String::new(),
+                healthy: true,
+                draining: false,
+                loaded: true,
+                room: true,
+                serves: true,
+                slots: 1,
+                free: 1,
+                queued: 0,
+                leases: 0,
+                weight: 1,
+                family_tokens: 0,
+                siblings: 0,
+                prefill_tps: t,
+                hold_ms: 0.0,
+                held: 0,
+                capacity: 0,
+                inherited: false,
+                failing: false,
+            })
+            .collect();
+        settle_measures(&mut infos);
+        assert!(infos.iter().all(|i| i.hold_ms == DEFAULT_HOLD_MS));
+        infos.iter().map(|i| i.prefill_tps).collect()
+    }
+
+    #[test]
+    fn identical_hosts_measured_apart_by_noise_count_as_equally_fast() {
+        // Unmeasured: the others' median, or the default when no host has measured.
+        assert_eq!(speeds(&[0.0, 0.0]), [DEFAULT_TPS, DEFAULT_TPS]);
+        assert_eq!(speeds(&[0.0, 800.0, 1200.0]), [1200.0, 1200.0, 1200.0]);
+        // Three identical hosts as one real run measured them: within 1.5x of the median,
+        // they tie on speed; the one measured 3x faster keeps its lead.
+        assert_eq!(speeds(&[746.0, 674.0, 2271.0]), [746.0, 746.0, 2271.0]);
+        // A host truly twice as fast (another GPU) is not noise.
+        assert_eq!(speeds(&[1000.0, 1000.0, 2000.0]), [1000.0, 1000.0, 2000.0]);
+        assert_eq!(speeds(&[500.0, 1000.0, 1000.0]), [500.0, 1000.0, 1000.0]);
+    }
 }
