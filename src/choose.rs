@@ -13,10 +13,10 @@
 //! its mean slot hold). Estimates within 10 % or 50 ms of the best are tied; ties go to the host
 //! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
 //! load), then, when slot similarity is on, to the fewer siblings (the family's conversations)
-//! placed there per unit of weight, then to
-//! the lower share of capacity held per unit of weight, then to more free slots, fewer queued, fewer
-//! leases per unit of weight (without it conversations that start while every host is idle all
-//! land on the first), more weight, and the route's order.
+//! placed there per unit of weight, then to the lower share of capacity held per unit of weight,
+//! then to more free slots, fewer queued, fewer leases per unit of weight (without it
+//! conversations that start while every host is idle all land on the first), more weight, and
+//! the route's order.
 //!
 //! A family prefix counts as warm only when the host has room for it: held tokens plus the prompt
 //! within its capacity. Else the prompt would push the family out of its cache.
