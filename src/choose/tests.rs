@@ -314,54 +314,53 @@ fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
     // Eight conversations at once on three idle 2-slot hosts: each placement counts as an
     // arrival (a slot taken, or a place in line) for the next.
     let mut hosts = vec![idle("a", 2), idle("b", 2), idle("c", 2)];
-    let mut placed = Vec::new();
-    for _ in 0..8 {
-        let name = winner(&hosts, 1000).unwrap().0.to_string();
-        let host = hosts.iter_mut().find(|h| h.name == name).unwrap();
+    let placed = place_in_turn(&mut hosts, 8, |host| {
         if host.free > 0 {
             host.free -= 1;
         } else {
             host.queued += 1;
         }
         host.leases += 1;
-        placed.push(name);
+    });
+    assert_eq!(placed, [3, 3, 2]);
+}
+
+/// Places `n` new conversations of 1,000 tokens one after another, `taken` updating each winner
+/// before the next is placed; how many each host got, in route order.
+fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<usize> {
+    let mut placed = vec![0; hosts.len()];
+    for _ in 0..n {
+        let name = winner(hosts, 1000).unwrap().0.to_string();
+        let at = hosts.iter().position(|h| h.name == name).unwrap();
+        taken(&mut hosts[at]);
+        placed[at] += 1;
     }
-    let count = |n: &str| placed.iter().filter(|p| *p == n).count();
-    assert_eq!(
-        (count("a"), count("b"), count("c")),
-        (3, 3, 2),
-        "{placed:?}"
-    );
+    placed
 }
 
 #[test]
 fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
     // Siblings on three idle hosts whose llama-server picks slots by similarity, one after
-    // another. Host "a" weighs 2. Each goes where the fewest of its family were placed per unit
-    // of weight, although the siblings add held tokens: a gets 4 of 8, b and c 2 each.
+    // another. Host "a" weighs 2; "b" already holds a long conversation of another family. Each
+    // goes where the fewest of its family were placed per unit of weight, whatever the tokens
+    // held: a gets 4 of 8, b and c 2 each (by held tokens alone b would get none).
     let mut hosts = vec![
         Info {
             weight: 2,
             ..idle("a", 4)
         },
-        idle("b", 4),
+        Info {
+            held: 60_000,
+            ..idle("b", 4)
+        },
         idle("c", 4),
     ];
-    let mut placed = Vec::new();
-    for _ in 0..8 {
-        let name = winner(&hosts, 1000).unwrap().0.to_string();
-        let host = hosts.iter_mut().find(|h| h.name == name).unwrap();
+    let placed = place_in_turn(&mut hosts, 8, |host| {
         host.siblings += 1;
         host.leases += 1;
         host.held += 5_000;
-        placed.push(name);
-    }
-    let count = |n: &str| placed.iter().filter(|p| *p == n).count();
-    assert_eq!(
-        (count("a"), count("b"), count("c")),
-        (4, 2, 2),
-        "{placed:?}"
-    );
+    });
+    assert_eq!(placed, [4, 2, 2]);
     // Fewer siblings beat a lower share held: the siblings are what would wipe the newcomer's
     // history.
     let beside_siblings = Info {
