@@ -20,9 +20,9 @@ const DEFAULT_TPS: f64 = 1000.0;
 /// A slot hold for a host+model that has given none back yet, when no other host has either.
 const DEFAULT_HOLD_MS: f64 = 1000.0;
 /// Measured prefill speeds within this factor of the route's median count as the median. Three
-/// identical real llama-servers (issue 23's agents benchmark, sharing two cores) measured up to
-/// 1.7x apart from their median in 5 of 6 runs, once 3x; placing by that noise sent 10 to 13 of
-/// 24 new conversations to one host. Another class of GPU is a larger factor than this.
+/// identical real llama-servers (issue 23's agents benchmark, sharing two cores) measured within
+/// 1.9x of their median in 10 of 12 runs, 2.1x and 3x in the others; placing by that noise sent
+/// 10 to 13 of 24 new conversations to one host. Another class of GPU is a larger factor.
 const SPEED_NOISE: f64 = 2.0;
 
 /// The lease table's window on live host state.
