@@ -172,10 +172,14 @@ fn unhex(text: &str) -> Option<[u8; ID_BYTES]> {
     if text.len() != ID_BYTES * 2 {
         return None;
     }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
     let mut id = [0u8; ID_BYTES];
     for (i, pair) in text.as_bytes().chunks(2).enumerate() {
-        let pair = std::str::from_utf8(pair).ok()?;
-        id[i] = u8::from_str_radix(pair, 16).ok()?;
+        id[i] = digit(pair[0])? * 16 + digit(pair[1])?;
     }
     Some(id)
 }
@@ -192,7 +196,14 @@ mod tests {
         assert_eq!(first.len(), 64);
         assert!(sessions.check(&first, start + LIFETIME - Duration::from_secs(1)));
         assert!(!sessions.check(&first, start + LIFETIME));
-        assert!(!sessions.check(&first.to_uppercase().replace('A', "z"), start));
+        let mut other = first.clone().into_bytes();
+        other[63] = if other[63] == b'0' { b'1' } else { b'0' };
+        assert!(!sessions.check(&String::from_utf8(other).unwrap(), start));
+        let upper = format!("{}F", &first[..63].to_uppercase());
+        assert!(
+            !sessions.check(&upper, start),
+            "only lower-case hex, as written"
+        );
         assert!(!sessions.check("", start));
         let later: Vec<String> = (0..MAX_SESSIONS)
             .map(|_| sessions.open(start).unwrap())
