@@ -10,7 +10,7 @@
 //!
 //! Pure bookkeeping under one lock: no I/O, no clock (`now` is a parameter), no calls out. The lease
 //! table's chooser reads and writes it with the table's lock held (lock order: lease table, then
-//! this), so a burst of new conversations is placed one after another, each seeing the ones
+//! the limiter's, then this), so a burst of new conversations is placed one after another, each seeing the ones
 //! before it as warm families and arrivals.
 
 use std::collections::{HashMap, VecDeque};
@@ -152,8 +152,8 @@ impl Holdings {
     }
 
     /// A new conversation (or a stateless request) was placed on `host`: its family counts as warm
-    /// there from now on, and it counts as arriving until it takes its slot
-    /// ([`Holdings::arrived`]). `slot` is false for a request that will take none.
+    /// there from now on, and it counts as arriving until it takes its slot or
+    /// its place in line ([`Holdings::arrived`]). `slot` is false for a request that will take none.
     pub fn placed(&self, host: &str, model: &str, family: Option<Family>, slot: bool, now: i64) {
         let mut inner = self.inner.lock();
         let tick = inner.next_tick();
@@ -173,7 +173,7 @@ impl Holdings {
         }
     }
 
-    /// One request placed on `host`+`model` took its slot (or gave up before): it no longer counts
+    /// One request placed on `host`+`model` took its slot or its place in line (or gave up before): it no longer counts
     /// as arriving.
     pub fn arrived(&self, host: &str, model: &str) {
         let mut inner = self.inner.lock();
@@ -272,7 +272,8 @@ impl Holdings {
 }
 
 /// A request placed by the chooser, counted as arriving on its host+model until this drops (when
-/// it has its slot, or gave up before): RAII, so no way out of the request path leaks one.
+/// it has its slot or its place in line, or gave up before): RAII, so no way out of the request
+/// path leaks one.
 #[derive(Debug)]
 pub struct Arrival {
     holdings: Arc<Holdings>,

@@ -133,16 +133,21 @@ impl Limiter {
     /// how long the caller waited for it. A pair [`Limiter::set_capacity`] never named is refused,
     /// so client-chosen model names cannot grow the table.
     pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
-        self.acquire_unless(host, model, || false)
+        self.acquire_unless(host, model, || (), || false)
     }
 
     /// [`Limiter::acquire`], but a waiter also asks `gone` at least every [`GONE_CHECK`] and
     /// leaves the line ([`LimitError::Gone`]) when it says yes. `gone` runs with the lock
-    /// released (it may peek at a socket).
+    /// released (it may peek at a socket). `entered` runs with the lock held, in the turn that
+    /// gives the caller its slot or its place in line: a count kept elsewhere of requests on their
+    /// way here ([`crate::holdings::Arrival`]) hands over to this one with no moment in both or
+    /// neither, for a reader that holds the lock ([`Limiter::load_with`]). It must take no lock
+    /// that may be held while this one is taken.
     pub fn acquire_unless(
         &self,
         host: &str,
         model: &str,
+        entered: impl FnOnce(),
         mut gone: impl FnMut() -> bool,
     ) -> Result<(Permit, Duration), LimitError> {
         let started = Instant::now();
@@ -157,6 +162,7 @@ impl Limiter {
         // A free slot with people in line belongs to the one in front, not to a newcomer.
         if slot.waiting.is_empty() && slot.in_flight < slot.parallel {
             slot.in_flight += 1;
+            entered();
             drop(inner);
             return Ok((self.permit(host, model), started.elapsed()));
         }
@@ -166,6 +172,7 @@ impl Limiter {
         let ticket = slot.next_ticket;
         slot.next_ticket += 1;
         slot.waiting.push_back(ticket);
+        entered();
         let cond = Arc::clone(&slot.cond);
         loop {
             let closed = inner.closed;
@@ -204,8 +211,15 @@ impl Limiter {
     /// Slots, requests in flight and queued, and the mean hold of `host`+`model` (all 0 when the
     /// pair is not configured).
     pub fn load(&self, host: &str, model: &str) -> Load {
+        self.load_with(host, model, |load| load)
+    }
+
+    /// `f` of [`Limiter::load`], run with the lock held: what `f` reads of the requests on their
+    /// way to this host+model is consistent with the load (see `entered` of
+    /// [`Limiter::acquire_unless`]). `f` must take no lock that may be held while this one is.
+    pub fn load_with<T>(&self, host: &str, model: &str, f: impl FnOnce(Load) -> T) -> T {
         let inner = self.shared.inner.lock();
-        match inner.slots.get(host).and_then(|m| m.get(model)) {
+        f(match inner.slots.get(host).and_then(|m| m.get(model)) {
             Some(s) => Load {
                 parallel: s.parallel,
                 in_flight: s.in_flight,
@@ -218,7 +232,7 @@ impl Limiter {
                 queued: 0,
                 hold_ms: None,
             },
-        }
+        })
     }
 
     /// Requests holding a slot of `host`+`model`.

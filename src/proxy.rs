@@ -58,7 +58,8 @@ struct Plan<'a> {
     family: Option<Family>,
     /// The model, as the lease and the limiter name it.
     model: String,
-    /// Counts the request as arriving on its host until it has its slot (a chooser's placement).
+    /// Counts the request as arriving on its host until it has its slot or place in line (a
+    /// chooser's placement).
     arrival: Option<Arrival>,
     /// Whether the request takes a limiter slot: metadata never does (llama-server answers it
     /// without one, so it must not wait behind generations here).
@@ -173,9 +174,12 @@ fn take_slot(
     if !plan.slot {
         return Ok(None);
     }
-    let taken = (gw.limiter).acquire_unless(&plan.host.name, &key.model, || request.client_gone());
-    // Its place in line or its slot now counts it; no longer an arrival.
-    drop(plan.arrival.take());
+    // Its place in line or its slot counts it from the moment it has one; no longer an arrival.
+    let arrival = plan.arrival.take();
+    let entered = move || drop(arrival);
+    let taken = (gw.limiter).acquire_unless(&plan.host.name, &key.model, entered, || {
+        request.client_gone()
+    });
     let (permit, waited) = taken.inspect_err(|err| {
         if *err == crate::limiter::LimitError::Timeout {
             let waited = config.queue_timeout.as_millis() as i64;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::sync::atomic::Ordering;
 use std::thread;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -384,4 +385,54 @@ fn load_reports_slots_and_the_mean_hold_of_permits() {
     assert!((0.0..1000.0).contains(&first), "{first}");
     assert_eq!(mean_hold(None, 100.0), 100.0);
     assert_eq!(mean_hold(Some(100.0), 200.0), 120.0);
+}
+
+#[test]
+fn a_request_on_its_way_is_counted_once_as_it_enters() {
+    // Each requester is counted as on its way (as the chooser's holdings count it) until the
+    // limiter's `entered` hands it over to its slot or place in line. A reader that holds the
+    // lock never sees it in both, so never more requests than there are requesters.
+    const REQUESTERS: usize = 4;
+    let lim = Arc::new(configured(REQUESTERS, LONG));
+    let on_way = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let requesters: Vec<_> = (0..REQUESTERS)
+        .map(|_| {
+            let (lim, on_way) = (lim.clone(), on_way.clone());
+            thread::spawn(move || {
+                for _ in 0..2_000 {
+                    on_way.fetch_add(1, Ordering::SeqCst);
+                    let entered = || {
+                        on_way.fetch_sub(1, Ordering::SeqCst);
+                    };
+                    let permit = lim.acquire_unless("mini", "qwen", entered, || false);
+                    drop(permit.expect("a slot within the timeout"));
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let (lim, on_way, done) = (lim.clone(), on_way.clone(), done.clone());
+        thread::spawn(move || {
+            let (mut most, mut reads) = (0, 0u64);
+            while !done.load(Ordering::SeqCst) {
+                let seen = lim.load_with("mini", "qwen", |load| {
+                    load.in_flight + load.queued + on_way.load(Ordering::SeqCst)
+                });
+                (most, reads) = (most.max(seen), reads + 1);
+            }
+            (most, reads)
+        })
+    };
+    for r in requesters {
+        r.join().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let (most, reads) = reader.join().unwrap();
+    assert!(reads > 0);
+    assert!(
+        most <= REQUESTERS,
+        "{most} counted for {REQUESTERS} requesters"
+    );
+    check_counts(&lim, 0, 0);
 }

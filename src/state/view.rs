@@ -1,7 +1,8 @@
 //! The lease table's window on live host state: its `HostView` (health, drains) and its
 //! `Chooser`, which builds the chooser's snapshot of each candidate (`choose::Info`) from the
 //! config, health, the limiter and what hosts hold, then asks `choose`. Called with the lease
-//! table's lock held: it takes the other locks one at a time and never calls back into the table.
+//! table's lock held: it takes the other locks one at a time (but the holdings' inside the limiter's,
+//! to count each request once) and never calls back into the table.
 
 use std::sync::Arc;
 
@@ -94,7 +95,8 @@ impl lease::Chooser for View {
 impl View {
     /// The chooser's snapshot of each candidate for a request of `model` (`ask`), in order. A
     /// host that has not measured its prefill speed or slot hold yet gets the median of those that
-    /// have, and so does one whose speed is within [`SPEED_NOISE`] of it. Locks taken one at a time (config, then per host health, limiter, holdings).
+    /// have, and so does one whose speed is within [`SPEED_NOISE`] of it. Locks taken one at a time
+    /// (config, then per host health, then limiter with holdings inside).
     fn infos(
         &self,
         candidates: &[lease::Candidate],
@@ -123,11 +125,12 @@ impl View {
         now: i64,
     ) -> choose::Info {
         let name = &host.name;
-        let load = self.limiter.load(name, model);
-        let facts = self.holdings.facts(name, model, ask.family, now);
-        // Arrivals already queued in the limiter are among its queued: the larger of the two
-        // counts them once.
-        let busy = load.in_flight + load.queued.max(facts.arriving);
+        // Read together: an arrival leaves the holdings in the limiter's turn that counts it in
+        // line or in a slot, so each request is counted once (lock order: limiter, holdings).
+        let (load, facts) = (self.limiter).load_with(name, model, |load| {
+            (load, self.holdings.facts(name, model, ask.family, now))
+        });
+        let busy = load.in_flight + load.queued + facts.arriving;
         let parallel = config.parallel(name, model);
         // A full router evicts one of its loaded models to load this one: no room when any of
         // them is in use — a request in flight, or a conversation leased there whose cache the
