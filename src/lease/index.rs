@@ -88,7 +88,8 @@ impl Inner {
         self.add_held(&key.model, &host, before, tokens);
     }
 
-    fn add_held(&mut self, model: &str, host: &str, minus: u64, plus: u64) {
+    /// Moves `minus` tokens off `host`'s sum for `model` and `plus` on.
+    pub(super) fn add_held(&mut self, model: &str, host: &str, minus: u64, plus: u64) {
         if minus == plus {
             return;
         }

@@ -172,3 +172,40 @@ fn on_hosts_whose_slots_share_prompts_a_family_is_not_gathered() {
     assert_eq!(sibling.header("X-Crossbar-Host"), Some("b"));
     assert_eq!(sibling.header("X-Crossbar-Placement"), Some("least-loaded"));
 }
+
+/// A burst of new conversations is weighed by what each one placed before it will hold there,
+/// not by what the hosts' answered conversations hold: none of these has answered yet.
+#[test]
+fn a_burst_is_weighed_by_the_prompts_already_on_their_way() {
+    let h = Harness::start(vec![host("a", 4), host("b", 4)], "");
+    let gw = h.server().gateway().clone();
+    for sim in ["a", "b"] {
+        h.sim(sim).set_lockstep(true);
+    }
+    let long = "Here is the whole repository. ".repeat(200);
+    let mut open = Vec::new();
+    for first in [long.as_str(), "hello", "good morning"] {
+        open.push(h.open_chat(CHAT, &crate::support::chat(first, 0, true)));
+        let n = open.len();
+        wait_until("the new one in flight", || {
+            gw.limiter.in_flight("a", "m") + gw.limiter.in_flight("b", "m") == n
+        });
+    }
+    // The long one went first to a, counted there at about a quarter of its bytes; both short
+    // ones go to b, which will hold far less.
+    let (on_a, on_b) = (gw.leases.held("m", "a"), gw.leases.held("m", "b"));
+    assert!(on_a > long.len() as u64 / 4, "{on_a}");
+    assert!(on_b > 0 && on_b < 200, "{on_b}");
+    for sim in ["a", "b"] {
+        h.sim(sim).set_lockstep(false);
+    }
+    let hosts: Vec<String> = (open.iter_mut())
+        .map(|c| {
+            c.read_answer()
+                .header("X-Crossbar-Host")
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(hosts, ["a", "b", "b"]);
+}
