@@ -306,13 +306,12 @@ impl Table {
     pub fn move_to(&self, key: &Key, host: &str, now: i64) -> Result<(), LeaseError> {
         let mut inner = self.lock();
         self.settle_key(&mut inner, key)?;
-        // The conversation's tokens go with it (its next prompt holds at least them there).
-        let (from, held) = match inner.leases.get(key) {
+        let from = match inner.leases.get(key) {
             Some(lease) if lease.host == host => return Ok(()),
-            Some(lease) => (lease.host.clone(), lease.held),
-            None => (String::new(), 0),
+            Some(lease) => lease.host.clone(),
+            None => String::new(),
         };
-        self.put_reserved(inner, key, host, now, Reason::Ctx, &from, held, |inner| {
+        self.put_reserved(inner, key, host, now, Reason::Ctx, &from, |inner| {
             inner.see(&key.route, host)
         })?;
         Ok(())

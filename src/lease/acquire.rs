@@ -57,7 +57,7 @@ impl Table {
                 placed,
             } => {
                 let mut held = None;
-                self.put_reserved(inner, key, &host, now, reason, &from, ask.prompt, |inner| {
+                self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
                     inner.see_all(&key.route, candidates);
                     if placed == Placed::Busy {
                         if let Some(entry) = inner.leases.get_mut(key) {

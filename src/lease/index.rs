@@ -88,8 +88,7 @@ impl Inner {
         self.add_held(&key.model, &host, before, tokens);
     }
 
-    /// Moves `minus` tokens off `host`'s sum for `model` and `plus` on.
-    pub(super) fn add_held(&mut self, model: &str, host: &str, minus: u64, plus: u64) {
+    fn add_held(&mut self, model: &str, host: &str, minus: u64, plus: u64) {
         if minus == plus {
             return;
         }

@@ -56,10 +56,7 @@ impl Table {
     /// Puts `key`'s lease on `host` (new or moved from `from`, "" if none) with its event: the
     /// key reserved and counted on `host` while the lock is released for the commit, then in
     /// memory, where `then` runs in the same turn of the lock once it is committed. The caller
-    /// has settled the key. Over `max_leases`, the oldest idle lease goes. The lease holds `held`
-    /// tokens there from the start (the prompt it is about to send, counted while reserved too),
-    /// until its first answer tells how many: a burst of new conversations is weighed by what each
-    /// placed before it will hold, not by what the hosts' earlier ones already answered.
+    /// has settled the key. Over `max_leases`, the oldest idle lease goes.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn put_reserved(
         &self,
@@ -69,12 +66,10 @@ impl Table {
         now: i64,
         reason: Reason,
         from: &str,
-        held: u64,
         then: impl FnOnce(&mut Inner),
     ) -> Result<(), StoreError> {
         inner.pending.insert(key.clone(), host.to_string());
         inner.count(&key.model, host, 1);
-        inner.add_held(&key.model, host, 0, held);
         let ticket = self.persister.submit(vec![
             Write::SaveLease(lease_row(key, host, now, now)),
             Write::Event(event(now, key, reason, from, host)),
@@ -84,10 +79,8 @@ impl Table {
         let mut inner = self.lock();
         inner.pending.remove(key);
         inner.count(&key.model, host, -1);
-        inner.add_held(&key.model, host, held, 0);
         if committed.is_ok() {
             inner.insert(key.clone(), host.to_string(), now, now);
-            inner.set_held(key, held);
             log_change(key, reason, from, host);
             then(&mut inner);
             self.evict(&mut inner, now);

@@ -1,6 +1,5 @@
 //! Issue 23's wait-or-move: a conversation leaves its busy host only where its route allows it,
-//! with a `busy` event, never twice within ten minutes, and never off a pin; what a lease holds
-//! counts from its placement and goes with it when it moves.
+//! with a `busy` event, never twice within ten minutes, and never off a pin.
 
 use super::*;
 
@@ -77,36 +76,4 @@ fn a_pinned_route_never_moves_for_busy_and_a_draining_host_is_no_refuge() {
     f.hosts.drain("mini");
     let got = turn(&f, "c2", MIN, &ask);
     assert_eq!((got.host.as_str(), got.placed), ("titan", Placed::Sticky));
-}
-
-#[test]
-fn a_lease_holds_its_prompt_from_placement_and_its_tokens_go_where_it_moves() {
-    let f = fix();
-    let ask = busy_ask();
-    let (got, hold) = (f.table)
-        .acquire_held(&key("projA", "c1"), &both(), 0, &ask)
-        .unwrap();
-    assert_eq!(got.host, "titan");
-    // Counted before its first answer: the burst placed after it weighs it.
-    assert_eq!(
-        (f.table.held("qwen", "titan"), f.table.held("qwen", "mini")),
-        (8_000, 0)
-    );
-    hold.unwrap().set_held(9_500);
-    assert_eq!(f.table.held("qwen", "titan"), 9_500);
-    // Moved for busy, it will send its whole prompt there.
-    f.chooser.leave_for(Some("mini"));
-    assert_eq!(turn(&f, "c1", MIN, &ask).placed, Placed::Busy);
-    assert_eq!(
-        (f.table.held("qwen", "titan"), f.table.held("qwen", "mini")),
-        (0, 8_000)
-    );
-    // Moved by the context guard, it takes what it held along.
-    f.table
-        .move_to(&key("projA", "c1"), "titan", 2 * MIN)
-        .unwrap();
-    assert_eq!(
-        (f.table.held("qwen", "titan"), f.table.held("qwen", "mini")),
-        (8_000, 0)
-    );
 }
