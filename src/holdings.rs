@@ -10,8 +10,8 @@
 //!
 //! Pure bookkeeping under one lock: no I/O, no clock (`now` is a parameter), no calls out. The lease
 //! table's chooser reads and writes it with the table's lock held (lock order: lease table, then
-//! the limiter's, then this), so a burst of new conversations is placed one after another, each seeing the ones
-//! before it as warm families and arrivals.
+//! limiter, then this), so a burst of new conversations is placed one after another, each seeing
+//! the ones before it as warm families and arrivals.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -152,8 +152,8 @@ impl Holdings {
     }
 
     /// A new conversation (or a stateless request) was placed on `host`: its family counts as warm
-    /// there from now on, and it counts as arriving until it takes its slot or
-    /// its place in line ([`Holdings::arrived`]). `slot` is false for a request that will take none.
+    /// there from now on, and it counts as arriving until it takes its slot or its place in line
+    /// ([`Holdings::arrived`]). `slot` is false for a request that will take none.
     pub fn placed(&self, host: &str, model: &str, family: Option<Family>, slot: bool, now: i64) {
         let mut inner = self.inner.lock();
         let tick = inner.next_tick();
@@ -173,8 +173,8 @@ impl Holdings {
         }
     }
 
-    /// One request placed on `host`+`model` took its slot or its place in line (or gave up before): it no longer counts
-    /// as arriving.
+    /// One request placed on `host`+`model` took its slot or its place in line (or gave up
+    /// before): it no longer counts as arriving.
     pub fn arrived(&self, host: &str, model: &str) {
         let mut inner = self.inner.lock();
         if let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) {

@@ -1,8 +1,8 @@
 //! The lease table's window on live host state: its `HostView` (health, drains) and its
 //! `Chooser`, which builds the chooser's snapshot of each candidate (`choose::Info`) from the
 //! config, health, the limiter and what hosts hold, then asks `choose`. Called with the lease
-//! table's lock held: it takes the other locks one at a time (but the holdings' inside the limiter's,
-//! to count each request once) and never calls back into the table.
+//! table's lock held: it takes the other locks one at a time (but holdings inside the limiter, to
+//! count each request once) and never calls back into the table.
 
 use std::sync::Arc;
 
