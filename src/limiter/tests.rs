@@ -3,7 +3,7 @@
 
 use super::*;
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -394,8 +394,8 @@ fn a_request_on_its_way_is_counted_once_as_it_enters() {
     // lock never sees it in both, so never more requests than there are requesters.
     const REQUESTERS: usize = 4;
     let lim = Arc::new(configured(REQUESTERS, LONG));
-    let on_way = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let on_way = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
     let requesters: Vec<_> = (0..REQUESTERS)
         .map(|_| {
             let (lim, on_way) = (lim.clone(), on_way.clone());
