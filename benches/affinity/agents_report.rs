@@ -16,6 +16,8 @@ pub struct Row {
     pub placed: Vec<[u64; 2]>,
     /// `GET /v1/models` answers the UI got.
     pub listings: u64,
+    /// Tokens prefilled by conversations' first turns (their family prefix, where it was cold).
+    pub first_turns: u64,
 }
 
 impl Row {
@@ -24,7 +26,8 @@ impl Row {
         let facts: Vec<_> = s.turns.iter().map(|t| t.facts).collect();
         let ok = facts.iter().filter(|t| t.ok);
         let prompt_n = ok.clone().map(|t| t.prompt_n).sum();
-        let cache_n = ok.map(|t| t.cache_n).sum();
+        let cache_n = ok.clone().map(|t| t.cache_n).sum();
+        let first_turns = ok.filter(|t| t.prev_prompt == 0).map(|t| t.prompt_n).sum();
         Row {
             scenario,
             front,
@@ -32,6 +35,7 @@ impl Row {
             per_host: s.per_host.clone(),
             placed: s.placed.clone(),
             listings: s.listings,
+            first_turns,
         }
     }
 
@@ -46,6 +50,7 @@ impl Row {
             per_host: Vec::new(),
             placed: Vec::new(),
             listings: 0,
+            first_turns: 0,
         }
     }
 
@@ -54,11 +59,13 @@ impl Row {
     }
 }
 
-const COLUMNS: [&str; 13] = [
+const COLUMNS: [&str; 15] = [
     "scenario",
     "front end",
     "prefilled",
     "/oracle",
+    "first turns",
+    "history again",
     "cached",
     "TTFB mean ms",
     "TTFB p95 ms",
@@ -69,7 +76,7 @@ const COLUMNS: [&str; 13] = [
     "conversations per host (main+sub)",
     "UI listings",
 ];
-const WIDTHS: [usize; 13] = [8, 13, 9, 7, 6, 12, 11, 15, 10, 12, 20, 33, 11];
+const WIDTHS: [usize; 15] = [8, 13, 9, 7, 11, 13, 6, 12, 11, 15, 10, 12, 20, 33, 11];
 
 pub fn header() -> String {
     join(COLUMNS.map(String::from))
@@ -86,6 +93,8 @@ pub fn line(row: &Row, earlier: &[Row]) -> String {
         row.name().to_string(),
         f.prefilled.to_string(),
         vs_oracle,
+        row.first_turns.to_string(),
+        f.history_reprefilled.to_string(),
         format!("{:.1}%", 100.0 * f.cached_share()),
         format!("{:.1}", f.ttft_mean_ms),
         format!("{:.1}", f.ttft_p95_ms),
@@ -141,7 +150,7 @@ fn slash(parts: impl Iterator<Item = String>) -> String {
     parts.collect::<Vec<_>>().join("/")
 }
 
-fn join(cells: [String; 13]) -> String {
+fn join(cells: [String; 15]) -> String {
     let cols: Vec<String> = cells
         .iter()
         .zip(WIDTHS)
