@@ -7,6 +7,7 @@
 //! generic: they ask the request's `Api` and never name an endpoint themselves. Adding an API is
 //! adding a file and a variant. Pure: no I/O, no clock, no locks.
 
+mod canon;
 mod chat;
 mod completion;
 mod messages;
@@ -210,25 +211,21 @@ fn normalise_content(content: &Value) -> Value {
     }
 }
 
-/// A family's parts: the model, then each non-empty piece of preamble, then the tools (their
-/// `cache_control` markers dropped); `None` when there is no preamble at all.
+/// A family's parts: the model, then each piece of preamble (as JSON, `null`s left out by the
+/// caller), then the tools (their `cache_control` markers dropped); `None` when there is no
+/// preamble at all.
 fn preamble(
     kind: &'static str,
     body: &Body,
-    pieces: impl IntoIterator<Item = Value>,
+    pieces: impl IntoIterator<Item = Vec<u8>>,
 ) -> Option<Conversation> {
     let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
-    let mut parts = vec![Value::from(model).to_string().into_bytes()];
-    parts.extend(
-        (pieces.into_iter())
-            .filter(|v| !v.is_null())
-            .map(|v| v.to_string().into_bytes()),
-    );
+    let mut parts = vec![canon::json(&model)];
+    parts.extend(pieces);
     if let Some(Value::Array(tools)) = &body.tools {
-        let tools: Vec<Value> = tools.iter().map(normalise_block).collect();
         if !tools.is_empty() {
             parts.push(b"tools".to_vec());
-            parts.push(Value::Array(tools).to_string().into_bytes());
+            parts.push(canon::json(&canon::Blocks(tools)));
         }
     }
     (parts.len() > 1).then_some(Conversation { kind, parts })

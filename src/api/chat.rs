@@ -8,9 +8,7 @@
 
 use serde_json::Value;
 
-use super::{
-    completion, count, is_preamble_role, normalise_content, preamble, Conversation, Counts,
-};
+use super::{canon, completion, count, is_preamble_role, preamble, Conversation, Counts};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &[
@@ -45,15 +43,9 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
     let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
         return completion::family(body);
     };
-    let leading = messages
-        .iter()
+    let leading = (messages.iter())
         .take_while(|m| is_preamble_role(m))
-        .map(|m| {
-            serde_json::json!({
-                "role": m.get("role").cloned().unwrap_or(Value::Null),
-                "content": m.get("content").map_or(Value::Null, normalise_content),
-            })
-        });
+        .map(|m| canon::json(&canon::Message(m)));
     preamble("chat-family", body, leading)
 }
 

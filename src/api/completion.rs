@@ -90,7 +90,7 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
     if text.trim().len() < MIN_PREAMBLE {
         return None;
     }
-    super::preamble("prompt-family", body, [Value::from(text)])
+    super::preamble("prompt-family", body, [super::canon::json(&text)])
 }
 
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {

@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use super::{count, normalise_content, preamble, Conversation, Counts, Ending};
+use super::{canon, count, normalise_content, preamble, Conversation, Counts, Ending};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &["/v1/messages", COUNT];
@@ -43,8 +43,10 @@ pub(super) fn conversation(body: &Body) -> Option<Conversation> {
 
 /// Family (kind `messages-family`): the model, `system` (normalised as above) and `tools`.
 pub(super) fn family(body: &Body) -> Option<Conversation> {
-    let system = body.system.as_ref().map_or(Value::Null, normalise_content);
-    preamble("messages-family", body, [system])
+    let system = (body.system.as_ref())
+        .filter(|s| !s.is_null())
+        .map(|s| canon::json(&canon::Content(s)));
+    preamble("messages-family", body, system)
 }
 
 pub(super) fn ending(event: &str) -> Option<Ending> {

@@ -14,7 +14,9 @@
 
 use serde_json::Value;
 
-use super::{count, is_preamble_role, normalise_content, preamble, Conversation, Counts, Ending};
+use super::{
+    canon, count, is_preamble_role, normalise_content, preamble, Conversation, Counts, Ending,
+};
 use crate::fingerprint::body::{Body, Input};
 
 pub(super) const PATHS: &[&str] = &["/v1/responses", "/responses", COUNT, COUNT_UNVERSIONED];
@@ -49,12 +51,10 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
             .collect(),
         _ => Vec::new(),
     };
-    let instructions = body.instructions.clone().unwrap_or(Value::Null);
-    preamble(
-        "responses-family",
-        body,
-        std::iter::once(instructions).chain(leading),
-    )
+    let instructions = body.instructions.as_ref().filter(|i| !i.is_null());
+    let pieces = (instructions.into_iter().map(canon::json))
+        .chain(leading.iter().filter(|v| !v.is_null()).map(canon::json));
+    preamble("responses-family", body, pieces)
 }
 
 /// Whether an `input` item is the user's message (the last item the fingerprint reads).
