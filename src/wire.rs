@@ -29,23 +29,21 @@ const HOP_BY_HOP: &[&str] = &[
 
 /// Whether a header is hop-by-hop (or framing) and so never copied across the proxy.
 /// `connection_tokens` are the header names the message's own `Connection` header lists.
-pub fn is_hop_by_hop(name: &str, connection_tokens: &[String]) -> bool {
+pub fn is_hop_by_hop(name: &str, connection_tokens: &[&str]) -> bool {
     HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
         || connection_tokens
             .iter()
             .any(|t| name.eq_ignore_ascii_case(t))
 }
 
-/// The header names listed in a `Connection` header value (`close` and `keep-alive` included).
-pub fn connection_tokens(value: Option<&str>) -> Vec<String> {
-    value
-        .map(|v| {
-            v.split(',')
-                .map(|t| t.trim().to_ascii_lowercase())
-                .filter(|t| !t.is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
+/// The header names listed in a `Connection` header value (`close` and `keep-alive` included),
+/// as written: compare them ignoring ASCII case.
+pub fn connection_tokens(value: Option<&str>) -> Vec<&str> {
+    (value.into_iter())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 /// The first value of a header, by case-insensitive name, from a list of (name, value) pairs.

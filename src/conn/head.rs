@@ -166,7 +166,7 @@ pub fn parse(bytes: &[u8]) -> Result<Head, HeadError> {
     }
     head.body = framing(&head.headers, head.http10)?;
     let tokens = crate::wire::connection_tokens(head.header("Connection"));
-    head.keep_alive = !head.http10 && !tokens.iter().any(|t| t == "close");
+    head.keep_alive = !head.http10 && !tokens.iter().any(|t| t.eq_ignore_ascii_case("close"));
     head.expect_continue = !head.http10
         && head
             .header("Expect")

@@ -340,9 +340,8 @@ pub(super) fn response_headers(
     upstream: &http::HeaderMap,
     plan: &Plan<'_>,
 ) -> Vec<(String, String)> {
-    let connection = upstream
-        .get("connection")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // Borrowed unless the value is not UTF-8 (a hostile host's odd bytes still name tokens).
+    let connection = (upstream.get("connection")).map(|v| String::from_utf8_lossy(v.as_bytes()));
     let tokens = wire::connection_tokens(connection.as_deref());
     let mut headers = Vec::new();
     for (name, value) in upstream {

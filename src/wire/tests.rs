@@ -78,7 +78,7 @@ fn fixed_body_carries_its_length_and_head_only_sends_none() {
 #[test]
 fn hop_by_hop_headers_include_those_named_by_connection() {
     let tokens = connection_tokens(Some("close, X-Private"));
-    assert_eq!(tokens, ["close", "x-private"]);
+    assert_eq!(tokens, ["close", "X-Private"]);
     for name in [
         "Connection",
         "Keep-Alive",
