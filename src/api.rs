@@ -13,6 +13,7 @@ mod completion;
 mod messages;
 mod responses;
 mod stateless;
+mod usage;
 
 use serde_json::Value;
 
@@ -22,6 +23,7 @@ use crate::fingerprint::body::Body;
 pub(crate) use completion::json_prefix;
 pub use completion::{PROMPT_PREFIX, TURN_MARKERS};
 pub(crate) use responses::is_user_item;
+pub use usage::UsageFields;
 
 /// Which API a request speaks, from its path (the part after the route, without the query).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -177,7 +179,7 @@ impl Api {
     }
 
     /// Reads one `usage` object in this API's own field names.
-    pub fn counts(self, usage: &Value) -> Counts {
+    pub fn counts(self, usage: &UsageFields<'_>) -> Counts {
         match self {
             Api::Messages => messages::counts(usage),
             Api::Responses => responses::counts(usage),
@@ -193,11 +195,6 @@ pub fn is_count(path: &str) -> bool {
         .filter_map(|a| a.count_path())
         .chain([chat::COUNT_UNVERSIONED, responses::COUNT_UNVERSIONED])
         .any(|p| p == path)
-}
-
-/// A token count: a non-negative integer, anything else is unknown.
-fn count(v: Option<&Value>) -> Option<i64> {
-    v.and_then(Value::as_i64).filter(|n| *n >= 0)
 }
 
 /// Text blocks as one API family spells them (`text`, `input_text`, `output_text`) read as one:

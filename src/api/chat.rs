@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::{canon, completion, count, is_preamble_role, preamble, Conversation, Counts};
+use super::{canon, completion, is_preamble_role, preamble, Conversation, Counts, UsageFields};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &[
@@ -49,10 +49,10 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
     preamble("chat-family", body, leading)
 }
 
-pub(super) fn counts(usage: &Value) -> Counts {
+pub(super) fn counts(usage: &UsageFields<'_>) -> Counts {
     Counts {
-        prompt: count(usage.get("prompt_tokens")),
-        cached: count(usage.pointer("/prompt_tokens_details/cached_tokens")),
-        completion: count(usage.get("completion_tokens")),
+        prompt: usage.count("prompt_tokens"),
+        cached: usage.nested_count("prompt_tokens_details", "cached_tokens"),
+        completion: usage.count("completion_tokens"),
     }
 }

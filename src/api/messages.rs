@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use super::{canon, count, normalise_content, preamble, Conversation, Counts, Ending};
+use super::{canon, normalise_content, preamble, Conversation, Counts, Ending, UsageFields};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &["/v1/messages", COUNT];
@@ -57,16 +57,16 @@ pub(super) fn ending(event: &str) -> Option<Ending> {
     }
 }
 
-pub(super) fn counts(usage: &Value) -> Counts {
-    let input = count(usage.get("input_tokens"));
-    let cached = count(usage.get("cache_read_input_tokens"));
-    let created = count(usage.get("cache_creation_input_tokens"));
+pub(super) fn counts(usage: &UsageFields<'_>) -> Counts {
+    let input = usage.count("input_tokens");
+    let cached = usage.count("cache_read_input_tokens");
+    let created = usage.count("cache_creation_input_tokens");
     Counts {
         prompt: input.map(|n| {
             n.saturating_add(cached.unwrap_or(0))
                 .saturating_add(created.unwrap_or(0))
         }),
         cached,
-        completion: count(usage.get("output_tokens")),
+        completion: usage.count("output_tokens"),
     }
 }

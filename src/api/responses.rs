@@ -15,7 +15,7 @@
 use serde_json::Value;
 
 use super::{
-    canon, count, is_preamble_role, normalise_content, preamble, Conversation, Counts, Ending,
+    canon, is_preamble_role, normalise_content, preamble, Conversation, Counts, Ending, UsageFields,
 };
 use crate::fingerprint::body::{Body, Input};
 
@@ -93,10 +93,10 @@ pub(super) fn ending(event: &str) -> Option<Ending> {
     }
 }
 
-pub(super) fn counts(usage: &Value) -> Counts {
+pub(super) fn counts(usage: &UsageFields<'_>) -> Counts {
     Counts {
-        prompt: count(usage.get("input_tokens")),
-        cached: count(usage.pointer("/input_tokens_details/cached_tokens")),
-        completion: count(usage.get("output_tokens")),
+        prompt: usage.count("input_tokens"),
+        cached: usage.nested_count("input_tokens_details", "cached_tokens"),
+        completion: usage.count("output_tokens"),
     }
 }

@@ -48,12 +48,16 @@ fn each_api_reads_its_own_usage_fields_into_one_meaning() {
     let messages = json!({"cache_read_input_tokens": 53, "input_tokens": 17, "output_tokens": 6});
     let responses = json!({"input_tokens": 70, "output_tokens": 6, "total_tokens": 76,
                            "input_tokens_details": {"cached_tokens": 53}});
-    assert_eq!(Api::Chat.counts(&chat), want);
-    assert_eq!(Api::Messages.counts(&messages), want);
-    assert_eq!(Api::Responses.counts(&responses), want);
+    let counts = |api: Api, usage: &Value| {
+        let text = usage.to_string();
+        api.counts(&UsageFields::parse(&text).expect("an object"))
+    };
+    assert_eq!(counts(Api::Chat, &chat), want);
+    assert_eq!(counts(Api::Messages, &messages), want);
+    assert_eq!(counts(Api::Responses, &responses), want);
     // message_delta carries only the output count: the rest is unknown, not zero.
     assert_eq!(
-        Api::Messages.counts(&json!({"output_tokens": 9})),
+        counts(Api::Messages, &json!({"output_tokens": 9})),
         Counts {
             completion: Some(9),
             ..Counts::default()

@@ -1,8 +1,8 @@
 //! What one JSON payload (an SSE event's data, or a whole non-streamed body) says about tokens,
 //! completion and errors, and the running "last seen" record built from them.
 //!
-//! Only the keys below are read, borrowed raw and parsed one by one (a `usage` object is built
-//! whole); everything else (`choices`, `content`...) is skipped unbuilt. A payload that is not a
+//! Only the keys below are read, borrowed raw and parsed one by one (a `usage` object's members
+//! too, `api::UsageFields`); everything else (`choices`, `content`...) is skipped unbuilt. A payload that is not a
 //! JSON object is ignored whole; a field of the wrong shape reads as absent.
 
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::Usage;
-use crate::api::{Api, Counts};
+use crate::api::{Api, Counts, UsageFields};
 
 /// Longest error message kept, in bytes; the rest is cut at a character boundary.
 const MAX_ERROR: usize = 1024;
@@ -115,8 +115,8 @@ impl Seen {
         };
         let nested = [p.message, p.response].map(|n| object::<Carrier<'_>>(n)?.usage);
         for u in [p.usage].into_iter().chain(nested).flatten() {
-            // A usage object is small: built whole, for the API's own field names.
-            if let Some(u) = object::<Value>(Some(u)) {
+            // Read in place, for the API's own field names.
+            if let Some(u) = UsageFields::parse(u.get()) {
                 let new = self.api.counts(&u);
                 let old = self.usage.unwrap_or_default();
                 self.usage = Some(Counts {
