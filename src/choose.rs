@@ -13,13 +13,17 @@
 //! its mean slot hold). Estimates within 10 % or 50 ms of the best are tied; ties go to the host
 //! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
 //! load), then, when slot similarity is on, to the fewer siblings (the family's conversations)
-//! placed there per unit of weight, then to the lower share of capacity held per unit of weight,
+//! placed there per unit of weight, then to the lower share of capacity its leases hold per unit
+//! of weight,
 //! then to more free slots, fewer queued, fewer leases per unit of weight (without it
 //! conversations that start while every host is idle all land on the first), more weight, and
 //! the route's order.
 //!
 //! A family prefix counts as warm only when the host has room for it: held tokens plus the prompt
-//! within its capacity. Else the prompt would push the family out of its cache.
+//! within its capacity. Else the prompt would push the family out of its cache. Held tokens there
+//! are what its slots hold — its newest conversations, one per slot — not every lease it keeps: a
+//! lease outlives its conversation by `lease_idle`, its slot long since someone else's. The
+//! tie-break's share still counts every lease: each is a conversation that may come back.
 //!
 //! With llama-server's slot similarity on (its default, 0.10) a family is never gathered: a new
 //! sibling takes the idle slot sharing the family prefix, and since most of that slot survives,
@@ -63,8 +67,12 @@ pub struct Info {
     pub prefill_tps: f64,
     /// Mean time a request holds one of its slots, ms.
     pub hold_ms: f64,
-    /// Tokens the host's live leases hold (their last prompt plus completion).
+    /// Tokens its slots hold: its most recently used conversations' (last prompt plus
+    /// completion), one per slot. Older leases' slots went to others since. For the room check.
     pub held: u64,
+    /// Tokens all its leases hold, every conversation that may come back to it. For the
+    /// tie-break's share of capacity.
+    pub leased: u64,
     /// Tokens its KV cache holds in all; 0 when unknown.
     pub capacity: u64,
     /// The route-level lease of this model is on this host.
@@ -131,14 +139,14 @@ impl Info {
         self.prefill_ms(prompt - self.warm_tokens(prompt)) + self.wait_ms()
     }
 
-    /// Share of its capacity the host's leases hold, per unit of weight (a heavier host takes
+    /// Tokens of the host's leases against its capacity, per unit of weight (a heavier host takes
     /// proportionally more); tokens per unit of weight when the capacity is unknown.
     fn held_share(&self) -> f64 {
         let weight = f64::from(self.weight.max(1));
         if self.capacity == 0 {
-            self.held as f64 / weight
+            self.leased as f64 / weight
         } else {
-            self.held as f64 / self.capacity as f64 / weight
+            self.leased as f64 / self.capacity as f64 / weight
         }
     }
 }

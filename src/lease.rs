@@ -32,6 +32,7 @@ mod acquire;
 mod index;
 mod operator;
 mod placed;
+mod recent;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -98,11 +99,18 @@ pub struct Candidate {
     pub leases: usize,
     /// Tokens those leases hold (each one's last prompt plus completion).
     pub held: u64,
+    /// Tokens each of those conversations holds (its last prompt plus completion), most recently
+    /// used first, at most [`HELD_NEWEST`]: the first `slots` of them are what the host's slots
+    /// hold (`recent`).
+    pub held_newest: Vec<u64>,
     /// Every model the host holds a lease of (a router evicting one of them loses its caches).
     pub leased_models: Vec<String>,
     /// The route-level lease of the model is on this host (seed 000's rule 3, a preference now).
     pub inherited: bool,
 }
+
+/// Most conversations per host a [`Candidate`] lists the held tokens of (a host's slots).
+pub const HELD_NEWEST: usize = 64;
 
 /// Picks hosts for new leases. Called with the table's lock held: it must answer from memory and
 /// never call back into the table.
@@ -197,6 +205,7 @@ impl Table {
             seen: BTreeMap::new(),
             idle,
             max_leases: MAX_LEASES,
+            recent: Default::default(),
         };
         for row in persister.list_leases()? {
             inner.see(&row.route, &row.host);

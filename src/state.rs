@@ -216,14 +216,14 @@ impl Gateway {
         last.insert(key.clone(), (prompt, unloads))
     }
 
-    /// What placement sees of `host`+`model` (issue 23): tokens its leases hold against its
-    /// capacity (0 when unknown), and the families it holds warm, most recent first.
+    /// What placement sees of `host`+`model` (issue 23): tokens its slots hold (its most recently
+    /// used conversations, one per slot) against its capacity (0 when unknown).
     pub fn held(&self, host: &str, model: &str) -> (u64, u64) {
         let config = self.config();
-        let capacity = (config.hosts.get(host)).map_or(0, |h| {
-            view::capacity(&self.health, h, model, config.parallel(host, model))
-        });
-        (self.leases.held(model, host), capacity)
+        let parallel = config.parallel(host, model);
+        let capacity = (config.hosts.get(host))
+            .map_or(0, |h| view::capacity(&self.health, h, model, parallel));
+        (self.leases.held_in_slots(model, host, parallel), capacity)
     }
 
     /// Forgets prompt sizes of conversations that no longer hold a lease.

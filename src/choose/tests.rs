@@ -24,6 +24,7 @@ fn host(name: &str) -> Info {
         prefill_tps: 1000.0,
         hold_ms: 1000.0,
         held: 0,
+        leased: 0,
         capacity: 0,
         inherited: false,
         failing: false,
@@ -290,11 +291,13 @@ fn a_host_with_no_room_for_the_prompt_counts_its_family_as_cold() {
     let full = Info {
         family_tokens: 8000,
         held: 60_000,
+        leased: 60_000,
         capacity: 64_000,
         ..idle("full", 2)
     };
     let roomy = Info {
         held: 1_000,
+        leased: 1_000,
         capacity: 64_000,
         ..idle("roomy", 2)
     };
@@ -350,7 +353,7 @@ fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
             ..idle("a", 4)
         },
         Info {
-            held: 60_000,
+            leased: 60_000,
             ..idle("b", 4)
         },
         idle("c", 4),
@@ -358,7 +361,7 @@ fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
     let placed = place_in_turn(&mut hosts, 8, |host| {
         host.siblings += 1;
         host.leases += 1;
-        host.held += 5_000;
+        host.leased += 5_000;
     });
     assert_eq!(placed, [4, 2, 2]);
     // Fewer siblings beat a lower share held: the siblings are what would wipe the newcomer's
@@ -369,7 +372,7 @@ fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
     };
     let fuller_but_apart = Info {
         siblings: 1,
-        held: 50_000,
+        leased: 50_000,
         ..idle("b", 4)
     };
     assert_eq!(
@@ -386,12 +389,12 @@ fn the_inherited_host_wins_only_a_tie() {
     };
     // Tied (both idle): the route's lease decides, over route order and held tokens.
     let roomy = Info {
-        held: 0,
+        leased: 0,
         capacity: 10_000,
         ..idle("a", 2)
     };
     let parent = Info {
-        held: 5_000,
+        leased: 5_000,
         capacity: 10_000,
         ..inherited(idle("b", 2))
     };

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::recent::Recent;
 use super::Key;
 
 /// One lease as the table keeps it (the key is the map's).
@@ -28,6 +29,7 @@ pub(super) struct Entry {
 /// - `by_use` holds `(last_used, key)` for exactly the entries of `leases`.
 /// - `counts[model][host]` = leases of `model` on `host` plus pending reservations there.
 /// - `held[model][host]` = the sum of `held` over the leases of `model` on `host`.
+/// - `recent` holds the conversation leases of `leases` by host, at their `last_used`.
 /// - a key in `pending` has a write in flight; only its writer changes its entry.
 /// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
 ///   minus hosts dropped by [`super::Table::drop_host`]. It is knowledge, not persisted state.
@@ -43,6 +45,8 @@ pub(super) struct Inner {
     pub(super) seen: BTreeMap<String, BTreeSet<String>>,
     pub(super) idle: Duration,
     pub(super) max_leases: usize,
+    /// Each host's conversation leases by recency (`recent`).
+    pub(super) recent: Recent,
 }
 
 impl Inner {
@@ -67,6 +71,7 @@ impl Inner {
         let key = Arc::new(key);
         self.count(&key.model, &host, 1);
         self.by_use.insert((last_used, key.clone()));
+        self.recent.add(&key, &host, last_used);
         let entry = Entry {
             host,
             created,
@@ -111,11 +116,21 @@ impl Inner {
             .unwrap_or(0)
     }
 
+    /// Tokens held by the `n` most recently used conversation leases of `model` on `host`: what
+    /// its `n` slots hold (`recent`).
+    pub(super) fn held_in_slots(&self, model: &str, host: &str, n: usize) -> u64 {
+        (self.recent.newest_first(model, host))
+            .take(n)
+            .map(|k| self.leases.get(k).map_or(0, |e| e.held))
+            .sum()
+    }
+
     /// Takes a lease out of memory, keeping index and counts.
     pub(super) fn remove(&mut self, key: &Key) -> Option<Entry> {
         let (k, entry) = self.leases.remove_entry(key)?;
         self.touched.remove(&k);
-        self.by_use.remove(&(entry.last_used, k));
+        self.by_use.remove(&(entry.last_used, k.clone()));
+        self.recent.remove(&k, &entry.host, entry.last_used);
         self.count(&key.model, &entry.host, -1);
         self.add_held(&key.model, &entry.host, entry.held, 0);
         Some(entry)
@@ -137,6 +152,8 @@ impl Inner {
         if now > before {
             self.by_use.remove(&(before, k.clone()));
             self.by_use.insert((now, k.clone()));
+            self.recent.remove(&k, &entry.host, before);
+            self.recent.add(&k, &entry.host, now);
             self.touched.insert(k);
             self.leases.get_mut(key)?.last_used = now;
         }

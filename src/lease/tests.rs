@@ -14,6 +14,7 @@ use crate::store::LeaseEvent;
 mod bounded;
 mod busy;
 mod failures;
+mod held;
 mod lookup;
 mod operator;
 
@@ -56,6 +57,8 @@ struct FakeChooser {
     busy: Mutex<Option<String>>,
     /// The asks the table passed, in order.
     asks: Mutex<Vec<Ask>>,
+    /// The candidates of the last choice, as offered.
+    offered: Mutex<Vec<Candidate>>,
 }
 
 impl FakeChooser {
@@ -79,6 +82,7 @@ impl Chooser for FakeChooser {
         _now: i64,
     ) -> Option<(String, Placed)> {
         self.asks.lock().push(*ask);
+        *self.offered.lock() = candidates.to_vec();
         let prefer = self.prefer.lock().clone();
         match prefer {
             Some(p) if candidates.iter().any(|c| c.host == p) => Some((p, Placed::LeastLoaded)),

@@ -63,6 +63,12 @@ impl Table {
         self.lock().held_on(model, host)
     }
 
+    /// Tokens the `slots` most recently used conversations of `model` on `host` hold: what its
+    /// slots hold.
+    pub fn held_in_slots(&self, model: &str, host: &str, slots: usize) -> u64 {
+        self.lock().held_in_slots(model, host, slots)
+    }
+
     /// Copies of every lease, sorted by key; pins are not leases and are not included.
     pub fn snapshot(&self) -> Vec<Lease> {
         let inner = self.lock();

@@ -76,6 +76,41 @@ fn a_sibling_conversation_starts_where_its_prompt_family_is_warm() {
     );
 }
 
+/// What a host holds is what its slots hold: its newest conversations, one per slot. Leases
+/// live on long after their conversations stop; counted whole, six finished 2,000-token agents
+/// on a 2-slot host of 8,192 tokens made it look full, and a family counts as cold on a full
+/// host (the agents benchmark with `-sps 0` then placed 3 of 24 new conversations by family).
+#[test]
+fn a_family_stays_warm_on_its_host_however_many_of_its_conversations_went_quiet() {
+    let h = Harness::start(vec![sps0("a"), sps0("b")], "");
+    let coder = preamble("the coder");
+    for (i, task) in ["one", "two", "three", "four", "five", "six"]
+        .iter()
+        .enumerate()
+    {
+        let r = h.post(CHAT, &agent(&coder, &format!("task {task}"), 0, false));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("X-Crossbar-Host"), Some("a"), "conversation {i}");
+        let want = if i == 0 { "least-loaded" } else { "family" };
+        assert_eq!(
+            r.header("X-Crossbar-Placement"),
+            Some(want),
+            "conversation {i}"
+        );
+    }
+    // The page and `crossbar status` show the same: two conversations' tokens against 8,192.
+    let admin = h.server().admin_addr();
+    let status = crate::support::request(admin, "GET", "/admin/status", &[], b"").json();
+    let held = status
+        .pointer("/hosts/0/models/0/held_tokens")
+        .and_then(Value::as_u64);
+    let one = h.rows()[0].prompt_tokens.unwrap_or(0) as u64;
+    assert!(
+        held.is_some_and(|t| t >= 2 * one && t < 3 * one),
+        "{status:#}"
+    );
+}
+
 #[test]
 fn a_burst_of_new_conversations_spreads_3_3_2_while_a_ui_polls_the_model_list() {
     let hosts = vec![host("a", 2), host("b", 2), host("c", 2)];
