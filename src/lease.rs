@@ -97,8 +97,8 @@ pub struct Candidate {
     pub host: String,
     /// Leases the host already holds for the same model (conversations whose caches it keeps).
     pub leases: usize,
-    /// Tokens those leases hold (each one's last prompt plus completion).
-    pub held: u64,
+    /// Tokens all those leases hold (each one's last prompt plus completion).
+    pub leased: u64,
     /// Tokens each of those conversations holds (its last prompt plus completion), most recently
     /// used first, at most [`HELD_NEWEST`]: the first `slots` of them are what the host's slots
     /// hold (`recent`).

@@ -307,10 +307,9 @@ fn candidate(inner: &Inner, model: &str, host: &str, parent: Option<&str>) -> Ca
     Candidate {
         host: host.to_string(),
         leases: inner.leases_of(model, host),
-        held: inner.held_on(model, host),
-        held_newest: (inner.recent.newest_first(model, host))
+        leased: inner.held_on(model, host),
+        held_newest: (inner.held_newest(model, host))
             .take(super::HELD_NEWEST)
-            .map(|k| inner.leases.get(k).map_or(0, |e| e.held))
             .collect(),
         leased_models: inner.models_on(host),
         inherited: parent == Some(host),

@@ -116,13 +116,14 @@ impl Inner {
             .unwrap_or(0)
     }
 
-    /// Tokens held by the `n` most recently used conversation leases of `model` on `host`: what
-    /// its `n` slots hold (`recent`).
-    pub(super) fn held_in_slots(&self, model: &str, host: &str, n: usize) -> u64 {
-        (self.recent.newest_first(model, host))
-            .take(n)
-            .map(|k| self.leases.get(k).map_or(0, |e| e.held))
-            .sum()
+    /// Tokens each conversation lease of `model` on `host` holds, most recently used first
+    /// (`recent`): the first `slots` of them are what its slots hold.
+    pub(super) fn held_newest<'a>(
+        &'a self,
+        model: &str,
+        host: &str,
+    ) -> impl Iterator<Item = u64> + 'a {
+        (self.recent.newest_first(model, host)).map(|k| self.leases.get(k).map_or(0, |e| e.held))
     }
 
     /// Takes a lease out of memory, keeping index and counts.

@@ -43,14 +43,15 @@ impl Recent {
 
     /// The lease of `key` on `host`, last used at `last_used`, left the table.
     pub(super) fn remove(&mut self, key: &Arc<Key>, host: &str, last_used: i64) {
-        let hosts = self.by_host.get_mut(&key.model);
-        if let Some(uses) = hosts.and_then(|hosts| hosts.get_mut(host)) {
+        let Some(hosts) = self.by_host.get_mut(&key.model) else {
+            return;
+        };
+        let emptied = hosts.get_mut(host).is_some_and(|uses| {
             uses.remove(&(last_used, key.clone()));
-            if uses.is_empty() {
-                if let Some(hosts) = self.by_host.get_mut(&key.model) {
-                    hosts.remove(host);
-                }
-            }
+            uses.is_empty()
+        });
+        if emptied {
+            hosts.remove(host);
         }
     }
 

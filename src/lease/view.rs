@@ -58,15 +58,10 @@ impl Table {
         out
     }
 
-    /// Tokens the leases of `model` on `host` hold (their last prompt plus completion).
-    pub fn held(&self, model: &str, host: &str) -> u64 {
-        self.lock().held_on(model, host)
-    }
-
     /// Tokens the `slots` most recently used conversations of `model` on `host` hold: what its
     /// slots hold.
     pub fn held_in_slots(&self, model: &str, host: &str, slots: usize) -> u64 {
-        self.lock().held_in_slots(model, host, slots)
+        self.lock().held_newest(model, host).take(slots).sum()
     }
 
     /// Copies of every lease, sorted by key; pins are not leases and are not included.

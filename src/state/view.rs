@@ -161,7 +161,7 @@ impl View {
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),
             held: c.held_newest.iter().take(parallel).sum(),
-            leased: c.held,
+            leased: c.leased,
             capacity,
             inherited: c.inherited,
             failing: facts.failing,

@@ -72,6 +72,5 @@ fn what_a_hosts_slots_hold_is_its_newest_conversation_per_slot() {
     // Two slots hold the two newest; every lease together would be 57,000.
     assert_eq!(f.table.held_in_slots("qwen", "titan", 2), 7_000);
     assert_eq!(f.table.held_in_slots("qwen", "titan", 8), 57_000);
-    assert_eq!(f.table.held("qwen", "titan"), 57_000);
     assert_eq!(f.table.held_in_slots("qwen", "mini", 2), 0);
 }
