@@ -36,6 +36,13 @@ pub const PREFILLS: usize = 32;
 /// batch and measures slower per token, so a host serving continuing turns (a few hundred new
 /// tokens each) looked slower than one prefilling first turns (issue 23, real servers).
 pub const MIN_PREFILL: u64 = 512;
+/// A warm first turn that found fewer of its family's tokens than this (or than a quarter of the
+/// family's bytes ÷ 4) missed: the host did not hold the family yet, which says nothing of its
+/// size. llama-server with `--slot-prompt-similarity 0` gives a new conversation an empty slot and
+/// finds a sibling's prompt only once it is in the RAM cache, where an idle slot is copied when
+/// the next task starts; taken as a size, one such miss made the family worth 0 for good and its
+/// conversations were placed by load alone (the chat workload's `sps0`, 1.10 of the oracle).
+pub const MIN_FAMILY_HIT: u64 = 64;
 
 /// What placement knows about one host+model, for one request's family.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -195,7 +202,7 @@ impl Holdings {
         inner.remember_size(family, tick);
         if let (true, Some(cached)) = (served.warm_first_turn, served.cached) {
             if let Some(size) = inner.families.get_mut(&family.id) {
-                size.cached = Some(size.cached.map_or(cached, |c| c.min(cached)));
+                size.measured(cached);
             }
         }
         warm(inner.pair(host, model), family.id, tick);
@@ -257,7 +264,7 @@ impl Holdings {
             if let (Some(cached), Some(size)) =
                 (row.warm_first_cached, inner.families.get_mut(&row.family))
             {
-                size.cached = Some(size.cached.map_or(cached, |c| c.min(cached)));
+                size.measured(cached);
             }
             warm(inner.pair(&row.host, &row.model), row.family, tick);
         }
@@ -367,6 +374,18 @@ fn evict_oldest<V>(map: &mut HashMap<u32, V>, stamp: impl Fn(&V) -> u64) {
     let oldest = map.iter().min_by_key(|(_, v)| stamp(v)).map(|(k, _)| *k);
     if let Some(k) = oldest {
         map.remove(&k);
+    }
+}
+
+impl Size {
+    /// A warm first turn found `cached` tokens: the smallest hit is the family's size, a miss
+    /// ([`MIN_FAMILY_HIT`]) is not a size. (Rebuilt from rows, the bytes are not known yet: only
+    /// the fixed floor applies.)
+    fn measured(&mut self, cached: u64) {
+        if cached < MIN_FAMILY_HIT.max(self.bytes / 16) {
+            return;
+        }
+        self.cached = Some(self.cached.map_or(cached, |c| c.min(cached)));
     }
 }
 

@@ -37,9 +37,16 @@ fn a_family_is_warm_from_its_placement_and_sized_by_its_warm_first_turns() {
     h.served("a", "m", served(950, true));
     h.served("a", "m", served(990, true));
     assert_eq!(h.facts("a", "m", f, 0).family_tokens, 950);
+    // A warm first turn that found (almost) nothing missed: the host did not hold the family yet.
+    h.served("a", "m", served(0, true));
+    h.served("a", "m", served(2, true));
+    h.served("a", "m", served(249, true));
+    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 950, "misses are no size");
+    h.served("a", "m", served(250, true));
+    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 250, "a partial hit is");
     // Served elsewhere, warm there too, at the learned size.
     h.served("b", "m", served(5000, false));
-    assert_eq!(h.facts("b", "m", f, 0).family_tokens, 950);
+    assert_eq!(h.facts("b", "m", f, 0).family_tokens, 250);
     // Placements are counted per host+model (siblings, for hosts that pick slots by similarity);
     // answers warm without counting.
     h.placed("a", "m", f, false, 0);
@@ -55,7 +62,7 @@ fn a_family_is_warm_from_its_placement_and_sized_by_its_warm_first_turns() {
     assert_eq!(h.facts("c", "m", f, 0).family_tokens, 0);
     assert_eq!(
         h.warm_on("a", "m"),
-        vec![(Family { id: 7, bytes: 4000 }, 950)]
+        vec![(Family { id: 7, bytes: 4000 }, 250)]
     );
 }
 
@@ -132,7 +139,12 @@ fn a_restart_rebuilds_warm_families_and_sizes_from_rows() {
         family,
         warm_first_cached: cached,
     };
-    h.rebuild([row("a", 5, None), row("b", 5, Some(800)), row("a", 6, None)]);
+    h.rebuild([
+        row("a", 5, None),
+        row("b", 5, Some(800)),
+        row("a", 5, Some(MIN_FAMILY_HIT - 1)),
+        row("a", 6, None),
+    ]);
     let f = fam(5, 4000);
     assert_eq!(h.facts("a", "m", f, 0).family_tokens, 800);
     assert_eq!(h.facts("b", "m", f, 0).family_tokens, 800);
