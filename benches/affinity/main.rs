@@ -161,7 +161,12 @@ fn main() {
         .iter()
         .filter(|s| opts.only.as_deref().is_none_or(|o| o == s.name));
     for &scenario in chosen {
-        for kind in Kind::ALL {
+        let wanted = |k: &Kind| {
+            *k == Kind::Oracle
+                || opts.fronts.is_empty()
+                || opts.fronts.iter().any(|n| n == k.name())
+        };
+        for kind in Kind::ALL.into_iter().filter(wanted) {
             let mut sum = Sample::default();
             for seed in opts.seed..opts.seed + opts.seeds {
                 let shape = Shape {
@@ -191,7 +196,8 @@ fn main() {
     // The committed figures are the simulated chat ones on stock hosts; other runs only print.
     let stock =
         opts.slots == SLOTS && opts.ctx == SLOT_CTX * SLOTS as u64 && opts.route_extra.is_empty();
-    if opts.only.is_none() && opts.real.is_none() && opts.api == Api::Chat && stock {
+    let whole = opts.only.is_none() && opts.fronts.is_empty();
+    if whole && opts.real.is_none() && opts.api == Api::Chat && stock {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let seeds = opts.seed..opts.seed + opts.seeds;
         match report::write_docs(&root, &rows, hosts, &shape, seeds) {

@@ -42,8 +42,8 @@ pub struct Options {
     pub real: Option<Real>,
     /// The API the agents speak (`--api chat|messages|responses`).
     pub api: Api,
-    /// The agents workload's front ends to run (`--fronts oracle,crossbar`); empty: all. The
-    /// ratios need the oracle, which always runs.
+    /// The front ends to run (`--fronts oracle,crossbar`); empty: all. The ratios need the
+    /// oracle, which always runs.
     pub fronts: Vec<String>,
 }
 
