@@ -7,14 +7,13 @@
 //!
 //! Order: usable hosts only (healthy, not draining, serving the model); a host whose forwards are
 //! failing ranks last; then the model loaded, then room to load it without evicting a model in
-//! use (issue 15), then, where slot similarity is on, no sibling in its slots (below). Among the
-//! hosts left the **estimate** decides: the time to the first token
+//! use (issue 15). Among the hosts left the **estimate** decides: the time to the first token
 //! there, that is prefill of the prompt less the family prefix the host holds warm, at the host's
 //! measured speed, plus the expected wait for a slot (0 with one free, else (queued + 1) ÷ slots ×
 //! its mean slot hold). Estimates within 10 % or 50 ms of the best are tied; ties go to the host
 //! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
 //! load), then, when slot similarity is on, to the fewer siblings (the family's conversations)
-//! in its slots per unit of weight, then to the lower share of capacity its leases hold per unit
+//! placed there per unit of weight, then to the lower share of capacity its leases hold per unit
 //! of weight,
 //! then to more free slots, fewer queued, fewer leases per unit of weight (without it
 //! conversations that start while every host is idle all land on the first), more weight, and
@@ -30,12 +29,7 @@
 //! sibling takes the idle slot sharing the family prefix, and since most of that slot survives,
 //! llama-server neither saves it to its RAM cache nor restores the sibling's own history from
 //! there (server-context.cpp, `get_available_slot`: `f_keep < 0.5`). Two siblings on one host then
-//! wipe each other's history turn after turn. There siblings are kept apart instead, before the
-//! estimate: a host whose slots hold a sibling (its newest conversations, one per slot) ranks
-//! below every host whose slots hold none. Waiting a turn for a slot costs the newcomer once; a
-//! wiped sibling re-prefills its history on every turn the two share the host (the agents
-//! benchmark on real servers: crossbar re-prefilled twice the oracle's history while its
-//! siblings were spread only by how many had been placed per host since start).
+//! wipe each other's history turn after turn. There siblings are kept apart instead.
 
 use std::cmp::Ordering;
 
@@ -66,9 +60,9 @@ pub struct Info {
     /// Tokens of the request's family prefix held warm there (0: cold, or no family).
     pub family_tokens: u64,
     /// On a host whose slot similarity is on (llama-server's default): how many siblings (the
-    /// request's family's conversations) its slots hold, among its newest conversations one per
-    /// slot; 0 without a family, or with similarity off.
-    pub siblings: usize,
+    /// request's family's conversations) were placed there; 0 without a family, or with
+    /// similarity off.
+    pub siblings: u32,
     /// Prefill speed, tokens per second (the host's measured one, else the route's median).
     pub prefill_tps: f64,
     /// Mean time a request holds one of its slots, ms.
@@ -165,9 +159,8 @@ pub fn best(infos: &[Info], prompt: u64) -> Option<(&Info, Why)> {
         .enumerate()
         .filter(|(_, i)| i.usable())
         .collect();
-    // The class: not failing, loaded, room, no sibling in its slots. Only the best class
-    // competes on the estimate.
-    let class = |i: &Info| (!i.failing, i.loaded, i.room, i.siblings == 0);
+    // The class: not failing, loaded, room. Only the best class competes on the estimate.
+    let class = |i: &Info| (!i.failing, i.loaded, i.room);
     let top = usable.iter().map(|(_, i)| class(i)).max()?;
     let contenders: Vec<(usize, &Info, f64)> = (usable.into_iter())
         .filter(|(_, i)| class(i) == top)
@@ -196,7 +189,7 @@ fn tie_break(a: &Info, b: &Info) -> Ordering {
     let per_weight = |n: u64, other: &Info| n * u64::from(other.weight);
     a.inherited
         .cmp(&b.inherited)
-        .then(per_weight(b.siblings as u64, a).cmp(&per_weight(a.siblings as u64, b)))
+        .then(per_weight(b.siblings.into(), a).cmp(&per_weight(a.siblings.into(), b)))
         .then(b.held_share().total_cmp(&a.held_share()))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))

@@ -99,22 +99,14 @@ pub struct Candidate {
     pub leases: usize,
     /// Tokens all those leases hold (each one's last prompt plus completion).
     pub leased: u64,
-    /// What each of those conversations holds, most recently used first, at most
-    /// [`HELD_NEWEST`]: the first `slots` of them are what the host's slots hold (`recent`).
-    pub held_newest: Vec<Held>,
+    /// Tokens each of those conversations holds (its last prompt plus completion), most recently
+    /// used first, at most [`HELD_NEWEST`]: the first `slots` of them are what the host's slots
+    /// hold (`recent`).
+    pub held_newest: Vec<u64>,
     /// Every model the host holds a lease of (a router evicting one of them loses its caches).
     pub leased_models: Vec<String>,
     /// The route-level lease of the model is on this host (seed 000's rule 3, a preference now).
     pub inherited: bool,
-}
-
-/// What one conversation holds on its host, as a [`Candidate`] lists it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Held {
-    /// Its last prompt plus completion (0 until answered).
-    pub tokens: u64,
-    /// The id of the prompt family it was placed with, if any.
-    pub family: Option<u32>,
 }
 
 /// Most conversations per host a [`Candidate`] lists the held tokens of (a host's slots).
@@ -176,10 +168,9 @@ impl fmt::Debug for Hold {
 
 impl Hold {
     /// Records the tokens the held lease holds on its host now (its last prompt plus completion),
-    /// which the chooser weighs against the host's capacity, and the id of its prompt family
-    /// (which keeps siblings apart where slots are picked by similarity).
-    pub fn set_held(&self, tokens: u64, family: Option<u32>) {
-        self.shared.inner.lock().set_held(&self.key, tokens, family);
+    /// which the chooser weighs against the host's capacity.
+    pub fn set_held(&self, tokens: u64) {
+        self.shared.inner.lock().set_held(&self.key, tokens);
     }
 }
 

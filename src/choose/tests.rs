@@ -4,8 +4,6 @@
 
 use super::*;
 
-mod siblings;
-
 /// A usable host: healthy, serving, not loaded, one slot and none free, nothing queued, no
 /// leases, weight 1, nothing warm, 1,000 tokens/s, a slot held 1 s, capacity unknown.
 fn host(name: &str) -> Info {
@@ -34,7 +32,7 @@ fn host(name: &str) -> Info {
 }
 
 /// An idle loaded host with `slots` free slots.
-pub(super) fn idle(name: &str, slots: usize) -> Info {
+fn idle(name: &str, slots: usize) -> Info {
     Info {
         loaded: true,
         slots,
@@ -43,7 +41,7 @@ pub(super) fn idle(name: &str, slots: usize) -> Info {
     }
 }
 
-pub(super) fn winner(infos: &[Info], prompt: u64) -> Option<(&str, Why)> {
+fn winner(infos: &[Info], prompt: u64) -> Option<(&str, Why)> {
     best(infos, prompt).map(|(i, why)| (i.name.as_str(), why))
 }
 
@@ -332,7 +330,7 @@ fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
 
 /// Places `n` new conversations of 1,000 tokens one after another, `taken` updating each winner
 /// before the next is placed; how many each host got, in route order.
-pub(super) fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<usize> {
+fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<usize> {
     let mut placed = vec![0; hosts.len()];
     for _ in 0..n {
         let name = winner(hosts, 1000).unwrap().0.to_string();
@@ -341,6 +339,46 @@ pub(super) fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut In
         placed[at] += 1;
     }
     placed
+}
+
+#[test]
+fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
+    // Siblings on three idle hosts whose llama-server picks slots by similarity, one after
+    // another. Host "a" weighs 2; "b" already holds a long conversation of another family. Each
+    // goes where the fewest of its family were placed per unit of weight, whatever the tokens
+    // held: a gets 4 of 8, b and c 2 each (by held tokens alone b would get none).
+    let mut hosts = vec![
+        Info {
+            weight: 2,
+            ..idle("a", 4)
+        },
+        Info {
+            leased: 60_000,
+            ..idle("b", 4)
+        },
+        idle("c", 4),
+    ];
+    let placed = place_in_turn(&mut hosts, 8, |host| {
+        host.siblings += 1;
+        host.leases += 1;
+        host.leased += 5_000;
+    });
+    assert_eq!(placed, [4, 2, 2]);
+    // Fewer siblings beat a lower share held: the siblings are what would wipe the newcomer's
+    // history.
+    let beside_siblings = Info {
+        siblings: 3,
+        ..idle("a", 4)
+    };
+    let fuller_but_apart = Info {
+        siblings: 1,
+        leased: 50_000,
+        ..idle("b", 4)
+    };
+    assert_eq!(
+        winner(&[beside_siblings, fuller_but_apart], 1000),
+        Some(("b", Why::LeastLoaded))
+    );
 }
 
 #[test]

@@ -59,9 +59,8 @@ impl Table {
                 let mut held = None;
                 self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
                     inner.see_all(&key.route, candidates);
-                    if let Some(entry) = inner.leases.get_mut(key) {
-                        entry.family = ask.family.map(|f| f.id);
-                        if placed == Placed::Busy {
+                    if placed == Placed::Busy {
+                        if let Some(entry) = inner.leases.get_mut(key) {
                             entry.busy_moved = now;
                         }
                     }

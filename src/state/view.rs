@@ -142,9 +142,6 @@ impl View {
         };
         let capacity = capacity(&self.health, host, model, parallel);
         let similarity = host.slot_prompt_similarity > 0.0;
-        let in_slots = || c.held_newest.iter().take(parallel);
-        let family = ask.family.map(|f| f.id);
-        let siblings = in_slots().filter(|h| family.is_some() && h.family == family);
         choose::Info {
             name: name.clone(),
             healthy: self.health.healthy(name),
@@ -160,10 +157,10 @@ impl View {
             // Siblings would take each other's slots there (llama-server's similarity above 0):
             // their family is not worth gathering (issue 23's agents benchmark); better apart.
             family_tokens: if similarity { 0 } else { facts.family_tokens },
-            siblings: if similarity { siblings.count() } else { 0 },
+            siblings: if similarity { facts.family_placed } else { 0 },
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),
-            held: in_slots().map(|h| h.tokens).sum(),
+            held: c.held_newest.iter().take(parallel).sum(),
             leased: c.leased,
             capacity,
             inherited: c.inherited,

@@ -2,7 +2,6 @@
 //! not every lease it still keeps.
 
 use super::*;
-use crate::fingerprint::Family;
 
 /// A conversation's turn at `now` on whatever host the fake chooser gives it, answered with a
 /// prompt plus completion of `tokens`.
@@ -11,18 +10,13 @@ fn turn(f: &Fix, fp: &str, now: i64, tokens: u64) {
         .acquire_held(&key("projA", fp), &both(), now, &Ask::default())
         .unwrap();
     hold.expect("a conversation's request holds its lease")
-        .set_held(tokens, None);
+        .set_held(tokens);
 }
 
 /// `(host, held tokens newest first)` of the last choice's candidates.
 fn offered(f: &Fix) -> Vec<(String, Vec<u64>)> {
     (f.chooser.offered.lock().iter())
-        .map(|c| {
-            (
-                c.host.clone(),
-                c.held_newest.iter().map(|h| h.tokens).collect(),
-            )
-        })
+        .map(|c| (c.host.clone(), c.held_newest.clone()))
         .collect()
 }
 
@@ -79,44 +73,4 @@ fn what_a_hosts_slots_hold_is_its_newest_conversation_per_slot() {
     assert_eq!(f.table.held_in_slots("qwen", "titan", 2), 7_000);
     assert_eq!(f.table.held_in_slots("qwen", "titan", 8), 57_000);
     assert_eq!(f.table.held_in_slots("qwen", "mini", 2), 0);
-}
-
-#[test]
-fn each_conversation_is_offered_with_the_family_it_was_placed_with() {
-    let f = fix();
-    f.chooser.prefer("titan");
-    let ask = |id| Ask {
-        family: Some(Family { id, bytes: 4_000 }),
-        ..Ask::default()
-    };
-    let place = |fp, family: Option<u32>, now| {
-        let ask = family.map_or(Ask::default(), ask);
-        (f.table)
-            .acquire_held(&key("projA", fp), &both(), now, &ask)
-            .unwrap()
-    };
-    for (fp, family) in [
-        ("a1", Some(7)),
-        ("b1", Some(8)),
-        ("none", None),
-        ("a2", Some(7)),
-    ] {
-        place(fp, family, 10);
-    }
-    // "a2" moves off a host gone down: on its new host it keeps its family.
-    f.hosts.down("titan");
-    place("a2", Some(7), 20);
-    f.hosts.up("titan");
-    // Each answer restates its conversation's family (a lease read back at start has none until
-    // then).
-    let (_, hold) = place("b1", None, 25);
-    hold.unwrap().set_held(100, Some(8));
-    f.table.acquire(&key("projA", "next"), &both(), 30).unwrap();
-    let families = |host: &str| -> Vec<Option<u32>> {
-        let offered = f.chooser.offered.lock();
-        let c = offered.iter().find(|c| c.host == host).unwrap();
-        c.held_newest.iter().map(|h| h.family).collect()
-    };
-    assert_eq!(families("titan"), [Some(8), None, Some(7)]);
-    assert_eq!(families("mini"), [Some(7)]);
 }
