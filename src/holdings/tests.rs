@@ -41,9 +41,17 @@ fn a_family_is_warm_from_its_placement_and_sized_by_its_warm_first_turns() {
     h.served("a", "m", served(0, true));
     h.served("a", "m", served(2, true));
     h.served("a", "m", served(249, true));
-    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 950, "misses are no size");
+    assert_eq!(
+        h.facts("a", "m", f, 0).family_tokens,
+        950,
+        "misses are no size"
+    );
     h.served("a", "m", served(250, true));
-    assert_eq!(h.facts("a", "m", f, 0).family_tokens, 250, "a partial hit is");
+    assert_eq!(
+        h.facts("a", "m", f, 0).family_tokens,
+        250,
+        "a partial hit is"
+    );
     // Served elsewhere, warm there too, at the learned size.
     h.served("b", "m", served(5000, false));
     assert_eq!(h.facts("b", "m", f, 0).family_tokens, 250);
