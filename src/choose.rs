@@ -14,8 +14,7 @@
 //! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
 //! load), then, when slot similarity is on, to the fewer siblings (the family's conversations)
 //! placed there per unit of weight, then to the lower share of capacity its leases hold per unit
-//! of weight,
-//! then to more free slots, fewer queued, fewer leases per unit of weight (without it
+//! of weight, then to more free slots, fewer queued, fewer leases per unit of weight (without it
 //! conversations that start while every host is idle all land on the first), more weight, and
 //! the route's order.
 //!

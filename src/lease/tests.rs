@@ -245,9 +245,10 @@ fn hosts_of(t: &Table) -> Vec<(String, String)> {
         .collect()
 }
 
-fn pairs(xs: &[(&str, &str)]) -> Vec<(String, String)> {
+/// Owned copies of `(name, value)` pairs, for short assertions: `&str`s or slices.
+fn pairs<V: ToOwned + ?Sized>(xs: &[(&str, &V)]) -> Vec<(String, V::Owned)> {
     xs.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .map(|(a, b)| (a.to_string(), (*b).to_owned()))
         .collect()
 }
 

@@ -20,12 +20,6 @@ fn offered(f: &Fix) -> Vec<(String, Vec<u64>)> {
         .collect()
 }
 
-fn held(xs: &[(&str, &[u64])]) -> Vec<(String, Vec<u64>)> {
-    xs.iter()
-        .map(|(h, t)| (h.to_string(), t.to_vec()))
-        .collect()
-}
-
 #[test]
 fn a_new_conversation_is_offered_each_hosts_conversations_newest_first() {
     let f = fix();
@@ -38,7 +32,7 @@ fn a_new_conversation_is_offered_each_hosts_conversations_newest_first() {
     f.table.acquire(&key("projA", "next"), &both(), 40).unwrap();
     assert_eq!(
         offered(&f),
-        held(&[("titan", &[7_000, 5_000, 9_000]), ("mini", &[])])
+        pairs::<[u64]>(&[("titan", &[7_000, 5_000, 9_000]), ("mini", &[])])
     );
     // "old" speaks again and holds more: first again. "next" (placed, not yet answered) holds 0.
     turn(&f, "old", 50, 12_000);
@@ -47,7 +41,7 @@ fn a_new_conversation_is_offered_each_hosts_conversations_newest_first() {
         .unwrap();
     assert_eq!(
         offered(&f),
-        held(&[("titan", &[12_000, 0, 7_000, 5_000]), ("mini", &[])])
+        pairs::<[u64]>(&[("titan", &[12_000, 0, 7_000, 5_000]), ("mini", &[])])
     );
     // A conversation that moves takes its place on its new host, and leaves the old one.
     f.hosts.down("titan");
