@@ -12,11 +12,17 @@
 //! measured speed, plus the expected wait for a slot (0 with one free, else (queued + 1) ÷ slots ×
 //! its mean slot hold). Estimates within 10 % or 50 ms of the best are tied; ties go to the host
 //! the route's own lease is on (seed 000's rule 3, now a preference, never a rule that beats
-//! load), then, when slot similarity is on, to the fewer siblings (the family's conversations)
-//! placed there per unit of weight, then to the lower share of capacity its leases hold per unit
-//! of weight, then to more free slots, fewer queued, fewer leases per unit of weight (without it
-//! conversations that start while every host is idle all land on the first), more weight, and
-//! the route's order.
+//! load), then, when slot similarity is on, to the fewer live siblings (the family's
+//! conversations under way there) per unit of weight, then to the fewer live conversations per
+//! slot, then to the lower share of capacity its leases hold per unit of weight, then to more
+//! free slots, fewer queued, fewer leases per unit of weight (without it conversations that start
+//! while every host is idle all land on the first), more weight, and the route's order.
+//!
+//! Live conversations are the most recently used ones across the candidates, as many as their
+//! slots together: those under way, which come back for their slots. Spreading them is what a
+//! sticky round-robin does by arrival order (consecutive arrivals are the ones under way
+//! together); counting every lease or every placement since start counted conversations that
+//! ended long ago (issue 23's agents benchmark with llama-server's defaults).
 //!
 //! A family prefix counts as warm only when the host has room for it: held tokens plus the prompt
 //! within its capacity. Else the prompt would push the family out of its cache. Held tokens there
@@ -58,10 +64,13 @@ pub struct Info {
     pub weight: u32,
     /// Tokens of the request's family prefix held warm there (0: cold, or no family).
     pub family_tokens: u64,
-    /// On a host whose slot similarity is on (llama-server's default): how many siblings (the
-    /// request's family's conversations) were placed there; 0 without a family, or with
+    /// Its live conversations: of the most recently used conversations across the candidates,
+    /// as many as their slots together, those on this host.
+    pub live: usize,
+    /// On a host whose slot similarity is on (llama-server's default): how many of its live
+    /// conversations are siblings (the request's family); 0 without a family, or with
     /// similarity off.
-    pub siblings: u32,
+    pub siblings: usize,
     /// Prefill speed, tokens per second (the host's measured one, else the route's median).
     pub prefill_tps: f64,
     /// Mean time a request holds one of its slots, ms.
@@ -185,14 +194,17 @@ pub fn best(infos: &[Info], prompt: u64) -> Option<(&Info, Why)> {
 /// `Greater` when `a` should win a tie over `b`, on everything but route order.
 fn tie_break(a: &Info, b: &Info) -> Ordering {
     // x / host.weight against the other's, without division: `n` times the other's weight.
-    let per_weight = |n: u64, other: &Info| n * u64::from(other.weight);
+    let per_weight = |n: usize, other: &Info| n as u64 * u64::from(other.weight);
+    // The same per slot.
+    let per_slot = |n: usize, other: &Info| n as u64 * other.slots.max(1) as u64;
     a.inherited
         .cmp(&b.inherited)
-        .then(per_weight(b.siblings.into(), a).cmp(&per_weight(a.siblings.into(), b)))
+        .then(per_weight(b.siblings, a).cmp(&per_weight(a.siblings, b)))
+        .then(per_slot(b.live, a).cmp(&per_slot(a.live, b)))
         .then(b.held_share().total_cmp(&a.held_share()))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))
-        .then(per_weight(b.leases as u64, a).cmp(&per_weight(a.leases as u64, b)))
+        .then(per_weight(b.leases, a).cmp(&per_weight(a.leases, b)))
         .then(a.weight.cmp(&b.weight))
 }
 

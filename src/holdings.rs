@@ -49,9 +49,6 @@ pub const MIN_FAMILY_HIT: u64 = 64;
 pub struct Facts {
     /// Tokens of the request's family prefix the host holds warm (0: none, or no family).
     pub family_tokens: u64,
-    /// Conversations of the family placed there since this process started (0: none, or no
-    /// family).
-    pub family_placed: u32,
     /// New conversations placed there that have not taken a slot yet.
     pub arriving: usize,
     /// Measured prefill speed, tokens per second, when the host has answered one.
@@ -89,18 +86,10 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct Pair {
-    /// Family id → when it was last placed or served here, and how often placed.
-    warm: HashMap<u32, Warm>,
+    /// Family id → the tick of its last placement or answer here.
+    warm: HashMap<u32, u64>,
     /// When each arrival was placed, oldest first.
     arriving: VecDeque<i64>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Warm {
-    /// The tick of its last placement or answer here.
-    tick: u64,
-    /// Conversations of the family placed here (saturating).
-    placed: u32,
 }
 
 #[derive(Debug, Default)]
@@ -151,7 +140,6 @@ impl Holdings {
         let warm = family.and_then(|f| pair.warm.get(&f.id));
         Facts {
             family_tokens: if warm.is_some() { size } else { 0 },
-            family_placed: warm.map_or(0, |w| w.placed),
             arriving: pair.arriving.len(),
             prefill_tps,
             failing,
@@ -169,8 +157,7 @@ impl Holdings {
         }
         let pair = inner.pair(host, model);
         if let Some(f) = family {
-            let warm = warm(pair, f.id, tick);
-            warm.placed = warm.placed.saturating_add(1);
+            warm(pair, f.id, tick);
         }
         if slot {
             if pair.arriving.len() == ARRIVING_CAP {
@@ -234,7 +221,7 @@ impl Holdings {
         let Some(pair) = inner.pairs.get(host).and_then(|m| m.get(model)) else {
             return Vec::new();
         };
-        let mut warm: Vec<(u64, u32)> = pair.warm.iter().map(|(id, w)| (w.tick, *id)).collect();
+        let mut warm: Vec<(u64, u32)> = pair.warm.iter().map(|(id, tick)| (*tick, *id)).collect();
         warm.sort_unstable_by(|a, b| b.cmp(a));
         (warm.into_iter())
             .map(|(_, id)| {
@@ -360,13 +347,11 @@ impl Inner {
 }
 
 /// Marks `id` warm in `pair` at `tick`, forgetting the least recently used family past the cap.
-fn warm(pair: &mut Pair, id: u32, tick: u64) -> &mut Warm {
+fn warm(pair: &mut Pair, id: u32, tick: u64) {
     if !pair.warm.contains_key(&id) && pair.warm.len() >= WARM_CAP {
-        evict_oldest(&mut pair.warm, |w| w.tick);
+        evict_oldest(&mut pair.warm, |t| *t);
     }
-    let entry = pair.warm.entry(id).or_insert(Warm { tick, placed: 0 });
-    entry.tick = tick;
-    entry
+    pair.warm.insert(id, tick);
 }
 
 /// Removes the entry with the smallest stamp (a scan: only when a full table takes a new entry).

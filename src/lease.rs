@@ -99,14 +99,24 @@ pub struct Candidate {
     pub leases: usize,
     /// Tokens all those leases hold (each one's last prompt plus completion).
     pub leased: u64,
-    /// Tokens each of those conversations holds (its last prompt plus completion), most recently
-    /// used first, at most [`HELD_NEWEST`]: the first `slots` of them are what the host's slots
-    /// hold (`recent`).
-    pub held_newest: Vec<u64>,
+    /// What each of those conversations holds, most recently used first, at most
+    /// [`HELD_NEWEST`]: the first `slots` of them are what the host's slots hold (`recent`).
+    pub held_newest: Vec<Held>,
     /// Every model the host holds a lease of (a router evicting one of them loses its caches).
     pub leased_models: Vec<String>,
     /// The route-level lease of the model is on this host (seed 000's rule 3, a preference now).
     pub inherited: bool,
+}
+
+/// One conversation on its host, as a [`Candidate`] lists it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Its last prompt plus completion (0 until answered).
+    pub tokens: u64,
+    /// The id of its prompt family, when known.
+    pub family: Option<u32>,
+    /// When it was last used, unix ms.
+    pub last_used: i64,
 }
 
 /// Most conversations per host a [`Candidate`] lists the held tokens of (a host's slots).
@@ -168,9 +178,10 @@ impl fmt::Debug for Hold {
 
 impl Hold {
     /// Records the tokens the held lease holds on its host now (its last prompt plus completion),
-    /// which the chooser weighs against the host's capacity.
-    pub fn set_held(&self, tokens: u64) {
-        self.shared.inner.lock().set_held(&self.key, tokens);
+    /// which the chooser weighs against the host's capacity, and its prompt family (which the
+    /// chooser keeps apart from its siblings where slots are picked by similarity).
+    pub fn set_held(&self, tokens: u64, family: Option<u32>) {
+        self.shared.inner.lock().set_held(&self.key, tokens, family);
     }
 }
 

@@ -215,7 +215,7 @@ fn learn(gw: &Gateway, plan: &Plan<'_>, row: &RequestRow) {
     gw.holdings.served(&plan.host.name, &plan.model, served);
     if let (true, Some(hold)) = (ok, &plan._hold) {
         let held = row.prompt_tokens.unwrap_or(0) + row.completion_tokens.unwrap_or(0);
-        hold.set_held(u64::try_from(held).unwrap_or(0));
+        hold.set_held(u64::try_from(held).unwrap_or(0), plan.family.map(|f| f.id));
     }
 }
 

@@ -4,6 +4,8 @@
 
 use super::*;
 
+mod spread;
+
 /// A usable host: healthy, serving, not loaded, one slot and none free, nothing queued, no
 /// leases, weight 1, nothing warm, 1,000 tokens/s, a slot held 1 s, capacity unknown.
 fn host(name: &str) -> Info {
@@ -20,6 +22,7 @@ fn host(name: &str) -> Info {
         leases: 0,
         weight: 1,
         family_tokens: 0,
+        live: 0,
         siblings: 0,
         prefill_tps: 1000.0,
         hold_ms: 1000.0,
@@ -85,6 +88,58 @@ fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
                 },
             ],
             "spare",
+        ),
+        (
+            "where slots are picked by similarity, the fewest live siblings, then the fewest live",
+            vec![
+                Info {
+                    siblings: 1,
+                    live: 1,
+                    free: 1,
+                    ..host("beside a sibling")
+                },
+                Info {
+                    live: 2,
+                    free: 1,
+                    ..host("apart")
+                },
+            ],
+            "apart",
+        ),
+        (
+            "then the fewest live conversations per slot, before the tokens the leases hold",
+            vec![
+                Info {
+                    live: 2,
+                    free: 1,
+                    ..host("under way")
+                },
+                Info {
+                    live: 1,
+                    leases: 12,
+                    leased: 90_000,
+                    free: 1,
+                    ..host("ended")
+                },
+            ],
+            "ended",
+        ),
+        (
+            "counted per slot: 3 live on 4 slots beat 1 on 1",
+            vec![
+                Info {
+                    live: 1,
+                    free: 1,
+                    ..host("one slot")
+                },
+                Info {
+                    live: 3,
+                    slots: 4,
+                    free: 1,
+                    ..host("four slots")
+                },
+            ],
+            "four slots",
         ),
         (
             "then the most free slots for this model",
@@ -310,75 +365,6 @@ fn a_host_with_no_room_for_the_prompt_counts_its_family_as_cold() {
     // A small prompt still fits beside what it holds: the family counts.
     assert_eq!(full.warm_tokens(3000), 3000);
     assert_eq!(winner(&[roomy, full], 3500), Some(("full", Why::Family)));
-}
-
-#[test]
-fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
-    // Eight conversations at once on three idle 2-slot hosts: each placement counts as an
-    // arrival (a slot taken, or a place in line) for the next.
-    let mut hosts = vec![idle("a", 2), idle("b", 2), idle("c", 2)];
-    let placed = place_in_turn(&mut hosts, 8, |host| {
-        if host.free > 0 {
-            host.free -= 1;
-        } else {
-            host.queued += 1;
-        }
-        host.leases += 1;
-    });
-    assert_eq!(placed, [3, 3, 2]);
-}
-
-/// Places `n` new conversations of 1,000 tokens one after another, `taken` updating each winner
-/// before the next is placed; how many each host got, in route order.
-fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<usize> {
-    let mut placed = vec![0; hosts.len()];
-    for _ in 0..n {
-        let name = winner(hosts, 1000).unwrap().0.to_string();
-        let at = hosts.iter().position(|h| h.name == name).unwrap();
-        taken(&mut hosts[at]);
-        placed[at] += 1;
-    }
-    placed
-}
-
-#[test]
-fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
-    // Siblings on three idle hosts whose llama-server picks slots by similarity, one after
-    // another. Host "a" weighs 2; "b" already holds a long conversation of another family. Each
-    // goes where the fewest of its family were placed per unit of weight, whatever the tokens
-    // held: a gets 4 of 8, b and c 2 each (by held tokens alone b would get none).
-    let mut hosts = vec![
-        Info {
-            weight: 2,
-            ..idle("a", 4)
-        },
-        Info {
-            leased: 60_000,
-            ..idle("b", 4)
-        },
-        idle("c", 4),
-    ];
-    let placed = place_in_turn(&mut hosts, 8, |host| {
-        host.siblings += 1;
-        host.leases += 1;
-        host.leased += 5_000;
-    });
-    assert_eq!(placed, [4, 2, 2]);
-    // Fewer siblings beat a lower share held: the siblings are what would wipe the newcomer's
-    // history.
-    let beside_siblings = Info {
-        siblings: 3,
-        ..idle("a", 4)
-    };
-    let fuller_but_apart = Info {
-        siblings: 1,
-        leased: 50_000,
-        ..idle("b", 4)
-    };
-    assert_eq!(
-        winner(&[beside_siblings, fuller_but_apart], 1000),
-        Some(("b", Why::LeastLoaded))
-    );
 }
 
 #[test]

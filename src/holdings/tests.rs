@@ -55,12 +55,6 @@ fn a_family_is_warm_from_its_placement_and_sized_by_its_warm_first_turns() {
     // Served elsewhere, warm there too, at the learned size.
     h.served("b", "m", served(5000, false));
     assert_eq!(h.facts("b", "m", f, 0).family_tokens, 250);
-    // Placements are counted per host+model (siblings, for hosts that pick slots by similarity);
-    // answers warm without counting.
-    h.placed("a", "m", f, false, 0);
-    assert_eq!(h.facts("a", "m", f, 0).family_placed, 2);
-    assert_eq!(h.facts("b", "m", f, 0).family_placed, 0);
-    assert_eq!(h.facts("a", "m", fam(8, 4000), 0).family_placed, 0);
     // A failed answer warms nothing.
     let failed = Served {
         ok: false,

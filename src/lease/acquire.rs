@@ -59,8 +59,9 @@ impl Table {
                 let mut held = None;
                 self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
                     inner.see_all(&key.route, candidates);
-                    if placed == Placed::Busy {
-                        if let Some(entry) = inner.leases.get_mut(key) {
+                    if let Some(entry) = inner.leases.get_mut(key) {
+                        entry.family = ask.family.map(|f| f.id).or(entry.family);
+                        if placed == Placed::Busy {
                             entry.busy_moved = now;
                         }
                     }

@@ -21,6 +21,9 @@ pub(super) struct Entry {
     pub(super) held: u64,
     /// When it last moved because its host was busy (unix ms; 0: never). Memory only.
     pub(super) busy_moved: i64,
+    /// The prompt family it was placed with or last answered with (memory only: `None` for a
+    /// lease read back at start, until its next answer).
+    pub(super) family: Option<u32>,
 }
 
 /// Invariants:
@@ -79,15 +82,17 @@ impl Inner {
             in_flight: 0,
             held: 0,
             busy_moved: 0,
+            family: None,
         };
         self.leases.insert(key, entry);
     }
 
-    /// Sets the tokens `key`'s lease holds, keeping the per-host sums.
-    pub(super) fn set_held(&mut self, key: &Key, tokens: u64) {
+    /// Sets the tokens `key`'s lease holds and its family, keeping the per-host sums.
+    pub(super) fn set_held(&mut self, key: &Key, tokens: u64, family: Option<u32>) {
         let Some(entry) = self.leases.get_mut(key) else {
             return;
         };
+        entry.family = family.or(entry.family);
         let before = std::mem::replace(&mut entry.held, tokens);
         let host = entry.host.clone();
         self.add_held(&key.model, &host, before, tokens);
@@ -116,14 +121,21 @@ impl Inner {
             .unwrap_or(0)
     }
 
-    /// Tokens each conversation lease of `model` on `host` holds, most recently used first
+    /// What each conversation lease of `model` on `host` holds, most recently used first
     /// (`recent`): the first `slots` of them are what its slots hold.
     pub(super) fn held_newest<'a>(
         &'a self,
         model: &str,
         host: &str,
-    ) -> impl Iterator<Item = u64> + 'a {
-        (self.recent.newest_first(model, host)).map(|k| self.leases.get(k).map_or(0, |e| e.held))
+    ) -> impl Iterator<Item = super::Held> + 'a {
+        (self.recent.newest_first(model, host)).map(|k| {
+            let entry = self.leases.get(k);
+            super::Held {
+                tokens: entry.map_or(0, |e| e.held),
+                family: entry.and_then(|e| e.family),
+                last_used: entry.map_or(0, |e| e.last_used),
+            }
+        })
     }
 
     /// Takes a lease out of memory, keeping index and counts.

@@ -61,7 +61,10 @@ impl Table {
     /// Tokens the `slots` most recently used conversations of `model` on `host` hold: what its
     /// slots hold.
     pub fn held_in_slots(&self, model: &str, host: &str, slots: usize) -> u64 {
-        self.lock().held_newest(model, host).take(slots).sum()
+        (self.lock().held_newest(model, host))
+            .take(slots)
+            .map(|h| h.tokens)
+            .sum()
     }
 
     /// Copies of every lease, sorted by key; pins are not leases and are not included.

@@ -105,21 +105,30 @@ impl View {
         now: i64,
     ) -> Vec<choose::Info> {
         let config = self.config.read().clone();
-        let mut infos: Vec<choose::Info> = candidates
+        let offered: Vec<(&crate::config::Host, &lease::Candidate)> = candidates
             .iter()
             .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
-            .map(|(host, c)| self.info(&config, host, c, model, ask, now))
+            .collect();
+        let slots: Vec<usize> = (offered.iter())
+            .map(|(host, _)| config.parallel(&host.name, model))
+            .collect();
+        let family = ask.family.map(|f| f.id);
+        let live = live(offered.iter().map(|(_, c)| *c), &slots, family);
+        let mut infos: Vec<choose::Info> = (offered.iter().zip(live))
+            .map(|((host, c), live)| self.info(&config, host, c, live, model, ask, now))
             .collect();
         settle_measures(&mut infos);
         infos
     }
 
     /// One candidate; an unmeasured speed or hold is left at 0 for [`View::infos`] to fill.
+    #[allow(clippy::too_many_arguments)]
     fn info(
         &self,
         config: &Config,
         host: &crate::config::Host,
         c: &lease::Candidate,
+        live: Live,
         model: &str,
         ask: &lease::Ask,
         now: i64,
@@ -157,16 +166,53 @@ impl View {
             // Siblings would take each other's slots there (llama-server's similarity above 0):
             // their family is not worth gathering (issue 23's agents benchmark); better apart.
             family_tokens: if similarity { 0 } else { facts.family_tokens },
-            siblings: if similarity { facts.family_placed } else { 0 },
+            siblings: if similarity { live.siblings } else { 0 },
+            live: live.all,
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),
-            held: c.held_newest.iter().take(parallel).sum(),
+            held: c.held_newest.iter().take(parallel).map(|h| h.tokens).sum(),
             leased: c.leased,
             capacity,
             inherited: c.inherited,
             failing: facts.failing,
         }
     }
+}
+
+/// One candidate's share of the conversations that are live across the candidates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Live {
+    /// Its conversations among the live ones.
+    all: usize,
+    /// Those of them of the request's family.
+    siblings: usize,
+}
+
+/// Each candidate's share of the live conversations: the most recently used ones across all
+/// candidates, as many as their slots together (`slots`, in the candidates' order). Those are
+/// the conversations under way (agents between turns, sub-agents, users typing); older leases
+/// are mostly conversations that ended, whose slots are anyone's. Counting a host's newest per
+/// slot instead (its own slots) hid a crowded host's third and fourth live conversations and
+/// drew more to it (issue 23's agents benchmark on real servers); counting every lease, or
+/// every placement since start, counted conversations that ended long ago.
+fn live<'c>(
+    candidates: impl Iterator<Item = &'c lease::Candidate>,
+    slots: &[usize],
+    family: Option<u32>,
+) -> Vec<Live> {
+    let mut newest: Vec<(i64, usize, Option<u32>)> = candidates
+        .enumerate()
+        .flat_map(|(at, c)| (c.held_newest.iter()).map(move |h| (h.last_used, at, h.family)))
+        .collect();
+    newest.sort_unstable_by_key(|n| std::cmp::Reverse(n.0));
+    let mut live = vec![Live::default(); slots.len()];
+    for (_, at, f) in newest.into_iter().take(slots.iter().sum()) {
+        live[at].all += 1;
+        if family.is_some() && f == family {
+            live[at].siblings += 1;
+        }
+    }
+    live
 }
 
 /// How many tokens `host`'s KV cache holds for `model`: its `kv_tokens`, else its slots times the
@@ -228,6 +274,7 @@ mod tests {
                 leases: 0,
                 weight: 1,
                 family_tokens: 0,
+                live: 0,
                 siblings: 0,
                 prefill_tps: t,
                 hold_ms: 0.0,
@@ -255,5 +302,62 @@ mod tests {
         // A host more than twice as fast (another class of GPU) is not noise.
         assert_eq!(speeds(&[1000.0, 1000.0, 2500.0]), [1000.0, 1000.0, 2500.0]);
         assert_eq!(speeds(&[400.0, 1000.0, 1000.0]), [400.0, 1000.0, 1000.0]);
+    }
+
+    /// A candidate holding conversations `(last used, family)`, newest first as the table lists.
+    fn holding(host: &str, convs: &[(i64, Option<u32>)]) -> lease::Candidate {
+        let mut held_newest: Vec<lease::Held> = (convs.iter())
+            .map(|&(last_used, family)| lease::Held {
+                tokens: 1_000,
+                family,
+                last_used,
+            })
+            .collect();
+        held_newest.sort_by_key(|h| std::cmp::Reverse(h.last_used));
+        lease::Candidate {
+            host: host.to_string(),
+            leases: convs.len(),
+            leased: 1_000 * convs.len() as u64,
+            held_newest,
+            leased_models: Vec::new(),
+            inherited: false,
+        }
+    }
+
+    fn counts(
+        candidates: &[lease::Candidate],
+        slots: &[usize],
+        family: Option<u32>,
+    ) -> Vec<(usize, usize)> {
+        (live(candidates.iter(), slots, family).into_iter())
+            .map(|l| (l.all, l.siblings))
+            .collect()
+    }
+
+    #[test]
+    fn live_conversations_are_the_newest_across_hosts_as_many_as_their_slots() {
+        // Two hosts of two slots: the four newest conversations anywhere are live. "crowded" has
+        // three of them (its own two newest would hide the third); "quiet" kept five that ended.
+        let crowded = holding("crowded", &[(90, Some(1)), (80, Some(2)), (70, Some(1))]);
+        let quiet = holding(
+            "quiet",
+            &[
+                (85, Some(1)),
+                (20, Some(1)),
+                (15, Some(2)),
+                (10, None),
+                (5, Some(1)),
+            ],
+        );
+        let both = [crowded, quiet];
+        assert_eq!(counts(&both, &[2, 2], Some(1)), [(3, 2), (1, 1)]);
+        assert_eq!(counts(&both, &[2, 2], Some(2)), [(3, 1), (1, 0)]);
+        // No family: no siblings; a conversation of unknown family is no sibling either.
+        assert_eq!(counts(&both, &[2, 2], None), [(3, 0), (1, 0)]);
+        // More slots, more live: with 8 every conversation is, ended or not.
+        assert_eq!(counts(&both, &[4, 4], Some(1)), [(3, 2), (5, 3)]);
+        // Nothing held anywhere: nothing live.
+        let empty = [holding("a", &[]), holding("b", &[])];
+        assert_eq!(counts(&empty, &[2, 2], Some(1)), [(0, 0), (0, 0)]);
     }
 }

@@ -10,13 +10,18 @@ fn turn(f: &Fix, fp: &str, now: i64, tokens: u64) {
         .acquire_held(&key("projA", fp), &both(), now, &Ask::default())
         .unwrap();
     hold.expect("a conversation's request holds its lease")
-        .set_held(tokens);
+        .set_held(tokens, None);
 }
 
 /// `(host, held tokens newest first)` of the last choice's candidates.
 fn offered(f: &Fix) -> Vec<(String, Vec<u64>)> {
     (f.chooser.offered.lock().iter())
-        .map(|c| (c.host.clone(), c.held_newest.clone()))
+        .map(|c| {
+            (
+                c.host.clone(),
+                c.held_newest.iter().map(|h| h.tokens).collect(),
+            )
+        })
         .collect()
 }
 
@@ -67,4 +72,40 @@ fn what_a_hosts_slots_hold_is_its_newest_conversation_per_slot() {
     assert_eq!(f.table.held_in_slots("qwen", "titan", 2), 7_000);
     assert_eq!(f.table.held_in_slots("qwen", "titan", 8), 57_000);
     assert_eq!(f.table.held_in_slots("qwen", "mini", 2), 0);
+}
+
+#[test]
+fn a_conversation_is_offered_with_its_family_and_its_last_use() {
+    let f = fix();
+    f.chooser.prefer("titan");
+    let family = |id| crate::fingerprint::Family { id, bytes: 4_000 };
+    let ask = |id| Ask {
+        family: Some(family(id)),
+        ..Ask::default()
+    };
+    // Placed with its family: listed with it before any answer.
+    (f.table)
+        .acquire_held(&key("projA", "main"), &both(), 10, &ask(7))
+        .unwrap();
+    // Placed without one (a lease read back at start knows none); its answer names it.
+    let (_, hold) = (f.table)
+        .acquire_held(&key("projA", "sub"), &both(), 20, &Ask::default())
+        .unwrap();
+    hold.unwrap().set_held(3_000, Some(9));
+    // An answer that names no family (a body with none) keeps the one it had.
+    let (_, hold) = (f.table)
+        .acquire_held(&key("projA", "main"), &both(), 30, &Ask::default())
+        .unwrap();
+    hold.unwrap().set_held(5_000, None);
+    f.table.acquire(&key("projA", "next"), &both(), 40).unwrap();
+    let titan = (f.chooser.offered.lock().iter())
+        .find(|c| c.host == "titan")
+        .map(|c| c.held_newest.clone())
+        .unwrap();
+    let held = |tokens, family, last_used| Held {
+        tokens,
+        family,
+        last_used,
+    };
+    assert_eq!(titan, [held(5_000, Some(7), 30), held(3_000, Some(9), 20)]);
 }

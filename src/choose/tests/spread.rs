@@ -1,0 +1,115 @@
+//! Issue 23's spreading stories: bursts over idle hosts, siblings apart where slots are picked
+//! by similarity, and new conversations where the fewest are under way.
+
+use super::*;
+
+#[test]
+fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
+    // Eight conversations at once on three idle 2-slot hosts: each placement counts as an
+    // arrival (a slot taken, or a place in line) for the next.
+    let mut hosts = vec![idle("a", 2), idle("b", 2), idle("c", 2)];
+    let placed = place_in_turn(&mut hosts, 8, |host| {
+        if host.free > 0 {
+            host.free -= 1;
+        } else {
+            host.queued += 1;
+        }
+        host.leases += 1;
+    });
+    assert_eq!(placed, [3, 3, 2]);
+}
+
+/// Places `n` new conversations of 1,000 tokens one after another, `taken` updating each winner
+/// before the next is placed; how many each host got, in route order.
+fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<usize> {
+    let mut placed = vec![0; hosts.len()];
+    for _ in 0..n {
+        let name = winner(hosts, 1000).unwrap().0.to_string();
+        let at = hosts.iter().position(|h| h.name == name).unwrap();
+        taken(&mut hosts[at]);
+        placed[at] += 1;
+    }
+    placed
+}
+
+#[test]
+fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
+    // Siblings on three idle hosts whose llama-server picks slots by similarity, one after
+    // another, each still under way when the next starts. Host "a" weighs 2; "b" already holds a
+    // long conversation of another family. Each goes where the fewest of its family are under way
+    // per unit of weight, whatever the tokens held: a gets 4 of 8, b and c 2 each (by held
+    // tokens alone b would get none).
+    let mut hosts = vec![
+        Info {
+            weight: 2,
+            ..idle("a", 4)
+        },
+        Info {
+            leased: 60_000,
+            ..idle("b", 4)
+        },
+        idle("c", 4),
+    ];
+    let placed = place_in_turn(&mut hosts, 8, |host| {
+        host.siblings += 1;
+        host.live += 1;
+        host.leases += 1;
+        host.leased += 5_000;
+    });
+    assert_eq!(placed, [4, 2, 2]);
+    // Fewer siblings beat a lower share held: the siblings are what would wipe the newcomer's
+    // history.
+    let beside_siblings = Info {
+        siblings: 3,
+        ..idle("a", 4)
+    };
+    let fuller_but_apart = Info {
+        siblings: 1,
+        leased: 50_000,
+        ..idle("b", 4)
+    };
+    assert_eq!(
+        winner(&[beside_siblings, fuller_but_apart], 1000),
+        Some(("b", Why::LeastLoaded))
+    );
+}
+
+#[test]
+fn new_conversations_go_where_the_fewest_are_under_way_not_where_the_fewest_ended() {
+    // Three idle hosts of two slots. "a" has two conversations under way; "c" kept the leases of
+    // twelve that ended (their tokens lasting `lease_idle`), none of them live. Each newcomer
+    // stays under way: the two hosts with none take the next four in turn, c's ended leases
+    // notwithstanding, as a sticky round-robin would; then a, b and c are even (3 each on 2 slots
+    // before the last: a then b by held share).
+    let mut hosts = vec![
+        Info {
+            live: 2,
+            leases: 2,
+            leased: 10_000,
+            ..idle("a", 2)
+        },
+        idle("b", 2),
+        Info {
+            leases: 12,
+            leased: 80_000,
+            ..idle("c", 2)
+        },
+    ];
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        let name = winner(&hosts, 1000).unwrap().0.to_string();
+        let host = hosts.iter_mut().find(|h| h.name == name).unwrap();
+        host.live += 1;
+        host.leases += 1;
+        host.leased += 5_000;
+        order.push(name);
+    }
+    assert_eq!(order, ["b", "c", "b", "c", "a"]);
+    // Counting leases instead (the tokens they hold), c would have taken none of them.
+    let without_live = |h: &Info| Info {
+        live: 0,
+        ..h.clone()
+    };
+    let before: Vec<Info> = hosts.iter().map(without_live).collect();
+    assert_ne!(winner(&before, 1000).unwrap().0, "c");
+}
