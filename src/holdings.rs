@@ -36,6 +36,12 @@ pub const PREFILLS: usize = 32;
 /// batch and measures slower per token, so a host serving continuing turns (a few hundred new
 /// tokens each) looked slower than one prefilling first turns (issue 23, real servers).
 pub const MIN_PREFILL: u64 = 512;
+/// A host's prefill speed counts for placement once this many prefills measured it; until then
+/// it is unmeasured (the route's median). Its first prefills ran while the other hosts were idle
+/// or it was, and one of them stood for its speed: three identical real llama-servers measured
+/// 9,505 against 1,402 tokens/s, and the "fast" one took 9 of the next 12 new conversations
+/// (issue 23's agents benchmark, with llama-server's defaults: 1.57 of the oracle's prefill).
+pub const MIN_SPEED_SAMPLES: usize = 8;
 /// A warm first turn that found fewer of its family's tokens than this (or than a quarter of the
 /// family's bytes ÷ 4) missed: the host did not hold the family yet, which says nothing of its
 /// size. llama-server with `--slot-prompt-similarity 0` gives a new conversation an empty slot and
@@ -51,7 +57,7 @@ pub struct Facts {
     pub family_tokens: u64,
     /// New conversations placed there that have not taken a slot yet.
     pub arriving: usize,
-    /// Measured prefill speed, tokens per second, when the host has answered one.
+    /// Measured prefill speed, tokens per second, once [`MIN_SPEED_SAMPLES`] prefills measured it.
     pub prefill_tps: Option<f64>,
     /// Its forwarded requests have been failing since its last success.
     pub failing: bool,
@@ -125,7 +131,9 @@ impl Holdings {
         let mut inner = self.inner.lock();
         let size = family.map_or(0, |f| inner.family_tokens(f));
         let host_facts = inner.hosts.get(host);
-        let prefill_tps = host_facts.and_then(HostFacts::tps);
+        let prefill_tps = (host_facts)
+            .filter(|h| h.prefills.len() >= MIN_SPEED_SAMPLES)
+            .and_then(HostFacts::tps);
         let failing = host_facts.is_some_and(|h| h.failing);
         let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) else {
             return Facts {

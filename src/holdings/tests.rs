@@ -98,6 +98,12 @@ fn prefill_speed_comes_from_recent_long_prefills_and_failing_lasts_until_an_answ
     h.prefilled("a", 1_000, 1_000_000);
     h.prefilled("a", 3_000, 1_000_000);
     assert_eq!(h.prefill_tps("a"), Some(2_000.0));
+    // Placement takes a speed only from enough prefills: two could be an idle moment's.
+    assert_eq!(h.facts("a", "m", None, 0).prefill_tps, None);
+    for _ in 2..MIN_SPEED_SAMPLES {
+        h.prefilled("a", 2_000, 1_000_000);
+    }
+    assert_eq!(h.facts("a", "m", None, 0).prefill_tps, Some(2_000.0));
     for _ in 0..PREFILLS {
         h.prefilled("a", 600, 1_000_000);
     }
