@@ -245,6 +245,17 @@ impl Holdings {
         self.inner.lock().hosts.get(host).and_then(HostFacts::tps)
     }
 
+    /// The prefill speed of `hosts` together, from every prefill each has kept however few:
+    /// the scale of a route's speed before any one host is measured apart.
+    pub fn pooled_tps<'h>(&self, hosts: impl IntoIterator<Item = &'h str>) -> Option<f64> {
+        let inner = self.inner.lock();
+        let (tokens, us) = (hosts.into_iter())
+            .filter_map(|h| inner.hosts.get(h))
+            .flat_map(|h| h.prefills.iter())
+            .fold((0u64, 0u64), |(t, u), (a, b)| (t + a, u + b));
+        (us > 0).then(|| tokens as f64 * 1e6 / us as f64)
+    }
+
     /// Rebuilds warm families and family sizes from recent rows, oldest first (at start: what the
     /// hosts held before a restart is still in their caches).
     pub fn rebuild(&self, rows: impl IntoIterator<Item = Recent>) {

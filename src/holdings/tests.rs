@@ -104,6 +104,14 @@ fn prefill_speed_comes_from_recent_long_prefills_and_failing_lasts_until_an_answ
         h.prefilled("a", 2_000, 1_000_000);
     }
     assert_eq!(h.facts("a", "m", None, 0).prefill_tps, Some(2_000.0));
+    // Pooled over hosts, however few each has: the route's scale before any is measured apart.
+    h.prefilled("b", 6_000, 1_000_000);
+    assert_eq!(h.pooled_tps(["b"]), Some(6_000.0));
+    assert_eq!(h.pooled_tps(["b", "nowhere"]), Some(6_000.0));
+    let a_tokens = 1_000 + 3_000 + 2_000 * (MIN_SPEED_SAMPLES as u64 - 2);
+    let pooled = (a_tokens + 6_000) as f64 / (MIN_SPEED_SAMPLES + 1) as f64;
+    assert_eq!(h.pooled_tps(["a", "b"]), Some(pooled));
+    assert_eq!(h.pooled_tps(["nowhere"]), None);
     for _ in 0..PREFILLS {
         h.prefilled("a", 600, 1_000_000);
     }

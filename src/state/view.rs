@@ -99,8 +99,9 @@ impl lease::Chooser for View {
 impl View {
     /// The chooser's snapshot of each candidate for a request of `model` (`ask`), in order. A
     /// host that has not measured its prefill speed or slot hold yet gets the median of those that
-    /// have, and so does one whose speed is within [`SPEED_NOISE`] of it. Locks taken one at a time
-    /// (config, then per host health, then limiter with holdings inside).
+    /// have (the candidates' pooled speed when none has), and so does one whose speed is within
+    /// [`SPEED_NOISE`] of it. Locks taken one at a time (config, then per host health, then
+    /// limiter with holdings inside, then holdings alone).
     fn infos(
         &self,
         candidates: &[lease::Candidate],
@@ -121,7 +122,8 @@ impl View {
         let mut infos: Vec<choose::Info> = (offered.iter().zip(live))
             .map(|((host, c), live)| self.info(&config, host, c, live, model, ask, now))
             .collect();
-        settle_measures(&mut infos);
+        let pooled = (self.holdings).pooled_tps(offered.iter().map(|(h, _)| h.name.as_str()));
+        settle_measures(&mut infos, pooled);
         infos
     }
 
@@ -235,11 +237,14 @@ pub(super) fn capacity(
     })
 }
 
-/// Gives a host without a measured prefill speed or slot hold the median of the others' (a
-/// default when none has one), and one whose speed is within [`SPEED_NOISE`] of the median the
-/// median itself.
-fn settle_measures(infos: &mut [choose::Info]) {
-    let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0));
+/// Gives a host without a measured prefill speed or slot hold the median of the others' (when
+/// none has one: the speed `pooled` from all their prefills, else a default), and one whose speed
+/// is within [`SPEED_NOISE`] of the median the median itself. The pooled speed keeps the scale of
+/// a prefill saved against a wait right while no host has prefilled enough to stand apart (the
+/// agents benchmark: most turns prefill under 512 tokens, and no host reached 8 long prefills in
+/// a run, so every estimate used the default 1,000 tokens/s where the hosts ran 3,000-4,000).
+fn settle_measures(infos: &mut [choose::Info], pooled: Option<f64>) {
+    let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0)).or(pooled);
     let hold = median(infos.iter().map(|i| i.hold_ms).filter(|h| *h > 0.0));
     for info in infos {
         let noise = |m: f64| (m / SPEED_NOISE..=m * SPEED_NOISE).contains(&info.prefill_tps);
@@ -264,6 +269,10 @@ mod tests {
     use super::*;
 
     fn speeds(tps: &[f64]) -> Vec<f64> {
+        speeds_pooled(tps, None)
+    }
+
+    fn speeds_pooled(tps: &[f64], pooled: Option<f64>) -> Vec<f64> {
         let mut infos: Vec<choose::Info> = (tps.iter())
             .map(|&t| choose::Info {
                 name: String::new(),
@@ -289,16 +298,22 @@ mod tests {
                 failing: false,
             })
             .collect();
-        settle_measures(&mut infos);
+        settle_measures(&mut infos, pooled);
         assert!(infos.iter().all(|i| i.hold_ms == DEFAULT_HOLD_MS));
         infos.iter().map(|i| i.prefill_tps).collect()
     }
 
     #[test]
     fn identical_hosts_measured_apart_by_noise_count_as_equally_fast() {
-        // Unmeasured: the others' median, or the default when no host has measured.
+        // Unmeasured: the others' median; when no host has measured, their pooled speed, else
+        // the default.
         assert_eq!(speeds(&[0.0, 0.0]), [DEFAULT_TPS, DEFAULT_TPS]);
+        assert_eq!(speeds_pooled(&[0.0, 0.0], Some(3_500.0)), [3_500.0; 2]);
         assert_eq!(speeds(&[0.0, 800.0, 1200.0]), [1200.0, 1200.0, 1200.0]);
+        assert_eq!(
+            speeds_pooled(&[0.0, 800.0, 1200.0], Some(3_500.0)),
+            [1200.0; 3]
+        );
         // Identical hosts as real runs measured them: within 4x of the median they tie on
         // speed, even the 3x and 3.3x that sent one host most new conversations.
         assert_eq!(speeds(&[3234.0, 1787.0, 5405.0]), [3234.0; 3]);
