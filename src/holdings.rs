@@ -37,7 +37,7 @@ pub const PREFILLS: usize = 32;
 /// tokens each) looked slower than one prefilling first turns (issue 23, real servers).
 pub const MIN_PREFILL: u64 = 512;
 /// A host's prefill speed counts for placement once this many prefills measured it; until then
-/// it is unmeasured (the route's median). Its first prefills ran while the other hosts were idle
+/// it is unmeasured (the route's median, or all the candidates' prefills pooled). Its first prefills ran while the other hosts were idle
 /// or it was, and one of them stood for its speed: three identical real llama-servers measured
 /// 9,505 against 1,402 tokens/s, and the "fast" one took 9 of the next 12 new conversations
 /// (issue 23's agents benchmark, with llama-server's defaults: 1.57 of the oracle's prefill).
@@ -249,11 +249,11 @@ impl Holdings {
     /// the scale of a route's speed before any one host is measured apart.
     pub fn pooled_tps<'h>(&self, hosts: impl IntoIterator<Item = &'h str>) -> Option<f64> {
         let inner = self.inner.lock();
-        let (tokens, us) = (hosts.into_iter())
-            .filter_map(|h| inner.hosts.get(h))
-            .flat_map(|h| h.prefills.iter())
-            .fold((0u64, 0u64), |(t, u), (a, b)| (t + a, u + b));
-        (us > 0).then(|| tokens as f64 * 1e6 / us as f64)
+        speed(
+            (hosts.into_iter())
+                .filter_map(|h| inner.hosts.get(h))
+                .flat_map(|h| h.prefills.iter()),
+        )
     }
 
     /// Rebuilds warm families and family sizes from recent rows, oldest first (at start: what the
@@ -395,10 +395,14 @@ impl Size {
 
 impl HostFacts {
     fn tps(&self) -> Option<f64> {
-        let (tokens, us) =
-            (self.prefills.iter()).fold((0u64, 0u64), |(t, u), (a, b)| (t + a, u + b));
-        (us > 0).then(|| tokens as f64 * 1e6 / us as f64)
+        speed(&self.prefills)
     }
+}
+
+/// Tokens per second over `(tokens, microseconds)` prefills; `None` without any.
+fn speed<'p>(prefills: impl IntoIterator<Item = &'p (u64, u64)>) -> Option<f64> {
+    let (tokens, us) = (prefills.into_iter()).fold((0u64, 0u64), |(t, u), (a, b)| (t + a, u + b));
+    (us > 0).then(|| tokens as f64 * 1e6 / us as f64)
 }
 
 #[cfg(test)]
