@@ -39,8 +39,9 @@ pub const MIN_PREFILL: u64 = 512;
 /// A host's prefill speed counts for placement once this many prefills measured it; until then
 /// it is unmeasured (the route's median, or all the candidates' prefills pooled). Its first prefills ran while the other hosts were idle
 /// or it was, and one of them stood for its speed: three identical real llama-servers measured
-/// 9,505 against 1,402 tokens/s, and the "fast" one took 9 of the next 12 new conversations
-/// (issue 23's agents benchmark, with llama-server's defaults: 1.57 of the oracle's prefill).
+/// 9,505 against 1,402 tokens/s, and the "fast" one took every new conversation from the sixth
+/// on, 20 of 24 (issue 23's agents benchmark, with llama-server's defaults: 1.57 of the oracle's
+/// prefill).
 pub const MIN_SPEED_SAMPLES: usize = 8;
 /// A warm first turn that found fewer of its family's tokens than this (or than a quarter of the
 /// family's bytes ÷ 4) missed: the host did not hold the family yet, which says nothing of its

@@ -22,10 +22,10 @@ const DEFAULT_TPS: f64 = 1000.0;
 const DEFAULT_HOLD_MS: f64 = 1000.0;
 /// Measured prefill speeds within this factor of the route's median count as the median. Three
 /// identical real llama-servers (issue 23's agents benchmark, sharing two cores) measured within
-/// 1.9x of their median in 10 of 12 runs, 2.1x and 3x in the others, and 2.7x and 3.3x with
-/// 8 prefills or more each (`holdings::MIN_SPEED_SAMPLES`) in two runs later; placing by that noise
-/// sent 10 to 13 of 24 new conversations to one host, and wiped one family's histories turn after
-/// turn. A faster host mistaken for an equal one costs little: it takes its share, and the wait
+/// 1.9x of their median in 10 of 12 runs, 2.1x and 3x in the others, and 2.7x and 3.3x in two
+/// runs later, from a few prefills each (hence `holdings::MIN_SPEED_SAMPLES`); placing by that
+/// noise sent 10 to 20 of 24 new conversations to one host, and wiped one family's histories turn
+/// after turn. A faster host mistaken for an equal one costs little: it takes its share, and the wait
 /// in the estimate still sends work away from a slower host's queue. A CPU host beside a GPU, or
 /// an old card beside a new one, is a larger factor.
 const SPEED_NOISE: f64 = 4.0;
