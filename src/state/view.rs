@@ -242,7 +242,7 @@ pub(super) fn capacity(
 /// is within [`SPEED_NOISE`] of the median the median itself. The pooled speed keeps the scale of
 /// a prefill saved against a wait right while no host has prefilled enough to stand apart (the
 /// agents benchmark: most turns prefill under 512 tokens, and no host reached 8 long prefills in
-/// a run, so every estimate used the default 1,000 tokens/s where the hosts ran 3,000-4,000).
+/// a run, so every estimate used the default 1,000 tokens/s where the hosts ran 2,000-6,000).
 fn settle_measures(infos: &mut [choose::Info], pooled: Option<f64>) {
     let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0)).or(pooled);
     let hold = median(infos.iter().map(|i| i.hold_ms).filter(|h| *h > 0.0));
