@@ -22,14 +22,22 @@ fn a_burst_of_new_conversations_spreads_over_idle_hosts() {
 /// Places `n` new conversations of 1,000 tokens one after another, `taken` updating each winner
 /// before the next is placed; how many each host got, in route order.
 fn place_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<usize> {
-    let mut placed = vec![0; hosts.len()];
+    let order = winners_in_turn(hosts, n, taken);
+    (hosts.iter())
+        .map(|h| order.iter().filter(|w| **w == h.name).count())
+        .collect()
+}
+
+/// As [`place_in_turn`], but the winners in placement order.
+fn winners_in_turn(hosts: &mut [Info], n: usize, taken: impl Fn(&mut Info)) -> Vec<String> {
+    let mut order = Vec::with_capacity(n);
     for _ in 0..n {
         let name = winner(hosts, 1000).unwrap().0.to_string();
         let at = hosts.iter().position(|h| h.name == name).unwrap();
         taken(&mut hosts[at]);
-        placed[at] += 1;
+        order.push(name);
     }
-    placed
+    order
 }
 
 #[test]
@@ -79,9 +87,9 @@ fn new_conversations_go_where_the_fewest_are_under_way_not_where_the_fewest_ende
     // Three idle hosts of two slots. "a" has two conversations under way; "c" kept the leases of
     // twelve that ended (their tokens lasting `lease_idle`), none of them live. Each newcomer
     // stays under way: the two hosts with none take the next four in turn, c's ended leases
-    // notwithstanding, as a sticky round-robin would; then a, b and c are even (3 each on 2 slots
-    // before the last: a then b by held share).
-    let mut hosts = vec![
+    // notwithstanding, as a sticky round-robin would; then all three have two under way and the
+    // fifth goes to a, whose leases hold the smaller share.
+    let hosts = vec![
         Info {
             live: 2,
             leases: 2,
@@ -95,21 +103,24 @@ fn new_conversations_go_where_the_fewest_are_under_way_not_where_the_fewest_ende
             ..idle("c", 2)
         },
     ];
-    let mut order = Vec::new();
-    for _ in 0..5 {
-        let name = winner(&hosts, 1000).unwrap().0.to_string();
-        let host = hosts.iter_mut().find(|h| h.name == name).unwrap();
+    let starts = |host: &mut Info| {
         host.live += 1;
         host.leases += 1;
         host.leased += 5_000;
-        order.push(name);
-    }
-    assert_eq!(order, ["b", "c", "b", "c", "a"]);
-    // Counting leases instead (the tokens they hold), c would have taken none of them.
-    let without_live = |h: &Info| Info {
-        live: 0,
-        ..h.clone()
     };
-    let before: Vec<Info> = hosts.iter().map(without_live).collect();
-    assert_ne!(winner(&before, 1000).unwrap().0, "c");
+    let order = winners_in_turn(&mut hosts.clone(), 5, starts);
+    assert_eq!(order, ["b", "c", "b", "c", "a"]);
+    // Blind to what is under way (every lease's tokens alone), c would have taken none of the
+    // five, and a two more beside its two running.
+    let mut blind: Vec<Info> = (hosts.iter())
+        .map(|h| Info {
+            live: 0,
+            ..h.clone()
+        })
+        .collect();
+    let order = winners_in_turn(&mut blind, 5, |h| {
+        h.leases += 1;
+        h.leased += 5_000;
+    });
+    assert_eq!(order, ["b", "b", "a", "b", "a"]);
 }
