@@ -14,7 +14,6 @@
 //! the ones before it as warm families and arrivals.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -50,6 +49,11 @@ pub const MIN_SPEED_SAMPLES: usize = 8;
 /// the next task starts; taken as a size, one such miss made the family worth 0 for good and its
 /// conversations were placed by load alone (the chat workload's `sps0`, 1.10 of the oracle).
 pub const MIN_FAMILY_HIT: u64 = 64;
+/// A conversation back after longer than this (unix ms) was resumed, not under way: its return
+/// says nothing of how often conversations under way want a slot.
+pub const MAX_RETURN_MS: i64 = 120_000;
+/// Weight of the newest return in a host's mean time between turns: about the last ten count.
+const RETURN_WEIGHT: f64 = 0.2;
 
 /// What placement knows about one host+model, for one request's family.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -62,6 +66,9 @@ pub struct Facts {
     pub prefill_tps: Option<f64>,
     /// Its forwarded requests have been failing since its last success.
     pub failing: bool,
+    /// Mean time from one turn of a conversation there to its next, ms; `None` before one came
+    /// back ([`Holdings::returned`]).
+    pub turn_every_ms: Option<f64>,
 }
 
 /// One recent answered row with a family, for [`Holdings::rebuild`].
@@ -97,6 +104,8 @@ struct Pair {
     warm: HashMap<u32, u64>,
     /// When each arrival was placed, oldest first.
     arriving: VecDeque<i64>,
+    /// Recent mean time between a conversation's turns here, ms.
+    turn_every_ms: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -152,6 +161,7 @@ impl Holdings {
             arriving: pair.arriving.len(),
             prefill_tps,
             failing,
+            turn_every_ms: pair.turn_every_ms,
         }
     }
 
@@ -218,6 +228,21 @@ impl Holdings {
         prefills.push_back((tokens, us));
     }
 
+    /// A conversation on `host`+`model` came back for its next turn `after_ms` after its previous
+    /// one began: with the host's slot hold, how much of the time a conversation under way there
+    /// wants a slot. A return after [`MAX_RETURN_MS`] or more is a resumed conversation: not
+    /// counted.
+    pub fn returned(&self, host: &str, model: &str, after_ms: i64) {
+        if !(0..MAX_RETURN_MS).contains(&after_ms) {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let pair = inner.pair(host, model);
+        let after = after_ms as f64;
+        let mean = (pair.turn_every_ms).map_or(after, |m| m + RETURN_WEIGHT * (after - m));
+        pair.turn_every_ms = Some(mean);
+    }
+
     /// A forward to `host` failed in a way that may be the host's: it ranks last among new
     /// placements until it answers again.
     pub fn failed(&self, host: &str) {
@@ -282,33 +307,6 @@ impl Holdings {
         let mut inner = self.inner.lock();
         inner.pairs.retain(|h, _| keep(h));
         inner.hosts.retain(|h, _| keep(h));
-    }
-}
-
-/// A request placed by the chooser, counted as arriving on its host+model until this drops (when
-/// it has its slot or its place in line, or gave up before): RAII, so no way out of the request
-/// path leaks one.
-#[derive(Debug)]
-pub struct Arrival {
-    holdings: Arc<Holdings>,
-    host: String,
-    model: String,
-}
-
-impl Arrival {
-    /// The arrival [`Holdings::placed`] counted for a request on `host`+`model`.
-    pub fn of(holdings: &Arc<Holdings>, host: &str, model: &str) -> Arrival {
-        Arrival {
-            holdings: holdings.clone(),
-            host: host.to_string(),
-            model: model.to_string(),
-        }
-    }
-}
-
-impl Drop for Arrival {
-    fn drop(&mut self) {
-        self.holdings.arrived(&self.host, &self.model);
     }
 }
 
@@ -405,6 +403,10 @@ fn speed<'p>(prefills: impl IntoIterator<Item = &'p (u64, u64)>) -> Option<f64> 
     let (tokens, us) = (prefills.into_iter()).fold((0u64, 0u64), |(t, u), (a, b)| (t + a, u + b));
     (us > 0).then(|| tokens as f64 * 1e6 / us as f64)
 }
+
+mod arrival;
+
+pub use arrival::Arrival;
 
 #[cfg(test)]
 mod tests;

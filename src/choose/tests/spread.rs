@@ -1,5 +1,6 @@
 //! Issue 23's spreading stories: bursts over idle hosts, siblings apart where slots are picked
-//! by similarity, and new conversations where the fewest are under way.
+//! by similarity, new conversations where the fewest are under way, and a family gathered only
+//! while its host has slots for it.
 
 use super::*;
 
@@ -123,4 +124,85 @@ fn new_conversations_go_where_the_fewest_are_under_way_not_where_the_fewest_ende
         h.leased += 5_000;
     });
     assert_eq!(order, ["b", "b", "a", "b", "a"]);
+}
+
+/// Places `families.len()` new conversations of 2,400 tokens one after another, the `Some`s of
+/// one 2,000-token family (warm where one was placed before) and the `None`s with none, each
+/// under way when the next starts — its first turn still `running` (a slot taken, or a place in
+/// line), or done; the winners in order.
+fn gather_in_turn(hosts: &mut [Info], families: &[Option<()>], running: bool) -> Vec<String> {
+    let mut warm = vec![false; hosts.len()];
+    let mut order = Vec::with_capacity(families.len());
+    for family in families {
+        for (host, warm) in hosts.iter_mut().zip(&warm) {
+            host.family_tokens = if family.is_some() && *warm { 2_000 } else { 0 };
+        }
+        let name = winner(hosts, 2_400).unwrap().0.to_string();
+        let at = hosts.iter().position(|h| h.name == name).unwrap();
+        warm[at] |= family.is_some();
+        let host = &mut hosts[at];
+        host.live += 1;
+        host.leases += 1;
+        match (running, host.free) {
+            (false, _) => {}
+            (true, 0) => host.queued += 1,
+            (true, _) => host.free -= 1,
+        }
+        order.push(name);
+    }
+    order
+}
+
+#[test]
+fn a_family_gathers_only_while_the_conversations_under_way_fit_the_slots() {
+    // The chat benchmark with `-sps 0`: twelve conversations start together on three idle 4-slot
+    // hosts, every other one of a shared persona. Before any conversation came back, a host
+    // without a free slot is crowded: the persona gathers on a until a's four slots are taken,
+    // then starts on b and gathers there. Every host ends with four under way, one per slot.
+    let persona = [Some(()), None].repeat(6);
+    let unmeasured = |name| Info {
+        duty: 0.0,
+        ..idle(name, 4)
+    };
+    let hosts = vec![unmeasured("a"), unmeasured("b"), unmeasured("c")];
+    let per_host = |order: &[String]| {
+        let count = |h: &str, of: &dyn Fn(usize) -> bool| {
+            (0..order.len())
+                .filter(|i| of(*i) && order[*i] == h)
+                .count()
+        };
+        let all = ["a", "b", "c"].map(|h| count(h, &|_| true));
+        let persona = ["a", "b", "c"].map(|h| count(h, &|i| i % 2 == 0));
+        (all, persona)
+    };
+    let order = gather_in_turn(&mut hosts.clone(), &persona, true);
+    assert_eq!(per_host(&order), ([4, 4, 4], [4, 2, 0]), "{order:?}");
+    // Blind to the crowd (conversations that never want a slot), a takes six and queues two.
+    let mut blind: Vec<Info> = (hosts.iter())
+        .map(|h| Info {
+            duty: f64::MIN_POSITIVE,
+            ..h.clone()
+        })
+        .collect();
+    let order = gather_in_turn(&mut blind, &persona, true);
+    assert_eq!(per_host(&order), ([6, 3, 3], [6, 0, 0]), "{order:?}");
+    // Once measured, each conversation under way counts for its share of the time, its turn
+    // running or not: conversations that want their slot all the time gather the same way
+    // between turns (unmeasured, a finished first turn leaves a free slot and no crowd).
+    let mut always: Vec<Info> = ["a", "b", "c"].iter().map(|n| idle(n, 4)).collect();
+    let order = gather_in_turn(&mut always, &persona, false);
+    assert_eq!(per_host(&order), ([4, 4, 4], [4, 2, 0]), "{order:?}");
+    let order = gather_in_turn(&mut hosts.clone(), &persona, false);
+    assert_eq!(per_host(&order), ([6, 3, 3], [6, 0, 0]), "{order:?}");
+    // Agents whose conversations want a slot half the time (a main session waits while its
+    // sub-agent runs elsewhere): four of a family gather on one 2-slot host.
+    let mut hosts: Vec<Info> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Info {
+            duty: 0.5,
+            ..idle(n, 2)
+        })
+        .collect();
+    let order = gather_in_turn(&mut hosts, &[Some(()); 4], true);
+    assert_eq!(order, ["a", "a", "a", "a"]);
 }
