@@ -30,12 +30,9 @@
 //! lease outlives its conversation by `lease_idle`, its slot long since someone else's. The
 //! tie-break's share still counts every lease: each is a conversation that may come back.
 //!
-//! Nor does it count on a crowded host: one whose live conversations, the newcomer counted,
-//! would want more slots than it has, each for the share of the time its conversations hold one
-//! (their mean slot hold over their mean time from one turn to the next, measured); before any
-//! conversation came back, one with no free slot. The family saves the newcomer one prefill; the
-//! crowd would make it and its neighbours wait turn after turn. Chat conversations want their
-//! slot most of the time; an agent's main session little while its sub-agent runs.
+//! Nor does it count on a host with no free slot while no slot hold has been measured: the wait
+//! there is a guess (1 s), and conversations that start together (a chat UI's morning, issue
+//! 23's chat benchmark) would all gather on the first warm host and queue there turn after turn.
 //!
 //! With llama-server's slot similarity on (its default, 0.10) a family is never gathered: a new
 //! sibling takes the idle slot sharing the family prefix, and since most of that slot survives,
@@ -82,9 +79,8 @@ pub struct Info {
     pub prefill_tps: f64,
     /// Mean time a request holds one of its slots, ms.
     pub hold_ms: f64,
-    /// The share of time one of its conversations under way wants a slot (its slot hold over its
-    /// time from one turn to the next), in (0, 1]; 0 before any conversation came back anywhere.
-    pub duty: f64,
+    /// `hold_ms` was measured, here or on another candidate (else it is a guess).
+    pub hold_known: bool,
     /// Tokens its slots hold: its most recently used conversations' (last prompt plus
     /// completion), one per slot. Older leases' slots went to others since. For the room check.
     pub held: u64,
@@ -116,8 +112,6 @@ const MIN_TPS: f64 = 1.0;
 const TIE_SHARE: f64 = 0.10;
 /// ...or within this many ms.
 const TIE_MS: f64 = 50.0;
-/// Rounding room in [`Info::crowded`]: exactly as many conversations as slots is no crowd.
-const CROWD_SLACK: f64 = 1.0 + 1e-9;
 /// A busy move pays off when the wait exceeds this many re-prefills of the whole prompt...
 const MOVE_FACTOR: f64 = 1.5;
 /// ...plus this many ms.
@@ -130,26 +124,16 @@ impl Info {
     }
 
     /// The family prefix that counts for a prompt of `prompt` tokens: none when the host has no
-    /// room left to keep it (held tokens plus the prompt over its capacity), or no slot for one
-    /// more conversation under way ([`Info::crowded`]).
+    /// room left to keep it (held tokens plus the prompt over its capacity), or no free slot
+    /// while the wait for one is a guess (no slot hold measured yet).
     pub fn warm_tokens(&self, prompt: u64) -> u64 {
         let over = self.capacity > 0 && self.held.saturating_add(prompt) > self.capacity;
-        if over || self.crowded() {
+        let full_unmeasured = self.free == 0 && !self.hold_known;
+        if over || full_unmeasured {
             0
         } else {
             self.family_tokens.min(prompt)
         }
-    }
-
-    /// Its conversations under way, a newcomer counted, would want more slots than it has, each
-    /// for its measured share of the time; before any came back, it has no free slot. A family
-    /// saves the newcomer one prefill; a crowd makes it and its neighbours wait turn after turn,
-    /// for as long as they last.
-    pub fn crowded(&self) -> bool {
-        if self.duty <= 0.0 {
-            return self.free == 0;
-        }
-        (self.live + 1) as f64 * self.duty > self.slots.max(1) as f64 * CROWD_SLACK
     }
 
     /// Milliseconds to prefill `tokens` here.

@@ -49,11 +49,6 @@ pub const MIN_SPEED_SAMPLES: usize = 8;
 /// the next task starts; taken as a size, one such miss made the family worth 0 for good and its
 /// conversations were placed by load alone (the chat workload's `sps0`, 1.10 of the oracle).
 pub const MIN_FAMILY_HIT: u64 = 64;
-/// A conversation back after longer than this (unix ms) was resumed, not under way: its return
-/// says nothing of how often conversations under way want a slot.
-pub const MAX_RETURN_MS: i64 = 120_000;
-/// Weight of the newest return in a host's mean time between turns: about the last ten count.
-const RETURN_WEIGHT: f64 = 0.2;
 
 /// What placement knows about one host+model, for one request's family.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -66,9 +61,6 @@ pub struct Facts {
     pub prefill_tps: Option<f64>,
     /// Its forwarded requests have been failing since its last success.
     pub failing: bool,
-    /// Mean time from one turn of a conversation there to its next, ms; `None` before one came
-    /// back ([`Holdings::returned`]).
-    pub turn_every_ms: Option<f64>,
 }
 
 /// One recent answered row with a family, for [`Holdings::rebuild`].
@@ -104,8 +96,6 @@ struct Pair {
     warm: HashMap<u32, u64>,
     /// When each arrival was placed, oldest first.
     arriving: VecDeque<i64>,
-    /// Recent mean time between a conversation's turns here, ms.
-    turn_every_ms: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -161,7 +151,6 @@ impl Holdings {
             arriving: pair.arriving.len(),
             prefill_tps,
             failing,
-            turn_every_ms: pair.turn_every_ms,
         }
     }
 
@@ -226,21 +215,6 @@ impl Holdings {
             prefills.pop_front();
         }
         prefills.push_back((tokens, us));
-    }
-
-    /// A conversation on `host`+`model` came back for its next turn `after_ms` after its previous
-    /// one began: with the host's slot hold, how much of the time a conversation under way there
-    /// wants a slot. A return after [`MAX_RETURN_MS`] or more is a resumed conversation: not
-    /// counted.
-    pub fn returned(&self, host: &str, model: &str, after_ms: i64) {
-        if !(0..MAX_RETURN_MS).contains(&after_ms) {
-            return;
-        }
-        let mut inner = self.inner.lock();
-        let pair = inner.pair(host, model);
-        let after = after_ms as f64;
-        let mean = (pair.turn_every_ms).map_or(after, |m| m + RETURN_WEIGHT * (after - m));
-        pair.turn_every_ms = Some(mean);
     }
 
     /// A forward to `host` failed in a way that may be the host's: it ranks last among new

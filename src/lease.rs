@@ -144,12 +144,6 @@ pub trait Chooser: Send + Sync {
         ask: &Ask,
         now: i64,
     ) -> Option<String>;
-
-    /// A conversation came back to its `host` for another turn of `model`, `after_ms` after its
-    /// previous turn began (how often conversations under way there want a slot).
-    fn returned(&self, host: &str, model: &str, after_ms: i64) {
-        let _ = (host, model, after_ms);
-    }
 }
 
 /// The lease table. Cheap to share behind an `Arc`; every method takes the one lock, and none

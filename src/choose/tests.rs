@@ -26,7 +26,7 @@ fn host(name: &str) -> Info {
         siblings: 0,
         prefill_tps: 1000.0,
         hold_ms: 1000.0,
-        duty: 1.0,
+        hold_known: true,
         held: 0,
         leased: 0,
         capacity: 0,

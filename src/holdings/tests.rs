@@ -169,28 +169,3 @@ fn a_restart_rebuilds_warm_families_and_sizes_from_rows() {
     h.placed("c", "m", fam(6, 2000), false, 0);
     assert_eq!(h.facts("a", "m", fam(6, 2000), 0).family_tokens, 500);
 }
-
-#[test]
-fn the_time_between_turns_is_a_recent_mean_of_conversations_under_way() {
-    let h = Holdings::default();
-    let every = |host| h.facts(host, "m", None, 0).turn_every_ms;
-    assert_eq!(every("a"), None, "nothing came back yet");
-    h.returned("a", "m", 2_000);
-    assert_eq!(every("a"), Some(2_000.0), "the first return sets it");
-    h.returned("a", "m", 7_000);
-    assert_eq!(
-        every("a"),
-        Some(3_000.0),
-        "later ones move it a fifth of the way"
-    );
-    // A conversation resumed after a long pause, or a clock that went back, says nothing.
-    h.returned("a", "m", MAX_RETURN_MS);
-    h.returned("a", "m", -5);
-    assert_eq!(every("a"), Some(3_000.0));
-    assert_eq!(every("b"), None, "per host");
-    assert_eq!(
-        h.facts("a", "other", None, 0).turn_every_ms,
-        None,
-        "per model"
-    );
-}

@@ -145,9 +145,6 @@ impl Table {
                         placed: Placed::Busy,
                     });
                 }
-                if ask.slot && lease.last_used > 0 {
-                    (self.chooser).returned(&host, &key.model, now - lease.last_used);
-                }
                 inner.touch(key, now);
                 return Ok(Step::Done(Acquired {
                     host,

@@ -59,8 +59,6 @@ struct FakeChooser {
     asks: Mutex<Vec<Ask>>,
     /// The candidates of the last choice, as offered.
     offered: Mutex<Vec<Candidate>>,
-    /// Conversations that came back, `(host, ms since their previous turn)`, in order.
-    returns: Mutex<Vec<(String, i64)>>,
 }
 
 impl FakeChooser {
@@ -107,10 +105,6 @@ impl Chooser for FakeChooser {
     ) -> Option<String> {
         let to = self.busy.lock().clone()?;
         others.iter().any(|c| c.host == to).then_some(to)
-    }
-
-    fn returned(&self, host: &str, _model: &str, after_ms: i64) {
-        self.returns.lock().push((host.to_string(), after_ms));
     }
 }
 

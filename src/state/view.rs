@@ -94,10 +94,6 @@ impl lease::Chooser for View {
         (self.holdings).placed(&to, model, ask.family, ask.slot, now);
         Some(to)
     }
-
-    fn returned(&self, host: &str, model: &str, after_ms: i64) {
-        self.holdings.returned(host, model, after_ms);
-    }
 }
 
 impl View {
@@ -180,7 +176,7 @@ impl View {
             live: live.all,
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),
-            duty: duty(load.hold_ms, facts.turn_every_ms),
+            hold_known: load.hold_ms.is_some(),
             held: c.held_newest.iter().take(parallel).map(|h| h.tokens).sum(),
             leased: c.leased,
             capacity,
@@ -251,7 +247,6 @@ pub(super) fn capacity(
 fn settle_measures(infos: &mut [choose::Info], pooled: Option<f64>) {
     let tps = median(infos.iter().map(|i| i.prefill_tps).filter(|t| *t > 0.0)).or(pooled);
     let hold = median(infos.iter().map(|i| i.hold_ms).filter(|h| *h > 0.0));
-    let duty = median(infos.iter().map(|i| i.duty).filter(|d| *d > 0.0));
     for info in infos {
         let noise = |m: f64| (m / SPEED_NOISE..=m * SPEED_NOISE).contains(&info.prefill_tps);
         if info.prefill_tps <= 0.0 || tps.is_some_and(noise) {
@@ -259,21 +254,8 @@ fn settle_measures(infos: &mut [choose::Info], pooled: Option<f64>) {
         }
         if info.hold_ms <= 0.0 {
             info.hold_ms = hold.unwrap_or(DEFAULT_HOLD_MS);
+            info.hold_known = hold.is_some();
         }
-        // None measured anywhere: left at 0, the chooser counts the slots taken now instead.
-        if info.duty <= 0.0 {
-            info.duty = duty.unwrap_or(0.0);
-        }
-    }
-}
-
-/// The share of time a conversation under way on a host wants one of its slots: its mean slot
-/// hold over its mean time from one turn to the next (0 while either is unmeasured). An agent
-/// whose sub-agent runs elsewhere, or a user reading, holds none meanwhile.
-fn duty(hold_ms: Option<f64>, turn_every_ms: Option<f64>) -> f64 {
-    match (hold_ms, turn_every_ms) {
-        (Some(hold), Some(every)) if every > 0.0 => (hold / every).clamp(f64::MIN_POSITIVE, 1.0),
-        _ => 0.0,
     }
 }
 
@@ -311,7 +293,7 @@ mod tests {
                 siblings: 0,
                 prefill_tps: t,
                 hold_ms: 0.0,
-                duty: 0.0,
+                hold_known: false,
                 held: 0,
                 leased: 0,
                 capacity: 0,

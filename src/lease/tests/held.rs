@@ -109,28 +109,3 @@ fn a_conversation_is_offered_with_its_family_and_its_last_use() {
     };
     assert_eq!(titan, [held(5_000, Some(7), 30), held(3_000, Some(9), 20)]);
 }
-
-#[test]
-fn a_conversation_that_comes_back_tells_the_chooser_how_long_it_was_away() {
-    let f = fix();
-    f.chooser.prefer("titan");
-    let turn = Ask {
-        slot: true,
-        ..Ask::default()
-    };
-    let conv = key("projA", "conv");
-    f.table.acquire_held(&conv, &both(), 1_000, &turn).unwrap();
-    assert!(
-        f.chooser.returns.lock().is_empty(),
-        "a new one came from nowhere"
-    );
-    f.table.acquire_held(&conv, &both(), 3_500, &turn).unwrap();
-    f.table.acquire_held(&conv, &both(), 4_000, &turn).unwrap();
-    // A request that takes no slot (a token count) is no turn.
-    let count = Ask::default();
-    f.table.acquire_held(&conv, &both(), 9_000, &count).unwrap();
-    assert_eq!(
-        *f.chooser.returns.lock(),
-        [("titan".to_string(), 2_500), ("titan".to_string(), 500)]
-    );
-}
