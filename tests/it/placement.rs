@@ -1,7 +1,7 @@
 //! Issue 23: where new conversations start. A sibling conversation goes where its prompt family is
-//! warm; a burst spreads over idle hosts while a UI polls the model list; a conversation leaves a
-//! far too busy host where its route allows it. Every placement is said in `X-Crossbar-Placement`,
-//! the row and `/metrics`.
+//! warm (where a slot is free, before any slot hold is measured); a burst spreads over idle hosts
+//! while a UI polls the model list; a conversation leaves a far too busy host where its route
+//! allows it. Every placement is said in `X-Crossbar-Placement`, the row and `/metrics`.
 
 use serde_json::{json, Value};
 
@@ -144,6 +144,41 @@ fn a_burst_of_new_conversations_spreads_3_3_2_while_a_ui_polls_the_model_list() 
         assert_eq!(s.read_answer().status, 200);
     }
     assert!(h.rows().iter().all(|r| r.status == 200), "{:?}", h.rows());
+}
+
+/// Conversations that start together, before any turn has given a slot back, gather their family
+/// only where a slot is free: the wait anywhere else is a guess (issue 23's chat benchmark with
+/// `-sps 0`, where six of a persona's conversations queued on one host turn after turn).
+#[test]
+fn siblings_that_start_together_gather_only_where_a_slot_is_free() {
+    let h = Harness::start(vec![sps0("a"), sps0("b"), sps0("c")], "");
+    let gw = h.server().gateway().clone();
+    for sim in ["a", "b", "c"] {
+        h.sim(sim).set_lockstep(true);
+    }
+    let busy = |host: &str| gw.limiter.in_flight(host, "m") + gw.limiter.queued(host, "m");
+    let coder = preamble("the coder");
+    let mut streams = Vec::new();
+    for conv in 0..6 {
+        let body = agent(&coder, &format!("task {conv}"), 0, true);
+        streams.push(h.open_chat(CHAT, &body));
+        wait_until("the conversation is in flight or queued", || {
+            busy("a") + busy("b") + busy("c") == conv + 1
+        });
+    }
+    // Counted at the guessed 1 s hold, a's warm family (about 2,000 tokens, 2 s at the default
+    // speed) would have outweighed half a second in its queue for all six.
+    assert_eq!([busy("a"), busy("b"), busy("c")], [2, 2, 2]);
+    assert_eq!(gw.limiter.queued("a", "m"), 0);
+    for sim in ["a", "b", "c"] {
+        h.sim(sim).set_lockstep(false);
+    }
+    let placed: Vec<String> = (streams.iter_mut())
+        .map(|s| s.read_answer())
+        .map(|a| a.header("X-Crossbar-Placement").unwrap_or("").to_string())
+        .collect();
+    let (new, family) = ("least-loaded", "family");
+    assert_eq!(placed, [new, family, new, family, new, family]);
 }
 
 /// A host whose turns hold a slot 0.8 s (4 tokens at 200 ms).
