@@ -46,6 +46,42 @@ pub fn connection_tokens(value: Option<&str>) -> Vec<&str> {
         .collect()
 }
 
+/// One header line of an answer, its name and value owned or borrowed (`(String, String)`,
+/// `(&str, Cow<str>)`...): building an answer's headers need copy nothing.
+pub trait HeaderLine {
+    fn name(&self) -> &str;
+    fn value(&self) -> &str;
+}
+
+impl<N: AsRef<str>, V: AsRef<str>> HeaderLine for (N, V) {
+    fn name(&self) -> &str {
+        self.0.as_ref()
+    }
+
+    fn value(&self) -> &str {
+        self.1.as_ref()
+    }
+}
+
+/// What an answer's head says of its connection, beside its framing's own header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persist {
+    /// Nothing: the headers say it, if anyone does.
+    Unsaid,
+    /// `Keep-Alive: timeout=N`: the connection waits N seconds for the next request.
+    KeepAlive(u64),
+    /// `Connection: close` (a close-delimited body's framing says so already).
+    Close,
+}
+
+/// How the connection layer follows an answer it writes: `broken` is raised when a write fails
+/// or the body is aborted, and the head says `persist`.
+#[derive(Debug, Clone, Copy)]
+pub struct Tracked<'a> {
+    pub broken: &'a AtomicBool,
+    pub persist: Persist,
+}
+
 /// The first value of a header, by case-insensitive name, from a list of (name, value) pairs.
 pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
@@ -85,6 +121,7 @@ pub struct BodyWriter<'a> {
     framing: Framing,
     /// Raised on a write error or an abort: the connection must not carry another request.
     broken: Option<&'a AtomicBool>,
+    persist: Persist,
     /// Framed bytes not yet sent (a held head or last piece), then the chunk being framed: one
     /// buffer reused for every write.
     piece: Vec<u8>,
@@ -104,8 +141,17 @@ impl<'a> BodyWriter<'a> {
             out,
             framing,
             broken: None,
+            persist: Persist::Unsaid,
             piece: Vec::new(),
         }
+    }
+
+    fn tracked(out: Box<dyn Write + Send + 'a>, framing: Framing, by: Option<Tracked<'a>>) -> Self {
+        let mut writer = BodyWriter::new(out, framing);
+        if let Some(by) = by {
+            (writer.broken, writer.persist) = (Some(by.broken), by.persist);
+        }
+        writer
     }
 
     /// Writes the status line and headers. `headers` must not hold framing headers: they are
@@ -114,7 +160,7 @@ impl<'a> BodyWriter<'a> {
         out: Box<dyn Write + Send + 'a>,
         http10: bool,
         status: u16,
-        headers: &[(String, String)],
+        headers: &[impl HeaderLine],
         framing: Framing,
     ) -> io::Result<BodyWriter<'a>> {
         let mut writer = BodyWriter::new(out, framing);
@@ -122,20 +168,19 @@ impl<'a> BodyWriter<'a> {
         Ok(writer)
     }
 
-    /// [`BodyWriter::start`], raising `broken` if any write fails or the body is aborted. With
+    /// [`BodyWriter::start`], followed `by` the connection layer ([`Tracked`]). With
     /// [`HeadOut::WithBody`] the head is held until the first piece of body is written (or held, or
     /// the body ends), and goes out in the same write.
     pub fn start_tracked(
         out: Box<dyn Write + Send + 'a>,
-        broken: &'a AtomicBool,
+        by: Tracked<'a>,
         http10: bool,
         status: u16,
-        headers: &[(String, String)],
+        headers: &[impl HeaderLine],
         framing: Framing,
         head_out: HeadOut,
     ) -> io::Result<BodyWriter<'a>> {
-        let mut writer = BodyWriter::new(out, framing);
-        writer.broken = Some(broken);
+        let mut writer = BodyWriter::tracked(out, framing, Some(by));
         match head_out {
             HeadOut::Now => writer.head(http10, status, headers, &[])?,
             HeadOut::WithBody => writer.piece = writer.framed_head(http10, status, headers)?,
@@ -148,7 +193,7 @@ impl<'a> BodyWriter<'a> {
         &mut self,
         http10: bool,
         status: u16,
-        headers: &[(String, String)],
+        headers: &[impl HeaderLine],
         body: &[u8],
     ) -> io::Result<()> {
         let mut head = self.framed_head(http10, status, headers)?;
@@ -159,17 +204,19 @@ impl<'a> BodyWriter<'a> {
         self.track(sent)
     }
 
-    /// The status line and headers, with the framing's own header.
+    /// The status line and headers, with the framing's and the connection's own.
     fn framed_head(
         &self,
         http10: bool,
         status: u16,
-        headers: &[(String, String)],
+        headers: &[impl HeaderLine],
     ) -> io::Result<Vec<u8>> {
         let framing = self.framing;
         // Sized once for the head and, when it goes out with the head, a short body: growing a
         // small buffer twice per answer was a realloc and a copy each (issue 26's profile).
-        let lines: usize = (headers.iter()).map(|(n, v)| n.len() + v.len() + 4).sum();
+        let lines: usize = (headers.iter())
+            .map(|h| h.name().len() + h.value().len() + 4)
+            .sum();
         let body = match framing {
             Framing::Length(n) => usize::try_from(n).unwrap_or(usize::MAX).min(HEAD_BODY),
             _ => 0,
@@ -177,8 +224,17 @@ impl<'a> BodyWriter<'a> {
         let mut head = Vec::with_capacity(64 + lines + body);
         let version = if http10 { "HTTP/1.0" } else { "HTTP/1.1" };
         write!(head, "{version} {status} {}\r\n", reason(status))?;
-        for (name, value) in headers {
-            write!(head, "{name}: {value}\r\n")?;
+        for h in headers {
+            for part in [h.name(), ": ", h.value(), "\r\n"] {
+                head.extend_from_slice(part.as_bytes());
+            }
+        }
+        match self.persist {
+            Persist::KeepAlive(secs) => write!(head, "Keep-Alive: timeout={secs}\r\n")?,
+            Persist::Close if framing != Framing::UntilClose => {
+                head.extend_from_slice(b"Connection: close\r\n");
+            }
+            Persist::Close | Persist::Unsaid => {}
         }
         match framing {
             Framing::Length(n) => write!(head, "Content-Length: {n}\r\n")?,
@@ -274,20 +330,20 @@ pub fn send<'a>(
     http10: bool,
     head_only: bool,
     status: u16,
-    headers: &[(String, String)],
+    headers: &[impl HeaderLine],
     body: &[u8],
 ) -> io::Result<()> {
     send_tracked(out, None, http10, head_only, status, headers, body)
 }
 
-/// [`send`], raising `broken` if the write fails.
+/// [`send`], followed `by` the connection layer ([`Tracked`]).
 pub fn send_tracked<'a>(
     out: Box<dyn Write + Send + 'a>,
-    broken: Option<&'a AtomicBool>,
+    by: Option<Tracked<'a>>,
     http10: bool,
     head_only: bool,
     status: u16,
-    headers: &[(String, String)],
+    headers: &[impl HeaderLine],
     body: &[u8],
 ) -> io::Result<()> {
     let framing = if head_only {
@@ -295,8 +351,7 @@ pub fn send_tracked<'a>(
     } else {
         Framing::Length(body.len() as u64)
     };
-    let mut writer = BodyWriter::new(out, framing);
-    writer.broken = broken;
+    let mut writer = BodyWriter::tracked(out, framing, by);
     let body = if head_only { &[][..] } else { body };
     writer.head(http10, status, headers, body)
 }

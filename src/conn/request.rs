@@ -16,7 +16,7 @@ use super::head::{BodyKind, Head};
 use super::inbound::{Fill, Inbound, READ_PIECE};
 use super::peers::BodySlot;
 use super::Settings;
-use crate::wire::{self, BodyWriter, Framing, HeadOut};
+use crate::wire::{self, BodyWriter, Framing, HeadOut, HeaderLine, Persist, Tracked};
 
 /// A request's body as its worker found it.
 #[derive(Debug)]
@@ -102,6 +102,18 @@ impl<'c> Request<'c> {
 
     pub fn header(&self, name: &str) -> Option<&str> {
         self.head.header(name)
+    }
+
+    /// The headers, moved out for a handler that keeps them while it answers (none are left
+    /// here). One whose body is still coming ([`Request::body_later`]) gives them back
+    /// ([`Request::restore_headers`]): it is called again with this head.
+    pub fn take_headers(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.head.headers)
+    }
+
+    /// Puts back what [`Request::take_headers`] took.
+    pub fn restore_headers(&mut self, headers: Vec<(String, String)>) {
+        self.head.headers = headers;
     }
 
     pub fn http10(&self) -> bool {
@@ -196,19 +208,22 @@ impl<'c> Request<'c> {
     pub fn start(
         &mut self,
         status: u16,
-        headers: &[(String, String)],
+        headers: &[impl HeaderLine],
         framing: Framing,
         head_out: HeadOut,
     ) -> io::Result<BodyWriter<'_>> {
         self.not_later()?;
-        let all = self.answer_headers(headers, framing);
+        let persist = self.persist(framing);
         let http10 = self.head.http10;
         BodyWriter::start_tracked(
             Box::new(Deadlined::new(self.inb.wire(), self.settings.write_timeout)),
-            &self.close_after,
+            Tracked {
+                broken: &self.close_after,
+                persist,
+            },
             http10,
             status,
-            &all,
+            headers,
             framing,
             head_out,
         )
@@ -218,19 +233,22 @@ impl<'c> Request<'c> {
     pub fn send(
         &mut self,
         status: u16,
-        headers: &[(String, String)],
+        headers: &[impl HeaderLine],
         body: &[u8],
     ) -> io::Result<()> {
         self.not_later()?;
         let head_only = self.head.method == "HEAD";
-        let all = self.answer_headers(headers, Framing::Length(body.len() as u64));
+        let persist = self.persist(Framing::Length(body.len() as u64));
         wire::send_tracked(
             Box::new(Deadlined::new(self.inb.wire(), self.settings.write_timeout)),
-            Some(&self.close_after),
+            Some(Tracked {
+                broken: &self.close_after,
+                persist,
+            }),
             self.head.http10,
             head_only,
             status,
-            &all,
+            headers,
             body,
         )
     }
@@ -244,26 +262,16 @@ impl<'c> Request<'c> {
         }
     }
 
-    /// `headers` plus the connection's own: `Keep-Alive` when it stays open, else `Connection:
-    /// close` (which close-delimited framing writes itself).
-    fn answer_headers(
-        &mut self,
-        headers: &[(String, String)],
-        framing: Framing,
-    ) -> Vec<(String, String)> {
+    /// What the answer's head says of the connection: `Keep-Alive` when it stays open, else
+    /// `Connection: close` (which close-delimited framing writes itself). Marks it answered.
+    fn persist(&mut self, framing: Framing) -> Persist {
         self.answered = true;
-        let keep = self.reusable() && framing != Framing::UntilClose;
-        let mut all = headers.to_vec();
-        if keep {
-            let secs = self.settings.keepalive_idle.as_secs().max(1);
-            all.push(("Keep-Alive".into(), format!("timeout={secs}")));
+        if self.reusable() && framing != Framing::UntilClose {
+            Persist::KeepAlive(self.settings.keepalive_idle.as_secs().max(1))
         } else {
             self.close_after.store(true, Ordering::Relaxed);
-            if framing != Framing::UntilClose {
-                all.push(("Connection".into(), "close".into()));
-            }
+            Persist::Close
         }
-        all
     }
 
     /// Ends the request without an answer: the client has gone. The connection closes.

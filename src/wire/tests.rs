@@ -53,7 +53,7 @@ fn chunked_body_frames_each_write_and_ends_with_the_last_chunk() {
 fn aborted_chunked_body_never_ends_with_the_last_chunk() {
     let sink = Sink::default();
     let mut w =
-        BodyWriter::start(Box::new(sink.clone()), false, 200, &[], Framing::Chunked).unwrap();
+        BodyWriter::start(Box::new(sink.clone()), false, 200, NONE, Framing::Chunked).unwrap();
     w.write(b"data: 1\n\n").unwrap();
     w.abort();
     assert!(!sink.text().contains("0\r\n\r\n"), "{}", sink.text());
@@ -65,13 +65,13 @@ fn aborted_chunked_body_never_ends_with_the_last_chunk() {
 #[test]
 fn fixed_body_carries_its_length_and_head_only_sends_none() {
     let sink = Sink::default();
-    send(Box::new(sink.clone()), false, false, 404, &[], b"{}").unwrap();
+    send(Box::new(sink.clone()), false, false, 404, NONE, b"{}").unwrap();
     assert_eq!(
         sink.text(),
         "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}"
     );
     let sink = Sink::default();
-    send(Box::new(sink.clone()), true, true, 200, &[], b"{}").unwrap();
+    send(Box::new(sink.clone()), true, true, 200, NONE, b"{}").unwrap();
     assert_eq!(sink.text(), "HTTP/1.0 200 OK\r\n\r\n");
 }
 
@@ -117,16 +117,73 @@ impl Writes {
 
 /// A chunked 200 whose head waits for its body.
 fn held<'a>(out: &Writes, broken: &'a AtomicBool) -> BodyWriter<'a> {
+    let by = Tracked {
+        broken,
+        persist: Persist::Unsaid,
+    };
     BodyWriter::start_tracked(
         Box::new(out.clone()),
-        broken,
+        by,
         false,
         200,
-        &[],
+        NONE,
         Framing::Chunked,
         HeadOut::WithBody,
     )
     .unwrap()
+}
+
+/// No headers of the caller's own.
+const NONE: &[(&str, &str)] = &[];
+
+#[test]
+fn the_head_says_whether_the_connection_stays_open_once() {
+    let answer = |persist, http10, headers: &[(&str, &str)]| {
+        let (out, broken) = (Writes::default(), AtomicBool::new(false));
+        let by = Tracked {
+            broken: &broken,
+            persist,
+        };
+        send_tracked(
+            Box::new(out.clone()),
+            Some(by),
+            http10,
+            false,
+            200,
+            headers,
+            b"ok",
+        )
+        .unwrap();
+        out.all().concat()
+    };
+    let typed = [("Content-Type", "text/plain")];
+    assert_eq!(
+        answer(Persist::KeepAlive(5), false, &typed),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nKeep-Alive: timeout=5\r\n\
+         Content-Length: 2\r\n\r\nok"
+    );
+    assert_eq!(
+        answer(Persist::Close, false, &[]),
+        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+    );
+    // A close-delimited body's framing says it already: once, not twice.
+    let (out, broken) = (Writes::default(), AtomicBool::new(false));
+    let by = Tracked {
+        broken: &broken,
+        persist: Persist::Close,
+    };
+    let w = BodyWriter::start_tracked(
+        Box::new(out.clone()),
+        by,
+        true,
+        200,
+        NONE,
+        Framing::UntilClose,
+        HeadOut::Now,
+    );
+    w.unwrap().finish().unwrap();
+    let head = out.all().concat();
+    assert_eq!(head.matches("Connection: close").count(), 1, "{head}");
 }
 
 #[test]

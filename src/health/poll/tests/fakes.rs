@@ -35,7 +35,7 @@ pub fn fake(answer: Answer) -> Fake {
             let path = request.target().to_string();
             let (status, body) = answer(&path);
             let _ = tx.send((path, auth));
-            let _ = request.send(status, &[], body.as_bytes());
+            let _ = request.send(status, &[] as &[(&str, &str)], body.as_bytes());
         }),
         refused: Box::new(|_| {}),
     };
