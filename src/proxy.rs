@@ -11,6 +11,7 @@ mod count;
 mod ctxguard;
 mod error;
 mod forward;
+mod headers;
 mod incoming;
 mod listing;
 mod model;
@@ -108,7 +109,7 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
         Ok(ready) => ready,
         // The body is still coming: the connection layer reads it off the workers and calls
         // again (issue 24). Nothing is answered or recorded now.
-        Err(ProxyError::BodyLater) => return,
+        Err(ProxyError::BodyLater) => return incoming.give_back(request),
         Err(err) => return refuse(gw, request, err, row, clock),
     };
     // A host that refused the connection got nothing: the request goes once to the next

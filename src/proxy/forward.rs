@@ -15,13 +15,11 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
-use crate::wire::{self, BodyWriter, Framing, HeadOut};
+use crate::wire::{BodyWriter, Framing, HeadOut};
 
+use super::headers::response_headers;
 use super::record::{client_gone, finish_row, record_with};
-use super::{
-    record, upstream, Incoming, Plan, ProxyError, CTX_HEADER, HOST_HEADER, LEASE_HEADER,
-    PLACEMENT_HEADER,
-};
+use super::{record, upstream, Incoming, Plan, ProxyError};
 
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
@@ -237,7 +235,6 @@ pub(super) fn relay(
     // llama-server closes a connection after a streamed answer (shared/llama-server.md).
     exchange.set_poolable(!row.streamed);
     let framing = framing(incoming, row.status);
-    let headers = response_headers(response.headers(), plan);
     let mut tee = Tee::for_api(&content_type, plan.api);
     // A whole answer (not streamed, its length known) comes with its head: the head waits for
     // its body and the last piece for the row, so the client gets it all in one write.
@@ -247,16 +244,20 @@ pub(super) fn relay(
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     // A whole answer's row is on its way from here: a commit under way may wait for it.
     let coming = length.map(|_| gw.store.row_coming());
-    let mut upstream = response.into_body().into_reader();
     let head_out = if length.is_some() {
         HeadOut::WithBody
     } else {
         HeadOut::Now
     };
-    let mut out = match request.start(row.status, &headers, framing, head_out) {
+    // The head is written from upstream's headers where they lie, before its body is taken.
+    let headers = response_headers(response.headers(), plan);
+    let started = request.start(row.status, &headers, framing, head_out);
+    drop(headers);
+    let mut out = match started {
         Ok(out) => out,
         Err(err) => return client_gone(gw, row, clock, &err),
     };
+    let mut upstream = response.into_body().into_reader();
     let mut buf = ReadBuf::take();
     let buf = &mut buf.0[..];
     let (mut got, mut held) = (0u64, false);
@@ -333,45 +334,6 @@ fn framing(incoming: &Incoming, status: u16) -> Framing {
 fn cut_short(tee: &Tee) -> Option<&'static str> {
     (!tee.finished() && tee.upstream_error().is_none())
         .then_some("upstream ended the stream before its last event")
-}
-
-/// Upstream headers minus hop-by-hop ones, plus crossbar's own.
-pub(super) fn response_headers(
-    upstream: &http::HeaderMap,
-    plan: &Plan<'_>,
-) -> Vec<(String, String)> {
-    // Borrowed unless the value is not UTF-8 (a hostile host's odd bytes still name tokens).
-    let connection = (upstream.get("connection")).map(|v| String::from_utf8_lossy(v.as_bytes()));
-    let tokens = wire::connection_tokens(connection.as_deref());
-    let mut headers = Vec::new();
-    for (name, value) in upstream {
-        if wire::is_hop_by_hop(name.as_str(), &tokens) {
-            continue;
-        }
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        headers.push((canonical(name.as_str()), value));
-    }
-    headers.push((HOST_HEADER.to_string(), plan.host.name.clone()));
-    headers.push((LEASE_HEADER.to_string(), plan.lease.as_str().to_string()));
-    headers.push((
-        PLACEMENT_HEADER.to_string(),
-        plan.placed.as_str().to_string(),
-    ));
-    if let Some(moved) = &plan.ctx_moved {
-        headers.push((CTX_HEADER.to_string(), moved.clone()));
-    }
-    headers
-}
-
-/// `content-type` → `Content-Type` (ureq lowercases names; clients don't care, people reading do).
-fn canonical(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = true;
-    for c in name.chars() {
-        out.push(if upper { c.to_ascii_uppercase() } else { c });
-        upper = c == '-';
-    }
-    out
 }
 
 /// An answer that broke off mid-body: the client sees it broken, and the host's failure counts

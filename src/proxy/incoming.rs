@@ -1,9 +1,10 @@
-//! What the client asked: method, target, headers and version, copied out of the request before
-//! its body is read, so the rest of the path can borrow them while the request is answered.
+//! What the client asked: method, target, headers and version, out of the request before its body
+//! is read, so the rest of the path can borrow them while the request is answered. The headers
+//! are moved, not copied (issue 26: a copy was 8 % of a request's allocations).
 
 use crate::conn::Request;
 
-/// What the client asked, copied out of the request before its body is read.
+/// What the client asked, out of the request before its body is read.
 #[derive(Debug)]
 pub(super) struct Incoming {
     pub(super) method: String,
@@ -14,7 +15,9 @@ pub(super) struct Incoming {
 }
 
 impl Incoming {
-    pub(super) fn of(request: &Request<'_>) -> Incoming {
+    /// Takes the request's headers with it: [`Incoming::give_back`] returns them to a request
+    /// whose handler is called again.
+    pub(super) fn of(request: &mut Request<'_>) -> Incoming {
         let target = request.target();
         let (path, query) = match target.split_once('?') {
             Some((path, query)) => (path, format!("?{query}")),
@@ -24,9 +27,14 @@ impl Incoming {
             method: request.method().to_string(),
             path: path.to_string(),
             query,
-            headers: request.headers().to_vec(),
+            headers: request.take_headers(),
             http10: request.http10(),
         }
+    }
+
+    /// The headers back to `request`, whose body is still coming (the handler is called again).
+    pub(super) fn give_back(self, request: &mut Request<'_>) {
+        request.restore_headers(self.headers);
     }
 
     pub(super) fn header(&self, name: &str) -> Option<&str> {

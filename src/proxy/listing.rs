@@ -20,7 +20,8 @@ use crate::conn::Request;
 use crate::state::Gateway;
 use crate::store::RequestRow;
 
-use super::forward::{response_headers, Answer};
+use super::forward::Answer;
+use super::headers::response_headers;
 use super::{record, Incoming, Plan};
 
 /// A listing answer is small; a host sending more than this gets the client a 502.
@@ -54,10 +55,11 @@ pub(super) fn relay(
     row: &mut RequestRow,
     clock: Instant,
 ) {
-    let headers = response_headers(answer.response.headers(), plan);
-    row.status = answer.response.status().as_u16();
+    let (head, upstream) = answer.response.into_parts();
+    let headers = response_headers(&head.headers, plan);
+    row.status = head.status.as_u16();
     let mut body = Vec::new();
-    let read = (answer.response.into_body().into_reader())
+    let read = (upstream.into_reader())
         .take(MAX_LISTING + 1)
         .read_to_end(&mut body);
     let failed = match read {

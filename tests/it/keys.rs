@@ -4,7 +4,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::support::{chat, host, request, Harness};
+use crate::support::{chat, host, request, wait_until, Conn, Harness};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 const ALICE: &str = "cb-alice-0123456789abcdef";
@@ -171,4 +171,26 @@ fn the_key_is_never_forwarded_nor_recorded_and_a_reload_adds_and_removes_keys() 
     let new = h.post_with(CHAT, &[("x-api-key", "cb-bob")], &chat("after", 0, false));
     assert_eq!(new.status, 200, "{}", new.text());
     assert_eq!(h.rows().last().unwrap().key, "bob");
+}
+
+/// A body that comes after its head is read off the workers and the handler called again
+/// (issue 24): the key the head carried still counts then.
+#[test]
+fn a_key_holds_for_a_body_that_comes_after_its_head() {
+    use std::io::Write;
+    let h = keyed();
+    let body = chat("sent after a pause", 0, false).to_string();
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut conn = Conn::open(h.addr());
+    conn.reader.get_mut().write_all(head.as_bytes()).unwrap();
+    wait_until("the body is awaited off the workers", || {
+        h.server().client_connections().bodies_off_workers == 1
+    });
+    conn.reader.get_mut().write_all(body.as_bytes()).unwrap();
+    let answer = conn.read_answer();
+    assert_eq!(answer.status, 200, "{}", answer.text());
 }
