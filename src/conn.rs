@@ -15,6 +15,7 @@ mod awaited;
 mod body;
 mod deadline;
 mod head;
+mod headers;
 mod inbound;
 mod park;
 mod peers;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use body::{read as read_body, BodyError, BodyTiming};
 pub use head::{parse as parse_head, BodyKind, Head, HeadError, MAX_HEAD, MAX_HEADERS};
+pub use headers::Headers;
 pub use inbound::{Inbound, Wire};
 /// What counts as one client address: an IPv4 address, or an IPv6 /64.
 pub(crate) use peers::key as peer_key;

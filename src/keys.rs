@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::Config;
+use crate::conn::Headers;
 use crate::logfmt::val;
 
 /// Failed keys from one address within [`WINDOW_MS`] past which it is refused for a minute.
@@ -96,11 +97,11 @@ impl Drop for Admitted {
 
 /// The key a request carries: `Ok(None)` when it sends none, [`Denied::Unauthorized`] when it
 /// sends two that disagree, one header twice, or an `Authorization` that is not `Bearer`.
-pub fn presented(headers: &[(String, String)]) -> Result<Option<&str>, Denied> {
+pub fn presented(headers: &Headers) -> Result<Option<&str>, Denied> {
     let mut found: Option<&str> = None;
     for name in ["authorization", "x-api-key", "api-key"] {
-        let mut sent = headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
-        let Some((_, value)) = sent.next() else {
+        let mut sent = headers.all(name);
+        let Some(value) = sent.next() else {
             continue;
         };
         if sent.next().is_some() {
@@ -136,7 +137,7 @@ impl Keys {
     pub fn identify(
         &self,
         config: &Config,
-        headers: &[(String, String)],
+        headers: &Headers,
         peer: IpAddr,
         now: i64,
     ) -> Result<Option<String>, Denied> {

@@ -27,11 +27,14 @@ pub fn run() -> String {
     }
     let config = Config::from_toml(&text).expect("bench config");
     let keys = Arc::new(Keys::default());
-    let headers = vec![
-        ("Host".to_string(), "gateway".to_string()),
-        ("Content-Type".to_string(), "application/json".to_string()),
-        ("Authorization".to_string(), format!("Bearer {last}")),
-    ];
+    let bearer = format!("Bearer {last}");
+    let headers: crossbar::conn::Headers = [
+        ("Host", "gateway"),
+        ("Content-Type", "application/json"),
+        ("Authorization", bearer.as_str()),
+    ]
+    .into_iter()
+    .collect();
     let peer: IpAddr = [127, 0, 0, 1].into();
     let mut samples = Vec::with_capacity(ROUNDS);
     for i in 0..ROUNDS {

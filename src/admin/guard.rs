@@ -21,9 +21,7 @@ pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
     let config = gw.config();
     if let Some(token) = config.admin_token.as_deref() {
         let expected = format!("Bearer {token}");
-        let mut sent = (request.headers().iter())
-            .filter(|(k, _)| k.eq_ignore_ascii_case("Authorization"))
-            .map(|(_, v)| v);
+        let mut sent = request.headers().all("Authorization");
         let (first, second) = (sent.next(), sent.next());
         // Two of them: which one counts is a guess a proxy in front may make differently (issue 24).
         if second.is_some() {

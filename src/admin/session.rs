@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use subtle::{Choice, ConstantTimeEq};
 
+use crate::conn::Headers;
+
 /// The cookie's name. The client listener strips exactly this name from what it forwards.
 pub const COOKIE: &str = "crossbar_session";
 /// Most sessions at once; signing in past it ends the oldest.
@@ -96,10 +98,9 @@ impl Sessions {
 }
 
 /// The values of crossbar's cookie in a request's `Cookie` headers.
-pub fn cookies(headers: &[(String, String)]) -> impl Iterator<Item = &str> {
-    (headers.iter())
-        .filter(|(name, _)| name.eq_ignore_ascii_case("Cookie"))
-        .flat_map(|(_, value)| value.split(';'))
+pub fn cookies(headers: &Headers) -> impl Iterator<Item = &str> {
+    (headers.all("Cookie"))
+        .flat_map(|value| value.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .filter(|(name, _)| *name == COOKIE)
         .map(|(_, value)| value.trim())
@@ -233,7 +234,9 @@ mod tests {
         ] {
             assert_eq!(strip_cookie(value).as_deref(), want, "{value}");
         }
-        let headers = vec![("cookie".to_string(), "a=1; crossbar_session=x1".to_string())];
+        let headers: Headers = [("cookie", "a=1; crossbar_session=x1")]
+            .into_iter()
+            .collect();
         assert_eq!(cookies(&headers).collect::<Vec<_>>(), ["x1"]);
     }
 

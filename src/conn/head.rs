@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use super::headers::Headers;
 use super::inbound::{Fill, Inbound, Wire};
 
 /// Largest request head (request line, headers and the blank line).
@@ -29,7 +30,7 @@ pub struct Head {
     pub http10: bool,
     /// Names and values as sent; a value with bytes that are not UTF-8 is kept lossily (crossbar
     /// refuses to forward non-ASCII values anyway).
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     pub body: BodyKind,
     /// The client allows another request on this connection (HTTP/1.1 without `close`).
     pub keep_alive: bool,
@@ -39,7 +40,7 @@ pub struct Head {
 
 impl Head {
     pub fn header(&self, name: &str) -> Option<&str> {
-        crate::wire::header(&self.headers, name)
+        self.headers.get(name)
     }
 }
 
@@ -138,14 +139,10 @@ pub fn parse(bytes: &[u8]) -> Result<Head, HeadError> {
     if !target.starts_with('/') {
         return bad("request target must be a path");
     }
-    let headers: Vec<(String, String)> = req
-        .headers
-        .iter()
-        .map(|h| {
-            let value = String::from_utf8_lossy(h.value).trim().to_string();
-            (h.name.to_string(), value)
-        })
-        .collect();
+    let mut headers = Headers::with_capacity(req.headers.len(), bytes.len());
+    for h in req.headers.iter() {
+        headers.push(h.name, String::from_utf8_lossy(h.value).trim());
+    }
     let mut head = Head {
         method: method.to_string(),
         target: target.to_string(),
@@ -156,9 +153,7 @@ pub fn parse(bytes: &[u8]) -> Result<Head, HeadError> {
         expect_continue: false,
     };
     // RFC 9112 §3.2: an HTTP/1.1 request carries exactly one Host (nginx: 400 otherwise).
-    let hosts = (head.headers.iter())
-        .filter(|(k, _)| k.eq_ignore_ascii_case("Host"))
-        .count();
+    let hosts = head.headers.all("Host").count();
     match (head.http10, hosts) {
         (false, 0) => return bad("an HTTP/1.1 request needs a Host header"),
         (_, 2..) => return bad("two Host headers"),
@@ -176,15 +171,10 @@ pub fn parse(bytes: &[u8]) -> Result<Head, HeadError> {
 
 /// The body's framing, strictly: `Transfer-Encoding` must be exactly `chunked` (once, in HTTP/1.1,
 /// without a `Content-Length`); every `Content-Length` must be digits only and all must agree.
-fn framing(headers: &[(String, String)], http10: bool) -> Result<BodyKind, HeadError> {
+fn framing(headers: &Headers, http10: bool) -> Result<BodyKind, HeadError> {
     let bad = |what: &str| Err(HeadError::Bad(what.to_string()));
-    let named = |name: &'static str| {
-        headers
-            .iter()
-            .filter(move |(k, _)| k.eq_ignore_ascii_case(name))
-    };
     let mut length: Option<u64> = None;
-    for (_, value) in named("Content-Length") {
+    for value in headers.all("Content-Length") {
         if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
             return bad("Content-Length must be digits only");
         }
@@ -195,7 +185,7 @@ fn framing(headers: &[(String, String)], http10: bool) -> Result<BodyKind, HeadE
         }
         length = Some(n);
     }
-    let codings: Vec<&String> = named("Transfer-Encoding").map(|(_, v)| v).collect();
+    let codings: Vec<&str> = headers.all("Transfer-Encoding").collect();
     match (codings.as_slice(), length) {
         ([], None) => Ok(BodyKind::None),
         ([], Some(n)) => Ok(BodyKind::Length(n)),

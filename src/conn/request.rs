@@ -13,6 +13,7 @@ use super::awaited::{Awaiting, Budget, Charge, BODY_STEP};
 use super::body::{from_fill, BodyError};
 use super::deadline::Deadlined;
 use super::head::{BodyKind, Head};
+use super::headers::Headers;
 use super::inbound::{Fill, Inbound, READ_PIECE};
 use super::peers::BodySlot;
 use super::Settings;
@@ -96,7 +97,7 @@ impl<'c> Request<'c> {
         &self.head.target
     }
 
-    pub fn headers(&self) -> &[(String, String)] {
+    pub fn headers(&self) -> &Headers {
         &self.head.headers
     }
 
@@ -107,12 +108,12 @@ impl<'c> Request<'c> {
     /// The headers, moved out for a handler that keeps them while it answers (none are left
     /// here). One whose body is still coming ([`Request::body_later`]) gives them back
     /// ([`Request::restore_headers`]): it is called again with this head.
-    pub fn take_headers(&mut self) -> Vec<(String, String)> {
+    pub fn take_headers(&mut self) -> Headers {
         std::mem::take(&mut self.head.headers)
     }
 
     /// Puts back what [`Request::take_headers`] took.
-    pub fn restore_headers(&mut self, headers: Vec<(String, String)>) {
+    pub fn restore_headers(&mut self, headers: Headers) {
         self.head.headers = headers;
     }
 

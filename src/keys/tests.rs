@@ -38,11 +38,8 @@ fn config(keys: &[Spec<'_>]) -> Config {
     config
 }
 
-fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+fn headers(pairs: &[(&str, &str)]) -> Headers {
+    pairs.iter().copied().collect()
 }
 
 const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 7));

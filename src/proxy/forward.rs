@@ -167,7 +167,7 @@ fn connect_failed(err: &ureq::Error) -> bool {
 /// an HTTP library refuses such a header only once it is asked to send, and that refusal must not
 /// look like the host's failure (issue 10), nor cost a lease or a slot.
 pub(super) fn check_headers(incoming: &Incoming) -> Result<(), ProxyError> {
-    for (name, value) in &incoming.headers {
+    for (name, value) in incoming.headers.iter() {
         forwardable(name, value)?;
     }
     Ok(())

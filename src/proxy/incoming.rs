@@ -2,7 +2,7 @@
 //! is read, so the rest of the path can borrow them while the request is answered. The headers
 //! are moved, not copied (issue 26: a copy was 8 % of a request's allocations).
 
-use crate::conn::Request;
+use crate::conn::{Headers, Request};
 
 /// What the client asked, out of the request before its body is read.
 #[derive(Debug)]
@@ -10,7 +10,7 @@ pub(super) struct Incoming {
     pub(super) method: String,
     pub(super) path: String,
     pub(super) query: String,
-    pub(super) headers: Vec<(String, String)>,
+    pub(super) headers: Headers,
     pub(super) http10: bool,
 }
 
@@ -38,7 +38,7 @@ impl Incoming {
     }
 
     pub(super) fn header(&self, name: &str) -> Option<&str> {
-        crate::wire::header(&self.headers, name)
+        self.headers.get(name)
     }
 
     pub(super) fn bodyless(&self) -> bool {

@@ -98,7 +98,9 @@ pub(super) fn read_request(
     Ok(HttpRequest {
         method: head.method,
         target: head.target,
-        headers: head.headers,
+        headers: (head.headers.iter())
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect(),
         body,
         keep_alive,
     })

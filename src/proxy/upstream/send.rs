@@ -30,7 +30,7 @@ pub(in crate::proxy) fn send(
         .method(incoming.method.as_str())
         .uri(url.as_str());
     let tokens = wire::connection_tokens(incoming.header("Connection"));
-    for (name, value) in &incoming.headers {
+    for (name, value) in incoming.headers.iter() {
         let ours = name.len() > 11 && name[..11].eq_ignore_ascii_case("x-crossbar-");
         // The host's own key replaces the client's; with client keys on, no client key ever goes
         // upstream (issue 25).
@@ -53,10 +53,10 @@ pub(in crate::proxy) fn send(
                 None => continue,
             }
         } else {
-            std::borrow::Cow::Borrowed(value.as_str())
+            std::borrow::Cow::Borrowed(value)
         };
         head += name.len() + value.len() + 4;
-        request = request.header(name.as_str(), value.as_ref());
+        request = request.header(name, value.as_ref());
     }
     if let Some(key) = &plan.host.api_key {
         head += key.len() + 24;
