@@ -275,35 +275,53 @@ mod tests {
     }
 
     fn speeds_pooled(tps: &[f64], pooled: Option<f64>) -> Vec<f64> {
-        let mut infos: Vec<choose::Info> = (tps.iter())
-            .map(|&t| choose::Info {
-                name: String::new(),
-                healthy: true,
-                draining: false,
-                loaded: true,
-                room: true,
-                serves: true,
-                slots: 1,
-                free: 1,
-                queued: 0,
-                leases: 0,
-                weight: 1,
-                family_tokens: 0,
-                live: 0,
-                siblings: 0,
-                prefill_tps: t,
-                hold_ms: 0.0,
-                hold_known: false,
-                held: 0,
-                leased: 0,
-                capacity: 0,
-                inherited: false,
-                failing: false,
-            })
-            .collect();
+        let mut infos: Vec<choose::Info> = tps.iter().map(|&t| unmeasured(t)).collect();
         settle_measures(&mut infos, pooled);
-        assert!(infos.iter().all(|i| i.hold_ms == DEFAULT_HOLD_MS));
+        assert!(infos
+            .iter()
+            .all(|i| i.hold_ms == DEFAULT_HOLD_MS && !i.hold_known));
         infos.iter().map(|i| i.prefill_tps).collect()
+    }
+
+    #[test]
+    fn a_slot_hold_measured_on_one_candidate_is_a_measure_for_all() {
+        let measured = choose::Info {
+            hold_ms: 800.0,
+            hold_known: true,
+            ..unmeasured(0.0)
+        };
+        let mut infos = vec![unmeasured(0.0), measured];
+        settle_measures(&mut infos, None);
+        let holds: Vec<(f64, bool)> = infos.iter().map(|i| (i.hold_ms, i.hold_known)).collect();
+        assert_eq!(holds, [(800.0, true), (800.0, true)]);
+    }
+
+    /// A candidate whose prefill speed is `tps` (0: unmeasured) and whose slot hold is unmeasured.
+    fn unmeasured(tps: f64) -> choose::Info {
+        choose::Info {
+            name: String::new(),
+            healthy: true,
+            draining: false,
+            loaded: true,
+            room: true,
+            serves: true,
+            slots: 1,
+            free: 1,
+            queued: 0,
+            leases: 0,
+            weight: 1,
+            family_tokens: 0,
+            live: 0,
+            siblings: 0,
+            prefill_tps: tps,
+            hold_ms: 0.0,
+            hold_known: false,
+            held: 0,
+            leased: 0,
+            capacity: 0,
+            inherited: false,
+            failing: false,
+        }
     }
 
     #[test]
