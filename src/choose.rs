@@ -233,4 +233,4 @@ pub fn busy_move<'a>(current: &Info, others: &'a [Info], prompt: u64) -> Option<
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,7 +8,7 @@ mod spread;
 
 /// A usable host: healthy, serving, not loaded, one slot and none free, nothing queued, no
 /// leases, weight 1, nothing warm, 1,000 tokens/s, a slot held 1 s, capacity unknown.
-fn host(name: &str) -> Info {
+pub(crate) fn host(name: &str) -> Info {
     Info {
         name: name.into(),
         healthy: true,

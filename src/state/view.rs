@@ -296,31 +296,16 @@ mod tests {
         assert_eq!(holds, [(800.0, true), (800.0, true)]);
     }
 
-    /// A candidate whose prefill speed is `tps` (0: unmeasured) and whose slot hold is unmeasured.
+    /// A candidate with a free slot whose prefill speed is `tps` (0: unmeasured) and whose slot
+    /// hold is unmeasured.
     fn unmeasured(tps: f64) -> choose::Info {
         choose::Info {
-            name: String::new(),
-            healthy: true,
-            draining: false,
             loaded: true,
-            room: true,
-            serves: true,
-            slots: 1,
             free: 1,
-            queued: 0,
-            leases: 0,
-            weight: 1,
-            family_tokens: 0,
-            live: 0,
-            siblings: 0,
             prefill_tps: tps,
             hold_ms: 0.0,
             hold_known: false,
-            held: 0,
-            leased: 0,
-            capacity: 0,
-            inherited: false,
-            failing: false,
+            ..crate::choose::tests::host("")
         }
     }
 
