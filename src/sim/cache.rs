@@ -90,27 +90,20 @@ impl Pool {
     }
 
     /// Takes an idle slot for `prompt`, or `None` when all are busy (the caller waits).
-    /// With `use_cache == false` (`cache_prompt: false`) nothing is reused.
-    pub fn try_take(&mut self, prompt: &[u8], use_cache: bool) -> Option<Taken> {
-        let prompt_tokens = tokens(prompt.len());
-        let idle = || self.slots.iter().enumerate().filter(|(_, s)| !s.busy);
-        let similarity = self.similarity;
-        let by_prefix = idle()
-            .filter(|_| similarity > 0.0)
-            .map(|(i, s)| (i, common_tokens(&s.cached, prompt)))
-            .filter(|&(_, n)| n > 0 && n as f64 / prompt_tokens.max(1) as f64 > similarity)
-            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
-            .map(|(i, _)| i);
-        // As llama-server's get_available_slot: a slot chosen by similarity is saved to RAM only if
-        // less than half of it survives; one chosen by LRU always is; RAM is searched after a save.
-        let (id, update_cache) = match by_prefix {
-            Some(i) => {
-                let s = &self.slots[i];
-                let keep = common_tokens(&s.cached, prompt) as f64 / tokens(s.cached.len()) as f64;
-                (i, keep < 0.5)
-            }
-            None => (idle().min_by_key(|(_, s)| s.last_used)?.0, true),
+    /// With `use_cache == false` (`cache_prompt: false`) nothing is reused. `pinned` is the
+    /// request's `id_slot` (taken modulo the slot count, as llama-server does): that slot or a
+    /// wait for it.
+    pub fn try_take(
+        &mut self,
+        prompt: &[u8],
+        use_cache: bool,
+        pinned: Option<usize>,
+    ) -> Option<Taken> {
+        let (id, update_cache) = match pinned {
+            Some(at) => self.pinned(at % self.slots.len(), prompt)?,
+            None => self.chosen(prompt)?,
         };
+        let prompt_tokens = tokens(prompt.len());
         self.tick += 1;
         let tick = self.tick;
 
@@ -149,6 +142,50 @@ impl Pool {
             0
         };
         Some(Taken { slot: id, cache_n })
+    }
+
+    /// The slot llama-server chooses for `prompt` itself, and whether it saves and reloads.
+    fn chosen(&self, prompt: &[u8]) -> Option<(usize, bool)> {
+        let prompt_tokens = tokens(prompt.len());
+        let idle = || self.slots.iter().enumerate().filter(|(_, s)| !s.busy);
+        let similarity = self.similarity;
+        let by_prefix = idle()
+            .filter(|_| similarity > 0.0)
+            .map(|(i, s)| (i, common_tokens(&s.cached, prompt)))
+            .filter(|&(_, n)| n > 0 && n as f64 / prompt_tokens.max(1) as f64 > similarity)
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+            .map(|(i, _)| i);
+        // As llama-server's get_available_slot: a slot chosen by similarity is saved to RAM only if
+        // less than half of it survives; one chosen by LRU always is; RAM is searched after a save.
+        Some(match by_prefix {
+            Some(i) => (i, self.keeps_less_than_half(i, prompt)),
+            None => (idle().min_by_key(|(_, s)| s.last_used)?.0, true),
+        })
+    }
+
+    /// Slot `at`, asked for by `id_slot`, unless it is busy. llama-server (b11434) runs its
+    /// similarity check on that slot alone: one sharing more than the similarity share of the
+    /// prompt is saved and reloaded when less than half of it survives, as above; any other
+    /// holding something always is (its similarity counts as 0); an empty one never (0 / 0);
+    /// and with similarity off nothing is ever saved or reloaded.
+    fn pinned(&self, at: usize, prompt: &[u8]) -> Option<(usize, bool)> {
+        let slot = &self.slots[at];
+        if slot.busy {
+            return None;
+        }
+        let common = common_tokens(&slot.cached, prompt);
+        let similar =
+            common > 0 && common as f64 / tokens(prompt.len()).max(1) as f64 > self.similarity;
+        let update = self.similarity > 0.0
+            && !slot.cached.is_empty()
+            && (!similar || self.keeps_less_than_half(at, prompt));
+        Some((at, update))
+    }
+
+    /// Whether less than half of what slot `at` holds survives `prompt`.
+    fn keeps_less_than_half(&self, at: usize, prompt: &[u8]) -> bool {
+        let s = &self.slots[at];
+        (common_tokens(&s.cached, prompt) as f64 / tokens(s.cached.len()) as f64) < 0.5
     }
 
     /// Frees `slot`, which now holds `text` (prompt plus what was generated, even if cut short).
@@ -196,135 +233,4 @@ impl Pool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Takes a slot and immediately frees it holding the prompt; returns (slot, cache_n).
-    #[track_caller]
-    fn turn(pool: &mut Pool, prompt: &str) -> (usize, u64) {
-        let t = pool
-            .try_take(prompt.as_bytes(), true)
-            .expect("an idle slot");
-        pool.put_back(t.slot, prompt.as_bytes().to_vec());
-        (t.slot, t.cache_n)
-    }
-
-    const A: &str = "user: tell me about the history of the roman empire please\n";
-    const B: &str = "user: write a poem about a cat who sits on a warm mat all day\n";
-    const C: &str = "user: explain how a jet engine works in great technical detail\n";
-    /// Only the shared `user: ` is reused: the conversation itself was forgotten.
-    const FORGOTTEN: u64 = 1;
-
-    #[test]
-    fn same_prompt_twice_reuses_all_but_one_token() {
-        let mut pool = Pool::new(2, 0);
-        assert_eq!(turn(&mut pool, A).1, 0);
-        let (_, cache_n) = turn(&mut pool, A);
-        assert_eq!(cache_n, tokens(A.len()) - 1);
-    }
-
-    #[test]
-    fn a_second_conversation_takes_the_other_slot() {
-        let mut pool = Pool::new(2, 0);
-        let (slot_a, _) = turn(&mut pool, A);
-        let (slot_b, _) = turn(&mut pool, B);
-        assert_ne!(slot_a, slot_b);
-        let longer = format!("{A}assistant: it fell\nuser: why?\n");
-        let (slot, cache_n) = turn(&mut pool, &longer);
-        assert_eq!(slot, slot_a);
-        assert_eq!(cache_n, (A.len() / TOKEN_BYTES) as u64);
-    }
-
-    #[test]
-    fn without_ram_cache_a_third_conversation_forgets_the_oldest() {
-        let mut pool = Pool::new(2, 0);
-        turn(&mut pool, A);
-        turn(&mut pool, B);
-        turn(&mut pool, C);
-        assert_eq!(turn(&mut pool, A).1, FORGOTTEN);
-    }
-
-    #[test]
-    fn ram_cache_restores_an_evicted_conversation() {
-        let mut pool = Pool::new(2, 1000);
-        turn(&mut pool, A);
-        turn(&mut pool, B);
-        turn(&mut pool, C);
-        assert_eq!(turn(&mut pool, A).1, tokens(A.len()) - 1);
-    }
-
-    #[test]
-    fn ram_cache_is_bounded_and_drops_the_least_recent() {
-        // Room for two prompts: saving C pushes out A, the least recently used.
-        let room = tokens(A.len()) + tokens(B.len()) + 1;
-        let mut pool = Pool::new(1, room);
-        turn(&mut pool, A);
-        turn(&mut pool, B);
-        turn(&mut pool, C);
-        assert_eq!(turn(&mut pool, A).1, FORGOTTEN);
-        let mut pool = Pool::new(1, room);
-        turn(&mut pool, A);
-        turn(&mut pool, B);
-        assert_eq!(turn(&mut pool, A).1, tokens(A.len()) - 1);
-    }
-
-    #[test]
-    fn busy_slots_are_not_taken_and_cache_prompt_false_reuses_nothing() {
-        let mut pool = Pool::new(1, 0);
-        turn(&mut pool, A);
-        let t = pool.try_take(A.as_bytes(), false).expect("idle");
-        assert_eq!(t.cache_n, 0);
-        assert_eq!(pool.busy(), vec![true]);
-        assert_eq!(pool.try_take(B.as_bytes(), true), None);
-        pool.put_back(t.slot, Vec::new());
-        assert!(pool.try_take(B.as_bytes(), true).is_some());
-    }
-
-    const SYS: &str = "system: you are a careful assistant who always answers in short sentences\n";
-
-    /// Two conversations sharing [`SYS`], two turns each: `[a1, b1, a2, b2]`.
-    fn siblings() -> [String; 4] {
-        let a1 = format!("{SYS}user: rome?\n");
-        let b1 = format!("{SYS}user: a poem\n");
-        let a2 = format!("{a1}assistant: it fell\nuser: why?\n");
-        let b2 = format!("{b1}assistant: roses\nuser: more\n");
-        [a1, b1, a2, b2]
-    }
-
-    /// Measured on llama-server b11434 (4 slots): two conversations sharing a system prompt both
-    /// land on the first one's slot (similarity beats an empty slot), and as more than half of the
-    /// old state is kept nothing is saved: each turn gets back only the shared prefix.
-    #[test]
-    fn siblings_sharing_a_system_prompt_take_turns_losing_their_histories() {
-        let [a1, b1, a2, b2] = siblings();
-        let shared = (format!("{SYS}user: ").len() / TOKEN_BYTES) as u64;
-        let mut pool = Pool::new(4, 100_000);
-        let slot = turn(&mut pool, &a1).0;
-        assert_eq!(turn(&mut pool, &b1), (slot, shared), "b takes a's slot");
-        assert_eq!(turn(&mut pool, &a2), (slot, shared), "a's history is gone");
-        assert_eq!(turn(&mut pool, &b2), (slot, shared), "and then b's");
-    }
-
-    /// With `--slot-prompt-similarity 0` (and the RAM cache) each turn finds its history again.
-    #[test]
-    fn without_similarity_each_turn_gets_its_history_back_from_ram() {
-        let [a1, b1, a2, b2] = siblings();
-        let mut pool = Pool::new(4, 100_000).with_similarity(0.0);
-        turn(&mut pool, &a1);
-        assert_eq!(turn(&mut pool, &b1).1, 0, "no prefix sharing across slots");
-        // Whole tokens of the previous turn's text (what was generated is part of it in real use).
-        assert_eq!(turn(&mut pool, &a2).1, (a1.len() / TOKEN_BYTES) as u64);
-        assert_eq!(turn(&mut pool, &b2).1, (b1.len() / TOKEN_BYTES) as u64);
-    }
-
-    #[test]
-    fn idle_slots_are_copied_to_ram_when_a_task_starts() {
-        let mut pool = Pool::new(2, 1000);
-        turn(&mut pool, A);
-        turn(&mut pool, B);
-        // A's slot was idle when B started: its copy is in RAM, so A survives two more prompts.
-        turn(&mut pool, C);
-        turn(&mut pool, &format!("{C}{C}"));
-        assert_eq!(turn(&mut pool, A).1, tokens(A.len()) - 1);
-    }
-}
+mod tests;

@@ -101,7 +101,10 @@ pub(super) fn run(
         .and_then(Value::as_bool)
         .unwrap_or(true);
     let model = body.get("model").and_then(Value::as_str);
-    let Some(mut lease) = sh.take_slot(&prompt, use_cache, model) else {
+    // `id_slot` asks for one slot (llama-server: -1 or absent lets it choose).
+    let pinned =
+        (body.get("id_slot").and_then(Value::as_i64)).and_then(|id| usize::try_from(id).ok());
+    let Some(mut lease) = sh.take_slot(&prompt, use_cache, model, pinned) else {
         return reply_error(sock, 503, "server is shutting down", false);
     };
     let cache_n = lease.cache_n;

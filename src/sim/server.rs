@@ -195,6 +195,7 @@ impl Shared {
         prompt: &[u8],
         use_cache: bool,
         model: Option<&str>,
+        pinned: Option<usize>,
     ) -> Option<SlotLease<'_>> {
         let model = model.filter(|_| self.router.is_some());
         let mut p = self.pool.lock();
@@ -202,7 +203,7 @@ impl Shared {
             if p.closed {
                 return None;
             }
-            if let Some(t) = p.of(model, &self.cfg).try_take(prompt, use_cache) {
+            if let Some(t) = p.of(model, &self.cfg).try_take(prompt, use_cache, pinned) {
                 return Some(SlotLease {
                     shared: self,
                     model: model.map(String::from),
