@@ -70,6 +70,10 @@ pub struct Host {
     /// a new conversation takes the slot of a sibling sharing its prompt family and wipes that
     /// sibling's history, so placement does not gather a family there (issue 23).
     pub slot_prompt_similarity: f64,
+    /// Send each request to the slot crossbar picks for it (`id_slot`, `slots.rs`), so that a
+    /// conversation whose slot went to a sibling is reloaded from the host's RAM cache instead of
+    /// re-prefilled. Off by default; in effect only with slot similarity on.
+    pub pin_slots: bool,
     /// Model name → parallel slots for it.
     pub models: BTreeMap<String, usize>,
     /// Model name → the name this host knows it by (`upstream`), where they differ.
@@ -379,6 +383,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+mod host;
 mod keys;
 mod raw;
 mod suggest;
@@ -387,12 +392,12 @@ mod validate;
 pub use keys::ClientKey;
 pub use suggest::all_keys;
 
-use raw::RawConfig;
 #[cfg(test)]
-use validate::check_url;
+use host::check_url;
+pub use host::{MAX_API_KEY, MAX_URL};
+use raw::RawConfig;
 pub(crate) use validate::valid_name;
 use validate::validate;
-pub use validate::{MAX_API_KEY, MAX_URL};
 
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,7 @@ pub mod proxy;
 pub mod report;
 pub mod server;
 pub mod sim;
+pub mod slots;
 pub mod state;
 pub mod store;
 pub mod tee;

@@ -15,6 +15,7 @@ mod headers;
 mod incoming;
 mod listing;
 mod model;
+mod pin;
 mod place;
 mod record;
 mod route;
@@ -72,6 +73,8 @@ struct Plan<'a> {
     _key: Option<crate::keys::Admitted>,
     /// Client keys are on: the headers a key comes in never go upstream.
     keyed: bool,
+    /// Its slot on a host with `pin_slots`, once it has its limiter slot.
+    pin: Option<pin::Pinned>,
 }
 
 /// What a request did with the lease table, as `X-Crossbar-Lease` and the log line say it.
@@ -195,6 +198,7 @@ fn take_slot(
     if row.queued_ms > 0 && request.client_gone() {
         return Err(ProxyError::ClientGone("client gone while queued"));
     }
+    pin::pin(gw, plan, key);
     Ok(Some(permit))
 }
 
@@ -218,6 +222,7 @@ fn learn(gw: &Gateway, plan: &Plan<'_>, row: &RequestRow) {
         let held = row.prompt_tokens.unwrap_or(0) + row.completion_tokens.unwrap_or(0);
         hold.set_held(u64::try_from(held).unwrap_or(0), plan.family.map(|f| f.id));
     }
+    pin::finish(plan, row);
 }
 
 /// Everything before the slot: route, body, fingerprint, lease and context guard. Fills in the
@@ -346,6 +351,7 @@ fn plan<'c>(
         _hold: None,
         _key: None,
         keyed: false,
+        pin: None,
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Gateway {
     pub keys: Arc<crate::keys::Keys>,
     /// The status page's sign-in sessions (issue 27).
     pub sessions: crate::admin::Sessions,
+    /// What each pinning host's slots hold (`pin_slots`).
+    pub slots: crate::slots::Slots,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     /// The pooled agent every forwarded request goes through.
@@ -152,6 +154,7 @@ impl Gateway {
             holdings,
             keys,
             sessions: crate::admin::Sessions::default(),
+            slots: crate::slots::Slots::default(),
             last_prompt: Mutex::new(HashMap::new()),
             upstream,
             counter,

@@ -52,18 +52,20 @@ pub enum Running {
 }
 
 impl Running {
-    /// `route_extra`: TOML lines for crossbar's route table (`--crossbar-route-extra`).
+    /// `route_extra`, `host_extra`: TOML lines for crossbar's route table and each host's
+    /// (`--crossbar-route-extra`, `--pin-slots`).
     pub fn start(
         kind: Kind,
         hosts: &[Host],
         slots: usize,
         dir: &Path,
-        route_extra: &str,
+        (route_extra, host_extra): (&str, &str),
         similarity: f64,
     ) -> Result<Running, String> {
         match kind {
             Kind::Crossbar => {
-                let text = crossbar_config(hosts, slots, dir, route_extra, similarity);
+                let extra = (route_extra, host_extra);
+                let text = crossbar_config(hosts, slots, dir, extra, similarity);
                 let config = Config::from_toml(&text).map_err(|e| format!("{e}\n{text}"))?;
                 let server = Server::start(config).map_err(|e| e.to_string())?;
                 let base = format!("http://{}/bench", server.client_addr());
@@ -144,13 +146,14 @@ fn placements(server: &Server) -> String {
 }
 
 /// crossbar as an operator would set it up for these hosts: one route over all of them, the hosts'
-/// real slot counts and `slot_prompt_similarity` (as they run), a health poll every second. `route_extra` (TOML lines) ends the route's
-/// table, which is the config's last: callers may append more lines to it.
+/// real slot counts and `slot_prompt_similarity` (as they run), a health poll every second.
+/// `host_extra` (TOML lines) goes in every host's table; `route_extra` ends the route's table,
+/// which is the config's last: callers may append more lines to it.
 pub fn crossbar_config(
     hosts: &[Host],
     slots: usize,
     dir: &Path,
-    route_extra: &str,
+    (route_extra, host_extra): (&str, &str),
     similarity: f64,
 ) -> String {
     let db = dir.join("crossbar.db");
@@ -163,7 +166,7 @@ pub fn crossbar_config(
     for (i, h) in hosts.iter().enumerate() {
         let _ = write!(
             t,
-            "[hosts.h{i}]\nurl = \"{}\"\nslot_prompt_similarity = {similarity}\n\
+            "[hosts.h{i}]\nurl = \"{}\"\nslot_prompt_similarity = {similarity}\n{host_extra}\n\
              [hosts.h{i}.models.{MODEL}]\nparallel = {slots}\n",
             h.url()
         );

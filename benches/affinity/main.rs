@@ -108,7 +108,7 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF --crossbar-route-extra TOML)");
+        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots)");
         std::process::exit(2)
     });
     if opts.workload != Workload::Chat {
@@ -194,8 +194,10 @@ fn main() {
         println!("{line}");
     }
     // The committed figures are the simulated chat ones on stock hosts; other runs only print.
-    let stock =
-        opts.slots == SLOTS && opts.ctx == SLOT_CTX * SLOTS as u64 && opts.route_extra.is_empty();
+    let stock = opts.slots == SLOTS
+        && opts.ctx == SLOT_CTX * SLOTS as u64
+        && opts.route_extra.is_empty()
+        && !opts.pin_slots;
     let whole = opts.only.is_none() && opts.fronts.is_empty();
     if whole && opts.real.is_none() && opts.api == Api::Chat && stock {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -316,7 +318,14 @@ fn start_front(
         hosts,
         opts.slots,
         dir,
-        &opts.route_extra,
+        (
+            &opts.route_extra,
+            if opts.pin_slots {
+                "pin_slots = true"
+            } else {
+                ""
+            },
+        ),
         setup.similarity,
     )?;
     if let Running::Crossbar(Some(server), _) = &running {

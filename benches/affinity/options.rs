@@ -31,6 +31,8 @@ pub struct Options {
     pub ctx: u64,
     /// TOML lines appended to crossbar's `[routes.bench]` table (`--crossbar-route-extra`).
     pub route_extra: String,
+    /// crossbar's hosts pin each request to a slot (`--pin-slots`, the hosts' `pin_slots`).
+    pub pin_slots: bool,
     pub conversations: usize,
     pub turns: usize,
     /// Run only this scenario (docs are then left alone, as with `real`).
@@ -56,6 +58,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         slots: 0,
         ctx: 0,
         route_extra: String::new(),
+        pin_slots: false,
         conversations: 12,
         turns: 8,
         only: None,
@@ -87,6 +90,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
             Long("slots") => slots = Some(parser.value()?.parse::<usize>()?.max(1)),
             Long("ctx") => ctx = Some(parser.value()?.parse::<u64>()?),
             Long("crossbar-route-extra") => o.route_extra = parser.value()?.string()?,
+            Long("pin-slots") => o.pin_slots = true,
             Long("conversations") => o.conversations = parser.value()?.parse()?,
             Long("turns") => o.turns = parser.value()?.parse()?,
             // A scenario's name, or `ui-poll` for the polling UI's comparison alone.

@@ -68,7 +68,7 @@ fn one(setup: &Setup, n: usize, shape: &Shape, dir: &std::path::Path, spread: bo
         .map(|_| Host::start(setup, None))
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("cannot start a host: {e}"));
-    let mut text = crossbar_config(&hosts, setup.slots, dir, "", setup.similarity);
+    let mut text = crossbar_config(&hosts, setup.slots, dir, ("", ""), setup.similarity);
     if spread {
         // The route table is the config's last: this line belongs to it.
         text.push_str("spread_new = true\n");

@@ -60,6 +60,7 @@ pub(super) struct RawHost {
     pub(super) ctx: Option<u64>,
     pub(super) kv_tokens: Option<u64>,
     pub(super) slot_prompt_similarity: Option<f64>,
+    pub(super) pin_slots: Option<bool>,
     #[serde(default)]
     pub(super) models: BTreeMap<String, RawModel>,
 }

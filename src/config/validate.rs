@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::{RawConfig, RawHost, RawRoute};
+use super::raw::{RawConfig, RawRoute};
 use super::{parse_duration, Config, Host, Problem, Route, RESERVED_ROUTES};
 
 pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
@@ -137,11 +137,20 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         .hosts
         .into_iter()
         .map(|(name, h)| {
-            let host = validate_host(&name, h, problems);
+            let host = super::host::validate_host(&name, h, problems);
             (name, host)
         })
         .collect();
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = (hosts.values())
+        .filter(|h| h.pin_slots && h.slot_prompt_similarity == 0.0)
+        .map(|h| {
+            format!(
+                "hosts.{}.pin_slots is ignored with slot_prompt_similarity = 0: llama-server \
+                 never saves or reloads a slot asked for by id there",
+                h.name
+            )
+        })
+        .collect();
     let routes = raw
         .routes
         .into_iter()
@@ -219,98 +228,6 @@ fn socket_addr(key: &str, text: &str, problems: &mut Vec<Problem>) -> SocketAddr
     })
 }
 
-fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host {
-    let key = format!("hosts.{name}");
-    if !valid_name(name) {
-        problems.push(Problem::new(
-            &key,
-            "host names use only letters, digits, '-' and '_'",
-        ));
-    }
-    let url = match raw.url {
-        None => {
-            problems.push(Problem::new(format!("{key}.url"), "is missing"));
-            String::new()
-        }
-        Some(url) => check_url(&url).unwrap_or_else(|msg| {
-            problems.push(Problem::new(format!("{key}.url"), msg));
-            url
-        }),
-    };
-    if raw.api_key.as_ref().is_some_and(|k| k.len() > MAX_API_KEY) {
-        problems.push(Problem::new(
-            format!("{key}.api_key"),
-            format!("is longer than {MAX_API_KEY} bytes"),
-        ));
-    }
-    if raw
-        .slot_prompt_similarity
-        .is_some_and(|s| !(0.0..=1.0).contains(&s))
-    {
-        problems.push(Problem::new(
-            format!("{key}.slot_prompt_similarity"),
-            "must be from 0 to 1, as llama-server's --slot-prompt-similarity",
-        ));
-    }
-    if raw.kv_tokens == Some(0) {
-        problems.push(Problem::new(
-            format!("{key}.kv_tokens"),
-            "must be at least 1 token; leave it out to use slots x per-slot context",
-        ));
-    }
-    if raw.weight == Some(0) {
-        problems.push(Problem::new(format!("{key}.weight"), "must be at least 1"));
-    }
-    if raw.ctx == Some(0) {
-        problems.push(Problem::new(
-            format!("{key}.ctx"),
-            "must be at least 1 token",
-        ));
-    }
-    if raw.models.is_empty() {
-        problems.push(Problem::new(
-            format!("{key}.models"),
-            "the host serves no model",
-        ));
-    }
-    let mut upstream = BTreeMap::new();
-    let models = raw
-        .models
-        .into_iter()
-        .map(|(model, m)| {
-            match m.upstream {
-                Some(name) if name.is_empty() => problems.push(Problem::new(
-                    format!("{key}.models.{model}.upstream"),
-                    "is empty; leave it out to use the model's own name",
-                )),
-                Some(name) => {
-                    upstream.insert(model.clone(), name);
-                }
-                None => {}
-            }
-            let parallel = m.parallel.unwrap_or(1);
-            if parallel < 1 {
-                problems.push(Problem::new(
-                    format!("{key}.models.{model}.parallel"),
-                    format!("is {parallel}; a host has at least 1 slot"),
-                ));
-            }
-            (model, parallel.max(1) as usize)
-        })
-        .collect();
-    Host {
-        name: name.to_string(),
-        url,
-        weight: raw.weight.unwrap_or(1),
-        api_key: raw.api_key.filter(|k| !k.is_empty()),
-        ctx: raw.ctx,
-        kv_tokens: raw.kv_tokens,
-        slot_prompt_similarity: raw.slot_prompt_similarity.unwrap_or(0.10),
-        models,
-        upstream,
-    }
-}
-
 fn validate_route(
     name: &str,
     raw: RawRoute,
@@ -375,51 +292,6 @@ pub(crate) fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// Longest host URL and host `api_key`: with them, what crossbar adds to a client's head fits
-/// the upstream client's room for it (`proxy::upstream::HEAD_ROOM`).
-pub const MAX_URL: usize = 1024;
-pub const MAX_API_KEY: usize = 4096;
-
-/// Checks an upstream base URL and returns it without a trailing slash.
-pub(super) fn check_url(url: &str) -> Result<String, String> {
-    if url.len() > MAX_URL {
-        return Err(format!("is longer than {MAX_URL} bytes"));
-    }
-    let rest = match url.split_once("://") {
-        Some(("http", rest)) => rest,
-        Some(("https", _)) => {
-            return Err(format!(
-                "{url:?}: https is not supported; put llama-server on http"
-            ))
-        }
-        _ => return Err(format!("{url:?} is not an http:// URL")),
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) if !authority.ends_with(']') => (host, Some(port)),
-        _ => (authority, None),
-    };
-    if host.is_empty() || host.contains(['@', ' ', '?', '#']) {
-        return Err(format!("{url:?} has no valid host name"));
-    }
-    if let Some(port) = port {
-        if port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(format!("{url:?} has a bad port {port:?}"));
-        }
-    }
-    if rest.contains(['?', '#']) {
-        return Err(format!("{url:?} must not carry a query or fragment"));
-    }
-    let url = url.trim_end_matches('/');
-    // Clients' paths already start with /v1; a base ending in it would ask for /v1/v1/... (issue 13).
-    if let Some(base) = url.strip_suffix("/v1") {
-        return Err(format!(
-            "{url:?} ends in /v1; crossbar adds the /v1/... of each request itself: use {base:?}"
-        ));
-    }
-    Ok(url.to_string())
 }
 
 /// Whether two different listen addresses cannot both be bound: the same (non-zero) port where

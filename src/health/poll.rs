@@ -16,6 +16,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{answers, error_chain, DownReason, Health, Poll, RouterModel};
 use crate::config;
+use crate::logfmt::val;
+use crate::slots::{parse_slots, Slots};
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
 #[derive(Debug)]
@@ -98,8 +100,9 @@ pub struct Poller {
 
 impl Poller {
     /// Starts one thread per host; each polls at once, then every `interval`.
+    /// `slots`: the pinning hosts' mirror, told what `/slots` shows while a slot is in doubt.
     pub fn start(
-        health: Arc<Health>,
+        (health, slots): (Arc<Health>, Slots),
         hosts: Vec<config::Host>,
         interval: Duration,
         timeout: Duration,
@@ -109,11 +112,11 @@ impl Poller {
         let threads = hosts
             .into_iter()
             .map(|host| {
-                let (health, agent, stop_rx) =
-                    (Arc::clone(&health), agent.clone(), stop_rx.clone());
+                let watch = (Arc::clone(&health), slots.clone());
+                let (agent, stop_rx) = (agent.clone(), stop_rx.clone());
                 thread::Builder::new()
                     .name(format!("health-{}", host.name))
-                    .spawn(move || poll_loop(&health, &agent, &host, interval, &stop_rx))
+                    .spawn(move || poll_loop(&watch, &agent, &host, interval, &stop_rx))
                     .expect("spawning a health thread")
             })
             .collect();
@@ -139,7 +142,7 @@ impl Poller {
 pub const MIN_GAP: Duration = Duration::from_secs(1);
 
 fn poll_loop(
-    health: &Health,
+    (health, slots): &(Arc<Health>, Slots),
     agent: &ureq::Agent,
     host: &config::Host,
     interval: Duration,
@@ -152,6 +155,9 @@ fn poll_loop(
         let started = Instant::now();
         let poll = poll_host(agent, host);
         health.apply(&host.name, poll, unix_ms());
+        if host.pin_slots && slots.doubtful(&host.name) {
+            poll_slots(agent, host, slots);
+        }
         // The next poll is due one interval after this one started, however long it took, or a
         // second after it when a failed forward asks sooner.
         crossbeam_channel::select! {
@@ -165,6 +171,23 @@ fn poll_loop(
             }
             default(interval.saturating_sub(started.elapsed())) => {}
         }
+    }
+}
+
+/// Asks `/slots` which slots are idle, for a pinning host with a slot in doubt (`crate::slots`).
+/// A host without the endpoint (`--no-slots`) keeps its doubtful slots unpinned.
+fn poll_slots(agent: &ureq::Agent, host: &config::Host, slots: &Slots) {
+    let started = unix_ms();
+    let idle = fetch(agent, host, "/slots")
+        .map_err(|reason| reason.to_string())
+        .and_then(|body| parse_slots(&body).ok_or_else(|| "not an array of slots".to_string()));
+    match idle {
+        Ok(idle) => slots.saw(&host.name, started, &idle),
+        Err(reason) => log::debug!(
+            "/slots unread host={} reason={}",
+            val(&host.name),
+            val(&reason)
+        ),
     }
 }
 

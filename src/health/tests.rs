@@ -11,6 +11,7 @@ fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
         ctx,
         kv_tokens: None,
         slot_prompt_similarity: 0.1,
+        pin_slots: false,
         models: models.iter().map(|m| (m.to_string(), 1)).collect(),
         upstream: BTreeMap::new(),
     }

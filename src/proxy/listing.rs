@@ -225,6 +225,7 @@ mod tests {
             ctx: None,
             kv_tokens: None,
             slot_prompt_similarity: 0.1,
+            pin_slots: false,
             models: BTreeMap::from([("qwen-coder".to_string(), 1), ("chat".to_string(), 1)]),
             upstream: BTreeMap::from([("qwen-coder".to_string(), "Qwen2.5-Coder".to_string())]),
         };
@@ -251,6 +252,7 @@ mod tests {
             ctx: None,
             kv_tokens: None,
             slot_prompt_similarity: 0.1,
+            pin_slots: false,
             models: BTreeMap::from([("qwen".to_string(), 1)]),
             upstream: BTreeMap::from([("qwen".to_string(), "coder".to_string())]),
         };

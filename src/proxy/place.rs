@@ -100,9 +100,11 @@ pub(super) fn again<'c>(
     config: &'c Config,
     key: &Key,
     what: What<'_>,
-    old: Plan<'c>,
+    mut old: Plan<'c>,
     row: &mut RequestRow,
 ) -> Result<Plan<'c>, ProxyError> {
+    // The slot it was pinned to is on the host that refused: its body goes without it.
+    super::pin::unpin(&mut old);
     let Plan {
         body,
         _hold,

@@ -17,6 +17,7 @@ mod limits;
 mod listing;
 mod models;
 mod paths;
+mod pinning;
 mod placement;
 mod proxy;
 mod restart;

@@ -149,6 +149,7 @@ fn host(name: &str, url: &str) -> config::Host {
         ctx: None,
         kv_tokens: None,
         slot_prompt_similarity: 0.1,
+        pin_slots: false,
         models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
         upstream: BTreeMap::new(),
     }

@@ -22,6 +22,7 @@ pub(super) fn silent_host(name: &str) -> (TcpListener, Host) {
         ctx: None,
         kv_tokens: None,
         slot_prompt_similarity: 0.1,
+        pin_slots: false,
         models: Default::default(),
         upstream: Default::default(),
     };

@@ -31,7 +31,7 @@ fn the_poller_marks_each_bad_host_down_while_the_good_one_keeps_its_pace() {
     let health = Arc::new(Health::new(&config));
     let timeout = Duration::from_secs(1);
     let poller = Poller::start(
-        Arc::clone(&health),
+        (Arc::clone(&health), Default::default()),
         hosts,
         Duration::from_millis(25),
         timeout,
@@ -87,7 +87,12 @@ fn a_host_coming_back_from_loading_is_marked_up_by_the_next_poll() {
     let hosts = vec![host("mini", &server.url)];
     let config: BTreeMap<_, _> = hosts.iter().map(|h| (h.name.clone(), h.clone())).collect();
     let health = Arc::new(Health::new(&config));
-    let poller = Poller::start(Arc::clone(&health), hosts, Duration::from_millis(10), BOUND);
+    let poller = Poller::start(
+        (Arc::clone(&health), Default::default()),
+        hosts,
+        Duration::from_millis(10),
+        BOUND,
+    );
     crate::testwait::until("mini to be loading", || {
         health.get("mini").unwrap().reason.map(|r| r.kind()) == Some("loading")
     });

@@ -1,0 +1,86 @@
+//! A request's slot on a host with `pin_slots` (`crate::slots`): taken once the request has its
+//! limiter slot, named in the body as `id_slot`, its end told with what the host counted.
+
+use std::ops::Range;
+
+use crate::api::Api;
+use crate::lease::Key;
+use crate::slots::{self, Counted, Taken, Want};
+use crate::state::Gateway;
+use crate::store::{unix_ms, RequestRow};
+
+use super::{LeaseUse, Plan};
+
+/// A request's place on a pinning host, and where its `id_slot` sits in the body when pinned.
+#[derive(Debug)]
+pub(super) struct Pinned {
+    taken: Taken,
+    at: Option<Range<usize>>,
+}
+
+/// Takes the request of `plan` a slot when its host pins (with similarity on: without it
+/// llama-server never reloads a slot asked for by id; not a router, whose model swaps the mirror
+/// cannot see), or a place among the unpinned when it cannot be pinned: an API whose `id_slot`
+/// llama-server drops (Messages) or that takes no lease (embeddings), a body naming its own slot.
+pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
+    let host = plan.host;
+    let status = gw.health.get(&host.name);
+    let router = status.as_ref().is_some_and(|s| s.router);
+    if !host.pin_slots || host.slot_prompt_similarity == 0.0 || router {
+        return;
+    }
+    // Slot ids past the host's own wrap around onto busy slots: only those `/props` reports.
+    let parallel = host.models.get(&plan.model).copied().unwrap_or(1);
+    let total = status.and_then(|s| s.total_slots).map_or(0, |t| t as usize);
+    let count = parallel.min(total);
+    let api = matches!(plan.api, Api::Chat | Api::Completion | Api::Responses);
+    let pinnable = api && count > 0 && !key.fp.is_empty() && slots::pinnable(&plan.body);
+    let want = pinnable.then(|| Want {
+        conversation: slots::conversation(&key.fp),
+        family: plan.family.map(|f| f.id),
+        family_bytes: plan.family.map_or(0, |f| f.bytes),
+        first_turn: plan.lease == LeaseUse::New,
+        bytes: plan.body.len() as u64,
+    });
+    let now = unix_ms(std::time::SystemTime::now());
+    // (Until `/props` says, the mirror keeps the configured count: a request only counts there.)
+    let mirrored = if count > 0 { count } else { parallel };
+    let taken = (gw.slots).take((&host.name, &plan.model), mirrored, want.as_ref(), now);
+    let at = taken
+        .index()
+        .and_then(|index| slots::insert_id(&mut plan.body, index));
+    match taken.index() {
+        Some(index) => log::debug!("pinned slot={index} host={}", host.name),
+        // A slot in doubt is cleared by a `/slots` poll: one now, not an interval later.
+        None if want.is_some() && gw.slots.doubtful(&host.name) => gw.health.poke(&host.name),
+        None => {}
+    }
+    plan.pin = Some(Pinned { taken, at });
+}
+
+/// The request ended with its answer's end (the host has freed the slot): what it counted, from
+/// the row of an answer that said.
+pub(super) fn finish(plan: &Plan<'_>, row: &RequestRow) {
+    if let Some(pinned) = &plan.pin {
+        let tokens = |t: Option<i64>| t.and_then(|t| u64::try_from(t).ok());
+        let counted = match (tokens(row.prompt_tokens), tokens(row.completion_tokens)) {
+            (Some(prompt), completion) if row.err.is_empty() => Some(Counted {
+                prompt,
+                completion: completion.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        pinned.taken.finish(counted);
+    }
+}
+
+/// The body as it was before [`pin`], for a request placed again elsewhere after its host
+/// refused the connection (nothing started there: its end is told, not left in doubt).
+pub(super) fn unpin(plan: &mut Plan<'_>) {
+    if let Some(Pinned { taken, at }) = plan.pin.take() {
+        taken.finish(None);
+        if let Some(at) = at {
+            slots::remove_id(&mut plan.body, at);
+        }
+    }
+}

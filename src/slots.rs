@@ -1,0 +1,380 @@
+//! Slot pinning (a host's `pin_slots`, off by default): which of a host's slots each request
+//! takes, sent to llama-server as the request's `id_slot`.
+//!
+//! Left to itself llama-server (b11434, `get_available_slot`) gives a request the idle slot whose
+//! cached prompt shares the longest prefix with it, above `--slot-prompt-similarity`. A
+//! conversation whose own slot went to someone else while it thought therefore lands on a
+//! *sibling's* slot (one sharing its system prompt), and since more than half of that slot
+//! survives, llama-server neither saves the sibling's state to its RAM cache nor reloads the
+//! conversation's own from there: the conversation prefills its history again, and the sibling,
+//! back next, does the same to it. Two siblings on one host wipe each other turn after turn.
+//!
+//! A slot asked for by id goes through the same check on that slot alone: one sharing little with
+//! the prompt (similarity 0) is saved and the RAM cache searched for a better state, as a slot
+//! chosen by least recent use always is. crossbar knows which conversation each slot last
+//! served, so it sends a returning conversation whose own slot is gone to a slot whose occupant
+//! gets saved — and its own history comes back from RAM.
+//!
+//! The mirror is exact about which slot each pinned request took; what the slot holds is
+//! crossbar's belief: a request that went unpinned may have changed it. A wrong belief costs a
+//! prefill. Which slots are *busy* must never be wrong: on b11434 a request pinned to a busy slot
+//! waits for it, but first saves and reloads that slot's state under the generation running
+//! there, and corrupts it. So a slot is free in the mirror only once its request ended with its
+//! answer's end (llama-server releases a slot before that end goes out); one whose request ended
+//! early (its client left, the host broke off) is in doubt — llama-server may still be generating
+//! there — until a `/slots` poll started after it shows it idle (`saw`); and nothing is pinned
+//! while a request crossbar could not pin (Messages, embeddings, a client's own `id_slot`) is in
+//! flight on the host, since llama-server chose its slot. One left early makes every slot not
+//! busy in doubt. crossbar must be the host's only client. With similarity off
+//! llama-server never saves or reloads a slot asked for by id, so pinning stays off there
+//! (`config` warns); it assumes the RAM cache (`--cache-ram`, on by default) and no unified KV
+//! (an explicit `-np`: with unified KV idle slots are cleared, and an empty slot asked for by id
+//! reloads nothing).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+mod body;
+mod pick;
+mod seen;
+
+pub use body::{insert_id, pinnable, remove_id};
+pub(crate) use pick::choose;
+pub use seen::{parse_slots, MAX_SLOTS_ANSWER};
+
+/// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
+/// the mirror starts over, which costs nothing but a few better placements.
+const MAX_PAIRS: usize = 1024;
+/// Most slots mirrored per host+model.
+pub const MAX_SLOTS: usize = 256;
+
+/// What crossbar believes each pinning host's slots hold. Cheap to share.
+#[derive(Debug, Default, Clone)]
+pub struct Slots {
+    table: Arc<Mutex<Table>>,
+}
+
+/// Invariants: `pairs.len() <= MAX_PAIRS`, every pair's `slots` at most `MAX_SLOTS` long; `tick`
+/// grows on every take and end, so a smaller `last_used` is a less recent use.
+#[derive(Debug, Default)]
+struct Table {
+    pairs: HashMap<(String, String), Pair>,
+    tick: u64,
+}
+
+#[derive(Debug, Default)]
+struct Pair {
+    slots: Vec<Slot>,
+    /// Requests in flight there that crossbar did not pin: while any is, it pins nothing.
+    unpinned: usize,
+    /// Prompt tokens the host counted for request bodies of `bytes` bytes, to size a family in
+    /// its tokens (a body's bytes ÷ 4 undercounts by half on the tiny test model's tokenizer).
+    tokens: u64,
+    bytes: u64,
+}
+
+impl Pair {
+    /// `bytes` of a request body in the host's tokens, by what it counted so far (÷ 4 before).
+    fn tokens_of(&self, bytes: u64) -> u64 {
+        if self.bytes == 0 {
+            return bytes / 4;
+        }
+        (u128::from(bytes) * u128::from(self.tokens) / u128::from(self.bytes)) as u64
+    }
+
+    /// The host counted `tokens` prompt tokens for a body of `bytes` bytes. Halved past a GiB,
+    /// so the measure follows the traffic.
+    fn counted(&mut self, tokens: u64, bytes: u64) {
+        self.tokens = self.tokens.saturating_add(tokens);
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > 1 << 30 {
+            (self.tokens, self.bytes) = (self.tokens / 2, self.bytes / 2);
+        }
+    }
+}
+
+/// One slot as crossbar last left it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Slot {
+    /// The conversation it last served (`None`: not known since crossbar started).
+    pub(crate) holder: Option<u64>,
+    pub(crate) family: Option<u32>,
+    /// Tokens it holds: the last request's prompt plus completion (its prompt estimate until it
+    /// is answered).
+    pub(crate) tokens: u64,
+    pub(crate) busy: bool,
+    /// Since when (unix ms) llama-server may still be busy there: a request ended early. Never
+    /// pinned until a `/slots` poll started later shows it idle.
+    pub(crate) doubtful_since: Option<i64>,
+    /// Its state is in the host's RAM cache: llama-server's `--cache-idle-slots` (on with the
+    /// RAM cache) copies every idle slot there each time a task starts.
+    pub(crate) saved: bool,
+    pub(crate) last_used: u64,
+}
+
+impl Slot {
+    /// Holding nothing known, in doubt since `now`.
+    fn doubtful(now: i64) -> Slot {
+        Slot {
+            doubtful_since: Some(now),
+            ..Slot::default()
+        }
+    }
+
+    fn free(&self) -> bool {
+        !self.busy && self.doubtful_since.is_none()
+    }
+}
+
+/// The request a slot is wanted for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Want {
+    /// [`conversation`] of its lease key.
+    pub conversation: u64,
+    pub family: Option<u32>,
+    /// Bytes of its family preamble, 0 without a family.
+    pub family_bytes: u64,
+    /// Its conversation is new on this host: no history of its own to get back.
+    pub first_turn: bool,
+    /// Bytes of its body.
+    pub bytes: u64,
+}
+
+/// What the host counted for a request answered whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+/// A conversation's id in the mirror, from its lease fingerprint.
+pub fn conversation(fp: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    fp.hash(&mut h);
+    h.finish()
+}
+
+impl Slots {
+    /// The slot of `host`+`model` (which has `count` slots) for `want` — a request crossbar can
+    /// pin — or, when it cannot (`None`) or no slot is surely free, its place among the
+    /// unpinned. Either way the request's end must be told ([`Taken::finish`]); dropped
+    /// without, it ended early. `now` is unix ms.
+    pub fn take(
+        &self,
+        (host, model): (&str, &str),
+        count: usize,
+        want: Option<&Want>,
+        now: i64,
+    ) -> Taken {
+        let count = count.clamp(1, MAX_SLOTS);
+        let mut table = self.table.lock();
+        let key = (host.to_string(), model.to_string());
+        if !table.pairs.contains_key(&key) && table.pairs.len() >= MAX_PAIRS {
+            table.pairs.clear();
+        }
+        table.tick += 1;
+        let tick = table.tick;
+        let pair = table.pairs.entry(key.clone()).or_default();
+        if pair.slots.len() != count {
+            // New, or the host's slot count changed (a config reload): nothing known holds, and
+            // nothing is surely free until a poll says so.
+            // (At start too: a crossbar before this one may have left a generation running.)
+            pair.slots = vec![Slot::doubtful(now); count];
+        }
+        let at = want.filter(|_| pair.unpinned == 0).and_then(|want| {
+            let family_tokens = pair.tokens_of(want.family_bytes);
+            Some((want, choose(&pair.slots, want, family_tokens)?))
+        });
+        let end = End {
+            table: self.table.clone(),
+            key,
+            done: Cell::new(false),
+        };
+        let Some((want, at)) = at else {
+            pair.unpinned += 1;
+            return Taken::Unpinned(end);
+        };
+        // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
+        for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
+            slot.saved = true;
+        }
+        pair.slots[at] = Slot {
+            holder: Some(want.conversation),
+            family: want.family,
+            tokens: pair.tokens_of(want.bytes),
+            busy: true,
+            doubtful_since: None,
+            saved: false,
+            last_used: tick,
+        };
+        Taken::Pinned(Pin {
+            end,
+            at,
+            bytes: want.bytes,
+        })
+    }
+
+    /// Makes the mirror of every pinning host's models that has none yet, every slot in doubt
+    /// from `now` until the poller's first `/slots` (it polls as it starts).
+    pub fn prepare(&self, hosts: &[&crate::config::Host], now: i64) {
+        let mut table = self.table.lock();
+        for host in hosts.iter().filter(|h| h.pin_slots) {
+            for (model, &count) in &host.models {
+                if table.pairs.len() >= MAX_PAIRS {
+                    return;
+                }
+                let key = (host.name.clone(), model.clone());
+                table.pairs.entry(key).or_insert_with(|| Pair {
+                    slots: vec![Slot::doubtful(now); count.clamp(1, MAX_SLOTS)],
+                    ..Pair::default()
+                });
+            }
+        }
+    }
+
+    /// A `/slots` poll of `host` that started at `started` (unix ms) saw the slots `idle` (by id)
+    /// idle: those in doubt since before it are free again.
+    pub fn saw(&self, host: &str, started: i64, idle: &[usize]) {
+        let mut table = self.table.lock();
+        for (_, pair) in table.pairs.iter_mut().filter(|((h, _), _)| h == host) {
+            for &id in idle {
+                if let Some(slot) = pair.slots.get_mut(id) {
+                    if slot.doubtful_since.is_some_and(|since| since < started) {
+                        slot.doubtful_since = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether any slot of `host` is in doubt (its poller then asks `/slots`).
+    pub fn doubtful(&self, host: &str) -> bool {
+        let table = self.table.lock();
+        (table.pairs.iter())
+            .filter(|((h, _), _)| h == host)
+            .any(|(_, pair)| pair.slots.iter().any(|s| s.doubtful_since.is_some()))
+    }
+
+    /// The mirror of `host`+`model`, for tests.
+    #[cfg(test)]
+    pub(crate) fn of(&self, host: &str, model: &str) -> Vec<Slot> {
+        let key = (host.to_string(), model.to_string());
+        let table = self.table.lock();
+        table
+            .pairs
+            .get(&key)
+            .map(|p| p.slots.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// What a request on a pinning host got: a slot, or a place among the unpinned.
+#[derive(Debug)]
+pub enum Taken {
+    Pinned(Pin),
+    Unpinned(End),
+}
+
+impl Taken {
+    /// The request ended with its answer's end: its slot is free, holding what the host
+    /// `counted` when the answer said. Only the first call counts; a drop without one is an
+    /// early end.
+    pub fn finish(&self, counted: Option<Counted>) {
+        match self {
+            Taken::Pinned(pin) => pin.finish(counted),
+            Taken::Unpinned(end) => end.close(|pair, _| pair.unpinned -= 1),
+        }
+    }
+
+    /// The slot's id, when pinned.
+    pub fn index(&self) -> Option<usize> {
+        match self {
+            Taken::Pinned(pin) => Some(pin.at),
+            Taken::Unpinned(_) => None,
+        }
+    }
+}
+
+/// A slot held for one request.
+#[derive(Debug)]
+pub struct Pin {
+    end: End,
+    at: usize,
+    /// Its body's bytes.
+    bytes: u64,
+}
+
+impl Pin {
+    fn finish(&self, counted: Option<Counted>) {
+        let (at, bytes) = (self.at, self.bytes);
+        self.end.close(|pair, tick| {
+            if let Some(c) = counted {
+                pair.counted(c.prompt, bytes);
+            }
+            if let Some(slot) = pair.slots.get_mut(at) {
+                slot.busy = false;
+                slot.last_used = tick;
+                if let Some(c) = counted {
+                    slot.tokens = c.prompt.saturating_add(c.completion);
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let at = self.at;
+        let now = crate::store::unix_ms(std::time::SystemTime::now());
+        self.end.close(|pair, tick| {
+            if let Some(slot) = pair.slots.get_mut(at) {
+                (slot.busy, slot.last_used) = (false, tick);
+                slot.doubtful_since = Some(now);
+            }
+        });
+    }
+}
+
+/// The end of one request on a pinning host, told once.
+#[derive(Debug)]
+pub struct End {
+    table: Arc<Mutex<Table>>,
+    key: (String, String),
+    done: Cell<bool>,
+}
+
+impl End {
+    /// Runs `f` on the request's pair (with a fresh tick) unless its end was told already.
+    fn close(&self, f: impl FnOnce(&mut Pair, u64)) {
+        if self.done.replace(true) {
+            return;
+        }
+        let mut table = self.table.lock();
+        table.tick += 1;
+        let tick = table.tick;
+        if let Some(pair) = table.pairs.get_mut(&self.key) {
+            f(pair, tick);
+        }
+    }
+}
+
+impl Drop for End {
+    /// An unpinned request that ended early: llama-server chose its slot and may still be busy
+    /// there, so every slot not busy here is in doubt. (A pin's own drop ran first.)
+    fn drop(&mut self) {
+        let now = crate::store::unix_ms(std::time::SystemTime::now());
+        self.close(|pair, _| {
+            pair.unpinned = pair.unpinned.saturating_sub(1);
+            for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
+                slot.doubtful_since.get_or_insert(now);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

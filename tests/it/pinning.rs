@@ -1,0 +1,153 @@
+//! A host's `pin_slots`: crossbar names the slot of each request (`id_slot`), so that a
+//! conversation whose slot went to a sibling gets its history back from the host's RAM cache
+//! instead of taking its sibling's slot and prefilling it again.
+
+use serde_json::{json, Value};
+
+use crossbar::sim::SimConfig;
+
+use crate::support::{host, wait_until, Harness, HostSpec};
+
+const CHAT: &str = "/projA/v1/chat/completions";
+
+/// A turn of a conversation on `system`: its task, then `turns` earlier exchanges.
+fn turn(system: &str, task: &str, turns: usize) -> Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": task}),
+    ];
+    for i in 0..turns {
+        messages.push(json!({"role": "assistant", "content": format!("step {i} of {task} done")}));
+        messages.push(json!({"role": "user", "content": format!("output {i} of {task}")}));
+    }
+    json!({"model": "m", "messages": messages, "max_tokens": 4})
+}
+
+/// One host, two slots, llama-server's default similarity, a RAM cache; `pin_slots` or not.
+fn one_host(pin: bool) -> HostSpec {
+    HostSpec {
+        sim: SimConfig {
+            slots: 2,
+            ram_cache_tokens: 100_000,
+            ..SimConfig::default()
+        },
+        config: if pin { "pin_slots = true" } else { "" },
+        ..host("a", 2)
+    }
+}
+
+/// crossbar in front of [`one_host`], once its first `/slots` poll has cleared the doubt every
+/// slot starts in (a crossbar before it may have left a generation running).
+fn started(pin: bool) -> Harness {
+    let h = Harness::start(vec![one_host(pin)], "");
+    let gw = h.server().gateway().clone();
+    wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
+    h
+}
+
+/// The host's `cache_n` for an answer: prompt tokens it did not prefill.
+fn cached(answer: &crate::support::Answer) -> u64 {
+    answer.json()["timings"]["cache_n"]
+        .as_u64()
+        .expect("timings")
+}
+
+/// `a` starts, an unrelated conversation takes the other slot, `a`'s sibling `b` starts (and
+/// takes `a`'s slot, its prefix being there), then `a` comes back: the `cache_n` of that turn.
+fn returning_turn(pin: bool) -> (u64, Vec<Option<i64>>) {
+    let h = started(pin);
+    let coder = "You are the coder. Use read_file and run_tests with care. ".repeat(40);
+    // A's task is its own history beyond the shared prompt: about 100 tokens.
+    let task = "Fix the parser: it fails on nested quotes in the config. ".repeat(7);
+    for body in [
+        turn(&coder, &task, 0),
+        turn("You are a poet.", "a poem about rain", 0),
+        turn(&coder, "write the docs", 0),
+    ] {
+        let answer = h.post(CHAT, &body);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let back = h.post(CHAT, &turn(&coder, &task, 1));
+    assert_eq!(back.status, 200, "{}", back.text());
+    let slots = (h.sim("a").requests().iter())
+        .filter(|r| r.path.ends_with("/chat/completions"))
+        .map(|r| serde_json::from_slice::<Value>(&r.body).expect("json")["id_slot"].as_i64())
+        .collect();
+    (cached(&back), slots)
+}
+
+#[test]
+fn a_conversation_whose_slot_went_to_a_sibling_gets_its_history_back_from_ram() {
+    let (unpinned, sent) = returning_turn(false);
+    assert_eq!(
+        sent,
+        [None, None, None, None],
+        "nothing named without pin_slots"
+    );
+    let (pinned, sent) = returning_turn(true);
+    // a on 0, the poem on 1, b on a's slot (its prefix is there, and a's copy is in RAM), a
+    // back on the poem's slot: the poem is saved and a's history reloaded.
+    assert_eq!(sent, [Some(0), Some(1), Some(0), Some(1)]);
+    assert!(
+        pinned > unpinned + 90,
+        "pinned: {pinned} tokens cached, left to the host: {unpinned} (the shared prefix only)"
+    );
+}
+
+#[test]
+fn a_client_that_names_its_slot_keeps_it_and_a_messages_request_goes_unpinned() {
+    let h = started(true);
+    let mut body = turn("You are the coder.", "fix it", 0);
+    body["id_slot"] = json!(1);
+    assert_eq!(h.post(CHAT, &body).status, 200);
+    let messages = json!({"model": "m", "max_tokens": 4, "system": "You are the coder.",
+        "messages": [{"role": "user", "content": "fix it"}]});
+    assert_eq!(h.post("/projA/v1/messages", &messages).status, 200);
+    let seen: Vec<Value> = (h.sim("a").requests().iter())
+        .filter(|r| r.method == "POST")
+        .map(|r| serde_json::from_slice(&r.body).expect("json"))
+        .collect();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0]["id_slot"], 1);
+    assert!(seen[1].get("id_slot").is_none(), "{}", seen[1]);
+}
+
+/// The attack on pinning: a client leaves mid-answer. llama-server may still be generating in
+/// its slot, and a request pinned there would have a state reloaded under that generation
+/// (b11434). The slot is in doubt: the next request goes to the other slot, and only a
+/// `/slots` poll that sees it idle frees it again.
+#[test]
+fn a_slot_left_mid_answer_is_not_pinned_again_until_the_host_shows_it_idle() {
+    let h = started(true);
+    let sim = h.sim("a");
+    let gw = h.server().gateway().clone();
+    sim.set_lockstep(true);
+    let mut conn = crate::support::Conn::open(h.addr());
+    let mut body = turn("You are the coder.", "going away", 0);
+    (body["stream"], body["max_tokens"]) = (true.into(), 10_000.into());
+    conn.send("POST", CHAT, &[], body.to_string().as_bytes());
+    sim.release(1);
+    conn.read_head();
+    conn.read_chunk().expect("a first event");
+    drop(conn);
+    wait_until("crossbar records the client gone", || {
+        h.rows().iter().any(|r| r.status == 499)
+    });
+    assert!(gw.slots.doubtful("a"));
+    sim.set_lockstep(false);
+    // Its own slot, were it free, is where its next turn would go.
+    let next = h.post(CHAT, &turn("You are the coder.", "going away", 1));
+    assert_eq!(next.status, 200, "{}", next.text());
+    let pinned: Vec<Option<i64>> = (sim.requests().iter())
+        .filter(|r| r.method == "POST")
+        .map(|r| serde_json::from_slice::<Value>(&r.body).expect("json")["id_slot"].as_i64())
+        .collect();
+    assert_eq!(pinned.len(), 2);
+    assert_eq!(next.header("X-Crossbar-Lease"), Some("reused"));
+    assert_ne!(pinned[1], pinned[0], "not the slot left mid-answer");
+    assert!(pinned[1].is_some());
+    gw.health.poke("a");
+    wait_until("a /slots poll sees the slot idle", || {
+        !gw.slots.doubtful("a")
+    });
+}
