@@ -151,3 +151,22 @@ fn a_slot_left_mid_answer_is_not_pinned_again_until_the_host_shows_it_idle() {
         !gw.slots.doubtful("a")
     });
 }
+
+#[test]
+fn pin_slots_is_off_by_default_checked_as_a_bool_and_a_warning_with_similarity_off() {
+    let base = "listen = \"127.0.0.1:8080\"\n[hosts.a]\nurl = \"http://127.0.0.1:9\"\n\
+                PIN[hosts.a.models.m]\nparallel = 2\n[routes.r]\nhosts = [\"a\"]\nmodel = \"m\"\n";
+    let config = |pin: &str| crossbar::config::Config::from_toml(&base.replace("PIN", pin));
+    let plain = config("").expect("valid");
+    assert!(!plain.hosts["a"].pin_slots && plain.warnings.is_empty());
+    let on = config("pin_slots = true\n").expect("valid");
+    assert!(on.hosts["a"].pin_slots && on.warnings.is_empty());
+    let off = config("pin_slots = true\nslot_prompt_similarity = 0\n").expect("valid");
+    assert_eq!(off.warnings.len(), 1, "{:?}", off.warnings);
+    assert!(
+        off.warnings[0].starts_with("hosts.a.pin_slots is ignored with slot_prompt_similarity = 0")
+    );
+    let err = config("pin_slots = \"yes\"\n").expect_err("not a bool");
+    let text = format!("{err}");
+    assert!(text.contains("hosts.a.pin_slots"), "{text}");
+}
