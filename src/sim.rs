@@ -183,6 +183,10 @@ pub struct SimStats {
     pub predicted_n: u64,
     /// Answers abandoned because the client went away.
     pub cancelled: u64,
+    /// Requests whose `id_slot` named a busy slot. They wait here; on b11434 the slot's state is
+    /// reloaded under the running generation first, corrupting that answer: a gateway that pins
+    /// must keep this at 0.
+    pub pinned_busy: u64,
 }
 
 /// Requests kept for [`Sim::requests`]; older ones are dropped (long benchmark runs).

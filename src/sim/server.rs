@@ -199,6 +199,7 @@ impl Shared {
     ) -> Option<SlotLease<'_>> {
         let model = model.filter(|_| self.router.is_some());
         let mut p = self.pool.lock();
+        let mut waited = false;
         loop {
             if p.closed {
                 return None;
@@ -213,6 +214,10 @@ impl Shared {
                     done: false,
                 });
             }
+            if pinned.is_some() && !waited {
+                self.record.lock().stats.pinned_busy += 1;
+            }
+            waited = true;
             self.pool_cv.wait(&mut p);
         }
     }
