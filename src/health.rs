@@ -170,6 +170,13 @@ impl Health {
         self.inner.lock().hosts.get(host).map(|e| e.status.clone())
     }
 
+    /// The slots `/props` reports for a single-model host; `None` for a router, or while unknown.
+    pub fn own_slots(&self, host: &str) -> Option<u64> {
+        let inner = self.inner.lock();
+        let status = &inner.hosts.get(host)?.status;
+        status.total_slots.filter(|_| !status.router)
+    }
+
     /// False for a host that is down or unknown.
     pub fn healthy(&self, host: &str) -> bool {
         self.inner

@@ -19,20 +19,20 @@ pub(super) struct Pinned {
 }
 
 /// Takes the request of `plan` a slot when its host pins (with similarity on: without it
-/// llama-server never reloads a slot asked for by id; not a router, whose model swaps the mirror
-/// cannot see), or a place among the unpinned when it cannot be pinned: an API whose `id_slot`
-/// llama-server drops (Messages) or that takes no lease (embeddings), a body naming its own slot.
+/// llama-server never reloads a slot asked for by id), or a place among the unpinned when it
+/// cannot be pinned: a host whose slots `/props` has not told (or a router), an API whose
+/// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body naming
+/// its own slot.
 pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let host = plan.host;
-    let status = gw.health.get(&host.name);
-    let router = status.as_ref().is_some_and(|s| s.router);
-    if !host.pin_slots || host.slot_prompt_similarity == 0.0 || router {
+    if !host.pin_slots || host.slot_prompt_similarity == 0.0 {
         return;
     }
-    // Slot ids past the host's own wrap around onto busy slots: only those `/props` reports.
+    // Slot ids past the host's own wrap around onto busy slots: only those `/props` reports
+    // (none for a router, whose model swaps empty its slots unseen).
     let parallel = host.models.get(&plan.model).copied().unwrap_or(1);
-    let total = status.and_then(|s| s.total_slots).map_or(0, |t| t as usize);
-    let count = parallel.min(total);
+    let own = gw.health.own_slots(&host.name).unwrap_or(0);
+    let count = parallel.min(usize::try_from(own).unwrap_or(usize::MAX));
     let api = matches!(plan.api, Api::Chat | Api::Completion | Api::Responses);
     let pinnable = api && count > 0 && !key.fp.is_empty() && slots::pinnable(&plan.body);
     let want = pinnable.then(|| Want {

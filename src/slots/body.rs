@@ -11,13 +11,13 @@ pub fn pinnable(body: &[u8]) -> bool {
 
 const ID: &[u8] = b"\"id_slot\"";
 
-/// `body` with `"id_slot":at` as its first member, and the range it took; `None` when it is not
-/// [`pinnable`].
+/// `body`, which [`pinnable`] accepted, with `"id_slot":at` as its first member, and the range it
+/// took; `None` when it does not open an object.
 pub fn insert_id(body: &mut Vec<u8>, at: usize) -> Option<Range<usize>> {
-    if !pinnable(body) {
+    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    if body[open] != b'{' {
         return None;
     }
-    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
     let rest = &body[open + 1..];
     let empty = rest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
     let member = format!("\"id_slot\":{at}{}", if empty { "" } else { "," });

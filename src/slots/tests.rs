@@ -245,14 +245,12 @@ fn id_slot_goes_first_in_the_body_and_comes_out_again() {
         ("", None),
     ];
     for (body, expected) in cases {
-        let mut out = body.as_bytes().to_vec();
-        let range = insert_id(&mut out, 3);
-        assert_eq!(range.is_some(), expected.is_some(), "{body:?}");
         assert_eq!(pinnable(body.as_bytes()), expected.is_some(), "{body:?}");
-        let Some(range) = range else {
-            assert_eq!(out, body.as_bytes(), "untouched");
+        if expected.is_none() {
             continue;
-        };
+        }
+        let mut out = body.as_bytes().to_vec();
+        let range = insert_id(&mut out, 3).unwrap_or_else(|| panic!("{body:?} not pinned"));
         assert_eq!(String::from_utf8_lossy(&out), expected.unwrap_or_default());
         remove_id(&mut out, range);
         assert_eq!(out, body.as_bytes());
