@@ -56,6 +56,8 @@ struct Inner {
     recent: BTreeMap<String, recent::Window>,
     /// Per API (`crate::api::Api::name`, `-` before the API is known): requests and tokens.
     apis: BTreeMap<String, ApiTotals>,
+    /// Host with `pin_slots` → requests sent with a slot crossbar chose, and without one.
+    slot_pins: BTreeMap<String, [u64; 2]>,
 }
 
 /// A map by (route, host), nested so that a request finds its entry by `&str`: a key is
@@ -227,6 +229,13 @@ impl Metrics {
         *(self.inner.lock().forward_failures)
             .entry((against, kind))
             .or_default() += 1;
+    }
+
+    /// A request to a host with `pin_slots` went with a slot crossbar chose (`pinned`) or without.
+    pub fn observe_slot_pin(&self, host: &str, pinned: bool) {
+        let mut inner = self.inner.lock();
+        let counts = at(&mut inner.slot_pins, host, || [0, 0]);
+        counts[usize::from(!pinned)] += 1;
     }
 
     pub fn observe_row_lost(&self) {

@@ -138,6 +138,18 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_slot_pins_total",
+            "counter",
+            "Requests to a host with pin_slots sent with a slot crossbar chose (pinned=yes) or left to the host (a slot in doubt, none free, a request crossbar could not pin).",
+        );
+        for (host, counts) in &inner.slot_pins {
+            for (pinned, n) in ["yes", "no"].into_iter().zip(counts) {
+                let labels = labels(&[("host", host), ("pinned", pinned)]);
+                let _ = writeln!(out, "crossbar_slot_pins_total{labels} {n}");
+            }
+        }
+        header(
+            &mut out,
             "crossbar_host_transitions_total",
             "counter",
             "Hosts going down or up, by why (a down reason's kind, request failures, polls).",

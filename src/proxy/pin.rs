@@ -49,6 +49,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let at = taken
         .index()
         .and_then(|index| slots::insert_id(&mut plan.body, index));
+    gw.metrics.observe_slot_pin(&host.name, at.is_some());
     match taken.index() {
         Some(index) => log::debug!("pinned slot={index} host={}", host.name),
         // A slot in doubt is cleared by a `/slots` poll: one now, not an interval later.

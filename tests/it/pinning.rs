@@ -73,6 +73,9 @@ fn returning_turn(pin: bool) -> (u64, Vec<Option<i64>>) {
         .filter(|r| r.path.ends_with("/chat/completions"))
         .map(|r| serde_json::from_slice::<Value>(&r.body).expect("json")["id_slot"].as_i64())
         .collect();
+    let metrics = crate::support::request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
+    let pins = r#"crossbar_slot_pins_total{host="a",pinned="yes"} 4"#;
+    assert_eq!(metrics.text().contains(pins), pin, "{}", metrics.text());
     (cached(&back), slots)
 }
 
@@ -103,6 +106,9 @@ fn a_client_that_names_its_slot_keeps_it_and_a_messages_request_goes_unpinned() 
     let messages = json!({"model": "m", "max_tokens": 4, "system": "You are the coder.",
         "messages": [{"role": "user", "content": "fix it"}]});
     assert_eq!(h.post("/projA/v1/messages", &messages).status, 200);
+    let metrics = crate::support::request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
+    let unpinned = r#"crossbar_slot_pins_total{host="a",pinned="no"} 2"#;
+    assert!(metrics.text().contains(unpinned), "{}", metrics.text());
     let seen: Vec<Value> = (h.sim("a").requests().iter())
         .filter(|r| r.method == "POST")
         .map(|r| serde_json::from_slice(&r.body).expect("json"))
