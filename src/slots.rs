@@ -194,14 +194,14 @@ impl Slots {
             key,
             done: Cell::new(false),
         };
-        // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
-        for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
-            slot.saved = true;
-        }
         let Some((want, at)) = at else {
             pair.unpinned += 1;
             return Taken::Unpinned(end);
         };
+        // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
+        for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
+            slot.saved = true;
+        }
         pair.slots[at] = Slot {
             holder: Some(want.conversation),
             family: want.family,
