@@ -44,7 +44,7 @@ mod seen;
 
 pub use body::{insert_id, pinnable, remove_id};
 pub(crate) use pick::choose;
-pub use seen::{parse_slots, MAX_SLOTS_ANSWER};
+pub use seen::parse_slots;
 
 /// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
 /// the mirror starts over, which costs nothing but a few better placements.

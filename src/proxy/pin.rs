@@ -52,7 +52,8 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     gw.metrics.observe_slot_pin(&host.name, at.is_some());
     match taken.index() {
         Some(index) => log::debug!("pinned slot={index} host={}", host.name),
-        // A slot in doubt is cleared by a `/slots` poll: one now, not an interval later.
+        // A slot in doubt is cleared by a `/slots` poll: one as soon as the poller may (a second
+        // after its last), not an interval later.
         None if want.is_some() && gw.slots.doubtful(&host.name) => gw.health.poke(&host.name),
         None => {}
     }

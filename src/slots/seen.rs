@@ -1,6 +1,7 @@
 //! Reading llama-server's `/slots` answer — an array of slot objects, `id` and `is_processing`
 //! among their fields — for the slots it shows idle. The host is hostile until checked: each
-//! entry is read alone (the rest of it skipped unbuilt), and at most `MAX_SLOTS` ids are kept.
+//! entry is read alone (the rest of it skipped unbuilt), and at most `MAX_SLOTS` ids are kept;
+//! the answer itself is bounded by the health poller's read limit.
 
 use std::fmt;
 
@@ -9,9 +10,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::MAX_SLOTS;
-
-/// Largest `/slots` answer read (each slot's entry carries its sampling parameters: a few KiB).
-pub const MAX_SLOTS_ANSWER: u64 = 4 << 20;
 
 /// The ids of the slots a `/slots` answer shows idle; `None` when it is not a JSON array.
 /// Entries that do not say both fields are skipped.
