@@ -4,6 +4,7 @@
 use super::*;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Barrier;
 use std::thread;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -396,10 +397,14 @@ fn a_request_on_its_way_is_counted_once_as_it_enters() {
     let lim = Arc::new(configured(REQUESTERS, LONG));
     let on_way = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
+    // Everyone starts together: a reader scheduled late on a busy machine would otherwise find
+    // the requesters finished and read nothing.
+    let start = Arc::new(Barrier::new(REQUESTERS + 1));
     let requesters: Vec<_> = (0..REQUESTERS)
         .map(|_| {
-            let (lim, on_way) = (lim.clone(), on_way.clone());
+            let (lim, on_way, start) = (lim.clone(), on_way.clone(), start.clone());
             thread::spawn(move || {
+                start.wait();
                 for _ in 0..2_000 {
                     on_way.fetch_add(1, Ordering::SeqCst);
                     let entered = || {
@@ -415,7 +420,8 @@ fn a_request_on_its_way_is_counted_once_as_it_enters() {
         let (lim, on_way, done) = (lim.clone(), on_way.clone(), done.clone());
         thread::spawn(move || {
             let (mut most, mut reads) = (0, 0u64);
-            while !done.load(Ordering::SeqCst) {
+            start.wait();
+            while reads == 0 || !done.load(Ordering::SeqCst) {
                 let seen = lim.load_with("mini", "qwen", |load| {
                     load.in_flight + load.queued + on_way.load(Ordering::SeqCst)
                 });
