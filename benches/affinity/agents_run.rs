@@ -224,6 +224,9 @@ fn run(
         (turns, wall, ui.join().expect("UI poller thread"))
     });
     drop(started);
+    if std::env::var_os("AFFINITY_TRACE").is_some() {
+        trace(front, &turns);
+    }
     let mut placed = vec![[0u64; 2]; hosts.len()];
     for (conv, host) in first_hosts(&turns) {
         if let Some(i) = host_index(host, &hosts) {
@@ -238,6 +241,26 @@ fn run(
         listings,
         turns,
     })
+}
+
+/// `AFFINITY_TRACE=1`: every first turn, in the order they finished, with where it went and
+/// what it prefilled (which host prefilled a family again, and when).
+fn trace(front: Front, turns: &[AgentTurn]) {
+    for t in turns
+        .iter()
+        .filter(|t| t.facts.ok && t.facts.prev_prompt == 0)
+    {
+        println!(
+            "# trace {} conv={} family={} host={} prompt_n={} cache_n={} ttft_ms={:.0}",
+            front.name(),
+            t.conv.arrival,
+            t.conv.family,
+            t.host.as_deref().unwrap_or("-"),
+            t.facts.prompt_n,
+            t.facts.cache_n,
+            t.facts.ttft_ms,
+        );
+    }
 }
 
 /// Each conversation and the host of its first answered turn.
