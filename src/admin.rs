@@ -236,6 +236,19 @@ pub fn leases(gw: &Gateway) -> Value {
     json!({ "leases": list, "pins": pins })
 }
 
+/// A pinning host+model's slots as crossbar believes them (`pin_slots`): per slot its state
+/// (`busy`, `doubt`, `free`), the family and tokens it last held, whether it is in the RAM cache;
+/// and the requests running there that crossbar could not pin.
+fn pinned_slots(mirror: &crate::slots::Mirror) -> Value {
+    let slots: Vec<Value> = (mirror.slots.iter().enumerate())
+        .map(|(id, s)| {
+            json!({ "id": id, "state": s.state, "tokens": s.tokens, "saved": s.saved,
+                    "family": s.family.map(|f| format!("{f:08x}")) })
+        })
+        .collect();
+    json!({ "slots": slots, "unpinned": mirror.unpinned })
+}
+
 /// Warm families listed per host+model in the status (the count covers them all).
 const WARM_SHOWN: usize = 8;
 
@@ -261,13 +274,17 @@ pub fn status(gw: &Gateway) -> Value {
                     let families: Vec<Value> = (warm.iter().take(WARM_SHOWN))
                         .map(|(f, tokens)| json!({ "family": f.hex(), "tokens": tokens }))
                         .collect();
-                    json!({ "model": model, "parallel": config.parallel(&host.name, model),
+                    let mut out = json!({ "model": model, "parallel": config.parallel(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
                             "loaded": gw.health.is_loaded(&host.name, model),
                             "state": gw.health.model_state(&host.name, model),
                             "per_slot_ctx": gw.health.ctx_for(&host.name, model),
                             "held_tokens": held, "capacity": capacity,
-                            "warm_families": warm.len(), "families": families })
+                            "warm_families": warm.len(), "families": families });
+                    if let Some(mirror) = gw.slots.mirror(&host.name, model).filter(|_| host.pin_slots) {
+                        out["pinned_slots"] = pinned_slots(&mirror);
+                    }
+                    out
                 })
                 .collect();
             let mine = slots.iter().filter(|s| s.host == host.name);

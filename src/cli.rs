@@ -8,6 +8,7 @@
 
 mod help;
 mod ops;
+mod pinned;
 
 pub(crate) use ops::table;
 

@@ -85,6 +85,10 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         let busy: usize = mine.iter().map(|s| s.in_flight).sum();
         let total: usize = host.models.values().sum();
         let queued: usize = mine.iter().map(|s| s.queued).sum();
+        let pinned = (host.models.keys())
+            .filter_map(|m| gw.slots.mirror(&host.name, m).filter(|_| host.pin_slots))
+            .map(|m| format!(" <span class=muted>{}</span>", m.summary()))
+            .collect::<String>();
         let ctx = gw
             .health
             .per_slot_ctx(&host.name)
@@ -128,7 +132,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         let _ = write!(
             out,
             "<tr><td><b>{}</b> <span class=muted>{}</span></td><td>{state}</td><td class=n>{ctx}</td>\
-             <td>{}</td><td class=n>{busy} / {total}</td><td class=n>{queued}</td><td class=n>{leases}</td>\
+             <td>{}</td><td class=n>{busy} / {total}{pinned}</td><td class=n>{queued}</td><td class=n>{leases}</td>\
              <td class=n>{} / {capacity}</td><td>{}</td></tr>",
             esc(&host.name),
             esc(&host.url),

@@ -41,10 +41,12 @@ use parking_lot::Mutex;
 mod body;
 mod pick;
 mod seen;
+mod shown;
 
 pub use body::{insert_id, pinnable, remove_id};
 pub(crate) use pick::choose;
 pub use seen::parse_slots;
+pub use shown::{Mirror, Shown};
 
 /// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
 /// the mirror starts over, which costs nothing but a few better placements.

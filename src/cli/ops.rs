@@ -147,7 +147,7 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
 }
 
 /// A token count as people read it: `950`, `12.3k`, `1.2M`.
-fn kilo(n: u64) -> String {
+pub(super) fn kilo(n: u64) -> String {
     match n {
         0..=999 => n.to_string(),
         1_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
@@ -227,6 +227,10 @@ pub fn status(args: &Args) -> Result<(), CliError> {
     }
     let mut out = table(&rows);
     out.push('\n');
+    if let Some(slots) = super::pinned::slots_table(&status) {
+        out.push_str(&slots);
+        out.push('\n');
+    }
     let mut rows = vec![header(&["ROUTE", "MODEL", "PINNED", "LEASES", "HOSTS"])];
     for r in status["routes"].as_array().into_iter().flatten() {
         let hosts: Vec<String> = r["hosts"]
@@ -348,12 +352,12 @@ fn post(args: &Args, path: &str, body: Value) -> Result<Value, CliError> {
     Admin::from(args)?.call("POST", path, Some(body))
 }
 
-fn header(names: &[&str]) -> Vec<String> {
+pub(super) fn header(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
 /// A JSON scalar as a table cell; null is `-`.
-fn text(v: &Value) -> String {
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".to_string(),
         Value::String(s) if s.is_empty() => "-".to_string(),

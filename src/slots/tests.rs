@@ -271,3 +271,34 @@ fn a_slots_answer_is_read_for_its_idle_slots_and_nothing_else() {
     );
     assert_eq!(parse_slots(&many).map(|ids| ids.len()), Some(MAX_SLOTS));
 }
+
+/// What the status shows: each slot busy, free or in doubt, with its family, and the requests
+/// running unpinned; nothing for a host+model crossbar never pinned on.
+#[test]
+fn the_status_shows_each_slot_as_the_mirror_holds_it() {
+    let slots = polled(3);
+    assert_eq!(slots.mirror("h", "other"), None);
+    let busy = slots.take(HOST, 3, Some(&want(1, true)), 20);
+    let early = slots.take(HOST, 3, Some(&want(3, true)), 20);
+    let e = early.index().unwrap();
+    drop(early);
+    let done = slots.take(HOST, 3, Some(&want(2, true)), 21);
+    done.finish(Some(Counted {
+        prompt: P,
+        completion: 10,
+    }));
+    let running = slots.take(HOST, 3, None, 22);
+    let mirror = slots.mirror("h", "m").expect("a pinning pair");
+    let state = |i: usize| mirror.slots[i].state;
+    let (b, d) = (busy.index().unwrap(), done.index().unwrap());
+    assert_eq!(b + d + e, 3, "three slots");
+    assert_eq!((state(b), state(d), state(e)), ("busy", "free", "doubt"));
+    assert_eq!(mirror.slots[d].family, Some(FAMILY));
+    assert_eq!(mirror.slots[d].tokens, P + 10);
+    assert_eq!(mirror.unpinned, 1);
+    assert_eq!(
+        mirror.summary(),
+        "pinned: 1 busy, 1 free, 1 in doubt; 1 unpinned running"
+    );
+    running.finish(None);
+}

@@ -76,7 +76,49 @@ fn returning_turn(pin: bool) -> (u64, Vec<Option<i64>>) {
     let metrics = crate::support::request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
     let pins = r#"crossbar_slot_pins_total{host="a",pinned="yes"} 4"#;
     assert_eq!(metrics.text().contains(pins), pin, "{}", metrics.text());
+    check_shown(&h, pin);
     (cached(&back), slots)
+}
+
+/// The status, `crossbar status` and the page show what crossbar believes the slots hold: both
+/// free, each holding a family it last served — for a pinning host only.
+fn check_shown(h: &Harness, pin: bool) {
+    let admin = h.server().admin_addr();
+    let status = crate::support::request(admin, "GET", "/admin/status", &[], b"").json();
+    let shown = &status["hosts"][0]["models"][0]["pinned_slots"];
+    if !pin {
+        assert!(shown.is_null(), "{status:#}");
+        return;
+    }
+    let slots = shown["slots"].as_array().expect("pinned_slots");
+    assert_eq!(slots.len(), 2, "{status:#}");
+    for (id, slot) in slots.iter().enumerate() {
+        assert_eq!(slot["id"], id);
+        assert_eq!(slot["state"], "free", "{status:#}");
+        assert!(slot["tokens"].as_u64().unwrap() > 0, "{status:#}");
+        assert!(
+            slot["family"].as_str().is_some_and(|f| f.len() == 8),
+            "{status:#}"
+        );
+    }
+    assert_eq!(shown["unpinned"], 0);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .current_dir(&h.dir)
+        .args(["--admin", &format!("http://{admin}"), "status"])
+        .output()
+        .expect("the crossbar binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {out:?}");
+    let family = slots[1]["family"].as_str().unwrap();
+    assert!(
+        (stdout.lines()).any(|l| l.starts_with("a ") && l.contains(" free ") && l.contains(family)),
+        "{stdout}"
+    );
+    let page = crate::support::request(admin, "GET", "/", &[], b"").text();
+    assert!(
+        page.contains("pinned: 0 busy, 2 free, 0 in doubt"),
+        "{page}"
+    );
 }
 
 #[test]
