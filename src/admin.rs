@@ -281,7 +281,7 @@ pub fn status(gw: &Gateway) -> Value {
                             "per_slot_ctx": gw.health.ctx_for(&host.name, model),
                             "held_tokens": held, "capacity": capacity,
                             "warm_families": warm.len(), "families": families });
-                    if let Some(mirror) = gw.slots.mirror(&host.name, model).filter(|_| host.pin_slots) {
+                    if let Some(mirror) = gw.pinned_slots(host, model) {
                         out["pinned_slots"] = pinned_slots(&mirror);
                     }
                     out

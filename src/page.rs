@@ -86,7 +86,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         let total: usize = host.models.values().sum();
         let queued: usize = mine.iter().map(|s| s.queued).sum();
         let pinned = (host.models.keys())
-            .filter_map(|m| gw.slots.mirror(&host.name, m).filter(|_| host.pin_slots))
+            .filter_map(|m| gw.pinned_slots(host, m))
             .map(|m| format!(" <span class=muted>{}</span>", m.summary()))
             .collect::<String>();
         let ctx = gw
