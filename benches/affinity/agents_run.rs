@@ -22,7 +22,7 @@ use crate::frontend::{Kind, Running};
 use crate::hosts::{Host, Setup};
 use crate::options::Options;
 use crate::workload::words;
-use crate::{Scenario, DECODE_US, PREFILL_US, ROOMY, SPS};
+use crate::{Scenario, ROOMY, SPS};
 
 /// llama-server's defaults, and the operator's fix for conversations sharing a system prompt.
 pub const SCENARIOS: [Scenario; 2] = [
@@ -107,7 +107,10 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
     let shared = measure(&setup(SCENARIOS[0], opts), opts, &mut shape)?;
     let hosts_are = match &opts.real {
         Some(real) => format!("real llama-server {}", real.binary.display()),
-        None => format!("simulated, prefill {PREFILL_US} us/token, decode {DECODE_US} us/token"),
+        None => format!(
+            "simulated, prefill {} us/token, decode {} us/token",
+            opts.prefill_us, opts.decode_us
+        ),
     };
     println!(
         "crossbar cache-affinity benchmark, workload {}: {} hosts x {} slots (ctx {}, {} per slot); \

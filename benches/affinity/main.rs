@@ -108,7 +108,7 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots)");
+        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots --prefill-us N --decode-us N)");
         std::process::exit(2)
     });
     if opts.workload != Workload::Chat {
@@ -135,7 +135,10 @@ fn main() {
     let dir = temp_dir();
     let kind_of_host = match &opts.real {
         Some(real) => format!("real llama-server {}", real.binary.display()),
-        None => format!("simulated, prefill {PREFILL_US} us/token, decode {DECODE_US} us/token"),
+        None => format!(
+            "simulated, prefill {} us/token, decode {} us/token",
+            opts.prefill_us, opts.decode_us
+        ),
     };
     println!(
         "crossbar cache-affinity benchmark: {hosts} hosts x {} slots, {} conversations x {} \
@@ -296,8 +299,8 @@ pub fn setup(scenario: Scenario, reply_tokens: u64, opts: &Options) -> Setup {
     Setup {
         slots: opts.slots,
         slot_ctx: opts.ctx / opts.slots as u64,
-        prefill_us: PREFILL_US,
-        decode_us: DECODE_US,
+        prefill_us: opts.prefill_us,
+        decode_us: opts.decode_us,
         ram_cache_tokens: scenario.ram_cache_tokens,
         similarity: scenario.similarity,
         reply_tokens,

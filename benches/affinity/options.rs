@@ -6,12 +6,20 @@ use std::path::PathBuf;
 
 use crate::hosts::Real;
 use crate::workload::Api;
-use crate::{SLOTS, SLOT_CTX};
+use crate::{DECODE_US, PREFILL_US, SLOTS, SLOT_CTX};
 
 /// The agents workloads' hosts (`--slots`, `--ctx` change them): 2 slots of 16k, or of 8k.
 const AGENT_SLOTS: usize = 2;
 const AGENT_CTX: u64 = 32_768;
 const AGENT_SMALL_CTX: u64 = 16_384;
+
+/// The agents workloads' sims: prefill and decode µs a token. What the real test servers do
+/// under the benchmark's load (three llama-server on two cores: 4–12k prefill tokens/s, against
+/// 43k alone), so the sims' slots are as busy against the think times as the real ones: at the
+/// chat workload's 40/1,000 the oracle's prefill was 20–37 % above the real servers' (its
+/// siblings found idle slots to wipe far more often), at this 6.5–8.4 %, and crossbar's ratio to
+/// it closer to the real one (docs/BENCHMARKS.md, "The sims' speed").
+const AGENT_SPEED: (u64, u64) = (80, 4_000);
 
 /// Which workload `--workload` plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +41,12 @@ pub struct Options {
     pub route_extra: String,
     /// crossbar's hosts pin each request to a slot (`--pin-slots`, the hosts' `pin_slots`).
     pub pin_slots: bool,
+    /// The sims' prefill and decode costs in µs a token (`--prefill-us`, `--decode-us`; the chat
+    /// workload's 40 and 1,000 by default, the agents workloads' [`AGENT_SPEED`]): how busy their
+    /// slots are against the workload's think times, which decides how often a sibling finds an
+    /// idle slot to take.
+    pub prefill_us: u64,
+    pub decode_us: u64,
     pub conversations: usize,
     pub turns: usize,
     /// Run only this scenario (docs are then left alone, as with `real`).
@@ -59,6 +73,8 @@ pub fn options() -> Result<Options, lexopt::Error> {
         ctx: 0,
         route_extra: String::new(),
         pin_slots: false,
+        prefill_us: 0,
+        decode_us: 0,
         conversations: 12,
         turns: 8,
         only: None,
@@ -70,6 +86,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         fronts: Vec::new(),
     };
     let (mut binary, mut model, mut slots, mut ctx) = (None, None, None, None);
+    let (mut prefill_us, mut decode_us) = (None, None);
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
@@ -91,6 +108,8 @@ pub fn options() -> Result<Options, lexopt::Error> {
             Long("ctx") => ctx = Some(parser.value()?.parse::<u64>()?),
             Long("crossbar-route-extra") => o.route_extra = parser.value()?.string()?,
             Long("pin-slots") => o.pin_slots = true,
+            Long("prefill-us") => prefill_us = Some(parser.value()?.parse()?),
+            Long("decode-us") => decode_us = Some(parser.value()?.parse()?),
             Long("conversations") => o.conversations = parser.value()?.parse()?,
             Long("turns") => o.turns = parser.value()?.parse()?,
             // A scenario's name, or `ui-poll` for the polling UI's comparison alone.
@@ -117,12 +136,14 @@ pub fn options() -> Result<Options, lexopt::Error> {
         (None, None) => None,
         _ => return Err("--llama-server and --model go together".into()),
     };
-    let (default_slots, default_ctx) = match o.workload {
-        Workload::Chat => (SLOTS, SLOT_CTX * SLOTS as u64),
-        Workload::Agents => (AGENT_SLOTS, AGENT_CTX),
-        Workload::AgentsSmall => (AGENT_SLOTS, AGENT_SMALL_CTX),
+    let (default_slots, default_ctx, speed) = match o.workload {
+        Workload::Chat => (SLOTS, SLOT_CTX * SLOTS as u64, (PREFILL_US, DECODE_US)),
+        Workload::Agents => (AGENT_SLOTS, AGENT_CTX, AGENT_SPEED),
+        Workload::AgentsSmall => (AGENT_SLOTS, AGENT_SMALL_CTX, AGENT_SPEED),
     };
     o.slots = slots.unwrap_or(default_slots);
     o.ctx = ctx.unwrap_or(default_ctx);
+    o.prefill_us = prefill_us.unwrap_or(speed.0);
+    o.decode_us = decode_us.unwrap_or(speed.1);
     Ok(o)
 }
