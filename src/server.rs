@@ -346,7 +346,7 @@ fn prune(gateway: &Gateway, now: i64) {
 fn start_poller(gateway: &Gateway) -> Poller {
     let config = gateway.config();
     // In doubt since just before now: the poller's first `/slots`, about to start, clears it.
-    let before = crate::store::unix_ms(std::time::SystemTime::now()) - 1;
+    let before = crate::slots::now_us() - 1;
     (gateway.slots).prepare(&config.hosts.values().collect::<Vec<_>>(), before);
     let timeout = POLL_TIMEOUT.min(config.health_interval.max(Duration::from_millis(200)));
     Poller::start(

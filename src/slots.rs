@@ -34,7 +34,8 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -53,6 +54,16 @@ pub use shown::{Mirror, Shown};
 const MAX_PAIRS: usize = 1024;
 /// Most slots mirrored per host+model.
 pub const MAX_SLOTS: usize = 256;
+
+/// A monotonic clock in µs (from its first reading): what dates a slot's doubt and a `/slots`
+/// poll's start. Not the wall clock: stepped back between a poll's start and a request's early
+/// end, it would date the end before the poll, and that poll — which may have seen the slot
+/// still busy — would free it for a pin under a running generation.
+pub fn now_us() -> i64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    i64::try_from(epoch.elapsed().as_micros()).unwrap_or(i64::MAX)
+}
 
 /// What crossbar believes each pinning host's slots hold. Cheap to share.
 #[derive(Debug, Default, Clone)]
@@ -109,7 +120,7 @@ pub(crate) struct Slot {
     /// is answered).
     pub(crate) tokens: u64,
     pub(crate) busy: bool,
-    /// Since when (unix ms) llama-server may still be busy there: a request ended early. Never
+    /// Since when ([`now_us`]) llama-server may still be busy there: a request ended early. Never
     /// pinned until a `/slots` poll started later shows it idle.
     pub(crate) doubtful_since: Option<i64>,
     /// Its state is in the host's RAM cache: llama-server's `--cache-idle-slots` (on with the
@@ -164,7 +175,7 @@ impl Slots {
     /// The slot of `host`+`model` (which has `count` slots) for `want` — a request crossbar can
     /// pin — or, when it cannot (`None`) or no slot is surely free, its place among the
     /// unpinned. Either way the request's end must be told ([`Taken::finish`]); dropped
-    /// without, it ended early. `now` is unix ms.
+    /// without, it ended early. `now` is [`now_us`].
     pub fn take(
         &self,
         (host, model): (&str, &str),
@@ -238,7 +249,7 @@ impl Slots {
         }
     }
 
-    /// A `/slots` poll of `host` that started at `started` (unix ms) saw the slots `idle` (by id)
+    /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw the slots `idle` (by id)
     /// idle: those in doubt since before it are free again.
     pub fn saw(&self, host: &str, started: i64, idle: &[usize]) {
         let mut table = self.table.lock();
@@ -331,7 +342,7 @@ impl Pin {
 impl Drop for Pin {
     fn drop(&mut self) {
         let at = self.at;
-        let now = crate::store::unix_ms(std::time::SystemTime::now());
+        let now = now_us();
         self.end.close(|pair, tick| {
             if let Some(slot) = pair.slots.get_mut(at) {
                 (slot.busy, slot.last_used) = (false, tick);
@@ -368,7 +379,7 @@ impl Drop for End {
     /// An unpinned request that ended early: llama-server chose its slot and may still be busy
     /// there, so every slot not busy here is in doubt. (A pin's own drop ran first.)
     fn drop(&mut self) {
-        let now = crate::store::unix_ms(std::time::SystemTime::now());
+        let now = now_us();
         self.close(|pair, _| {
             pair.unpinned = pair.unpinned.saturating_sub(1);
             for slot in pair.slots.iter_mut().filter(|s| !s.busy) {

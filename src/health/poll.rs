@@ -177,7 +177,7 @@ fn poll_loop(
 /// Asks `/slots` which slots are idle, for a pinning host with a slot in doubt (`crate::slots`).
 /// A host without the endpoint (`--no-slots`) keeps its doubtful slots unpinned.
 fn poll_slots(agent: &ureq::Agent, host: &config::Host, slots: &Slots) {
-    let started = unix_ms();
+    let started = crate::slots::now_us();
     let idle = fetch(agent, host, "/slots")
         .map_err(|reason| reason.to_string())
         .and_then(|body| parse_slots(&body).ok_or_else(|| "not an array of slots".to_string()));

@@ -7,7 +7,7 @@ use crate::api::Api;
 use crate::lease::Key;
 use crate::slots::{self, Counted, Taken, Want};
 use crate::state::Gateway;
-use crate::store::{unix_ms, RequestRow};
+use crate::store::RequestRow;
 
 use super::{LeaseUse, Plan};
 
@@ -42,7 +42,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
         first_turn: plan.lease == LeaseUse::New,
         bytes: plan.body.len() as u64,
     });
-    let now = unix_ms(std::time::SystemTime::now());
+    let now = slots::now_us();
     // (Until `/props` says, the mirror keeps the configured count: a request only counts there.)
     let mirrored = if count > 0 { count } else { parallel };
     let taken = (gw.slots).take((&host.name, &plan.model), mirrored, want.as_ref(), now);
