@@ -17,8 +17,8 @@ const AGENT_SMALL_CTX: u64 = 16_384;
 /// under the benchmark's load (three llama-server on two cores: 4–12k prefill tokens/s, against
 /// 43k alone), so the sims' slots are as busy against the think times as the real ones: at the
 /// chat workload's 40/1,000 the oracle's prefill was 20–37 % above the real servers' (its
-/// siblings found idle slots to wipe far more often), at this 6.5–8.4 %, and crossbar's ratio to
-/// it closer to the real one (docs/BENCHMARKS.md, "The sims' speed").
+/// siblings found idle slots to wipe far more often), at this 6.5–8.4 % (docs/BENCHMARKS.md,
+/// "The sims' speed").
 const AGENT_SPEED: (u64, u64) = (80, 4_000);
 
 /// Which workload `--workload` plays.
