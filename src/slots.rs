@@ -45,7 +45,7 @@ mod seen;
 mod shown;
 
 pub use body::{insert_id, pinnable, remove_id};
-pub(crate) use pick::choose;
+pub(crate) use pick::{choose, choose_own};
 pub use seen::parse_slots;
 pub use shown::{Mirror, Shown};
 
@@ -88,6 +88,9 @@ struct Pair {
     /// its tokens (a body's bytes ÷ 4 undercounts by half on the tiny test model's tokenizer).
     tokens: u64,
     bytes: u64,
+    /// The host runs with `slot_prompt_similarity = 0`: a slot asked for by id is neither saved
+    /// nor reloaded there, so only a conversation's own slot is worth asking for (`pick.rs`).
+    similarity_off: bool,
 }
 
 impl Pair {
@@ -123,6 +126,9 @@ pub(crate) struct Slot {
     /// Since when ([`now_us`]) llama-server may still be busy there: a request ended early. Never
     /// pinned until a `/slots` poll started later shows it idle.
     pub(crate) doubtful_since: Option<i64>,
+    /// An unpinned request may have taken it since (similarity off: llama-server chose a slot
+    /// crossbar cannot see), so what crossbar last left there may be gone.
+    pub(crate) foreign: bool,
     /// Its state is in the host's RAM cache: llama-server's `--cache-idle-slots` (on with the
     /// RAM cache) copies every idle slot there each time a task starts.
     pub(crate) saved: bool,
@@ -200,7 +206,12 @@ impl Slots {
         }
         let at = want.filter(|_| pair.unpinned == 0).and_then(|want| {
             let family_tokens = pair.tokens_of(want.family_bytes);
-            Some((want, choose(&pair.slots, want, family_tokens)?))
+            let at = if pair.similarity_off {
+                choose_own(&pair.slots, want)
+            } else {
+                choose(&pair.slots, want, family_tokens)
+            };
+            Some((want, at?))
         });
         let end = End {
             table: self.table.clone(),
@@ -209,6 +220,14 @@ impl Slots {
         };
         let Some((want, at)) = at else {
             pair.unpinned += 1;
+            if pair.similarity_off {
+                // llama-server gives it its least recently used idle slot, saving what that held
+                // and loading the request's own state from RAM: which slot is not known here, so
+                // no free slot surely holds what crossbar left in it.
+                for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
+                    slot.foreign = true;
+                }
+            }
             return Taken::Unpinned(end);
         };
         // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
@@ -222,6 +241,7 @@ impl Slots {
             busy: true,
             doubtful_since: None,
             saved: false,
+            foreign: false,
             last_used: tick,
         };
         Taken::Pinned(Pin {
@@ -232,21 +252,35 @@ impl Slots {
     }
 
     /// Makes the mirror of every pinning host's models that has none yet, every slot in doubt
-    /// from `now` until the poller's first `/slots` (it polls as it starts).
+    /// from `now` until the poller's first `/slots` (it polls as it starts), and says which of
+    /// them run with similarity off (a config reload may change it).
     pub fn prepare(&self, hosts: &[&crate::config::Host], now: i64) {
-        let mut table = self.table.lock();
         for host in hosts.iter().filter(|h| h.pin_slots) {
             for (model, &count) in &host.models {
-                if table.pairs.len() >= MAX_PAIRS {
-                    return;
-                }
-                let key = (host.name.clone(), model.clone());
-                table.pairs.entry(key).or_insert_with(|| Pair {
-                    slots: vec![Slot::doubtful(now); count.clamp(1, MAX_SLOTS)],
-                    ..Pair::default()
-                });
+                let off = host.slot_prompt_similarity == 0.0;
+                self.prepare_pair((&host.name, model), count, off, now);
             }
         }
+    }
+
+    /// [`Slots::prepare`] for one host+model with `count` slots.
+    pub(crate) fn prepare_pair(
+        &self,
+        (host, model): (&str, &str),
+        count: usize,
+        similarity_off: bool,
+        now: i64,
+    ) {
+        let mut table = self.table.lock();
+        let key = (host.to_string(), model.to_string());
+        if !table.pairs.contains_key(&key) && table.pairs.len() >= MAX_PAIRS {
+            return;
+        }
+        let pair = table.pairs.entry(key).or_insert_with(|| Pair {
+            slots: vec![Slot::doubtful(now); count.clamp(1, MAX_SLOTS)],
+            ..Pair::default()
+        });
+        pair.similarity_off = similarity_off;
     }
 
     /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw the slots `idle` (by id)

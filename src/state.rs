@@ -229,16 +229,15 @@ impl Gateway {
         (self.leases.held_in_slots(model, host, parallel), capacity)
     }
 
-    /// What crossbar believes `host`+`model`'s slots hold, when it pins there: `pin_slots` with
-    /// similarity on, and the slots `/props` reports known (none for a router).
+    /// What crossbar believes `host`+`model`'s slots hold, when it pins there: `pin_slots`, and
+    /// the slots `/props` reports known (none for a router).
     pub fn pinned_slots(
         &self,
         host: &crate::config::Host,
         model: &str,
     ) -> Option<crate::slots::Mirror> {
-        let pins = host.pin_slots && host.slot_prompt_similarity != 0.0;
         let known = self.health.own_slots(&host.name).is_some();
-        (pins && known).then(|| self.slots.mirror(&host.name, model))?
+        (host.pin_slots && known).then(|| self.slots.mirror(&host.name, model))?
     }
 
     /// Forgets prompt sizes of conversations that no longer hold a lease.

@@ -141,16 +141,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             (name, host)
         })
         .collect();
-    let mut warnings: Vec<String> = (hosts.values())
-        .filter(|h| h.pin_slots && h.slot_prompt_similarity == 0.0)
-        .map(|h| {
-            format!(
-                "hosts.{}.pin_slots is ignored with slot_prompt_similarity = 0: llama-server \
-                 never saves or reloads a slot asked for by id there",
-                h.name
-            )
-        })
-        .collect();
+    let mut warnings: Vec<String> = Vec::new();
     let routes = raw
         .routes
         .into_iter()

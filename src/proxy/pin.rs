@@ -18,14 +18,14 @@ pub(super) struct Pinned {
     at: Option<Range<usize>>,
 }
 
-/// Takes the request of `plan` a slot when its host pins (with similarity on: without it
-/// llama-server never reloads a slot asked for by id), or a place among the unpinned when it
+/// Takes the request of `plan` a slot when its host pins (with similarity off, only a
+/// conversation's own slot: `slots::choose_own`), or a place among the unpinned when it
 /// cannot be pinned: a host whose slots `/props` has not told (or a router), an API whose
 /// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body naming
 /// its own slot.
 pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let host = plan.host;
-    if !host.pin_slots || host.slot_prompt_similarity == 0.0 {
+    if !host.pin_slots {
         return;
     }
     // Slot ids past the host's own wrap around onto busy slots: only those `/props` reports
