@@ -243,7 +243,7 @@ fn pinned_slots(mirror: &crate::slots::Mirror) -> Value {
     let slots: Vec<Value> = (mirror.slots.iter().enumerate())
         .map(|(id, s)| {
             json!({ "id": id, "state": s.state, "tokens": s.tokens, "saved": s.saved,
-                    "family": s.family.map(|f| format!("{f:08x}")) })
+                    "family": s.family.map(crate::fingerprint::Family::id_hex) })
         })
         .collect();
     json!({ "slots": slots, "unpinned": mirror.unpinned })

@@ -64,7 +64,12 @@ pub struct Family {
 impl Family {
     /// 8 lowercase hex digits, as the row, the log line and the status show it.
     pub fn hex(self) -> String {
-        format!("{:08x}", self.id)
+        Family::id_hex(self.id)
+    }
+
+    /// A family id as [`Family::hex`] shows it (where only the id is kept: the slot mirror).
+    pub fn id_hex(id: u32) -> String {
+        format!("{id:08x}")
     }
 
     /// [`Family::hex`] read back (from a row); `None` for anything else.
