@@ -1,5 +1,6 @@
 //! Who commits when: a lone waiter on its own thread, concurrent waiters in shared batches on the
-//! writer thread, a dropped ticket's job without anyone waiting, and what is queued at the stop.
+//! writer thread, rows on their way handed to it, a dropped ticket's job without anyone waiting, and
+//! what is queued at the stop.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -152,4 +153,72 @@ fn issue12_a_submission_after_the_stop_is_refused_at_once() {
         late.submit(row(1)).wait(),
         Err(crate::store::StoreError::Stopped)
     ));
+}
+
+#[test]
+fn issue26_a_lone_row_on_its_way_is_committed_on_its_own_thread() {
+    let db = TempDb::new("writer-coming-lone");
+    let w = writer(&db);
+    for i in 0..3 {
+        let coming = w.coming();
+        w.submit_coming(row(i), coming).wait().unwrap();
+        assert_eq!(rows(&db), i + 1);
+    }
+    assert_eq!(batches(&w.shared), (3, 0));
+    assert_eq!(
+        w.shared.coming.load(std::sync::atomic::Ordering::Acquire),
+        0
+    );
+}
+
+#[test]
+fn issue26_rows_on_their_way_go_to_the_writer_thread_not_one_commit_each() {
+    let db = TempDb::new("writer-coming-gather");
+    let w = Arc::new(writer(&db));
+    // Four rows announced before any arrives: the first to arrive does not commit alone but
+    // hands the queue to the writer thread, which gathers the others (for at most 200 µs).
+    let comings: Vec<_> = (0..4).map(|_| w.coming()).collect();
+    let go = Arc::new(std::sync::Barrier::new(4));
+    let workers: Vec<_> = comings
+        .into_iter()
+        .enumerate()
+        .map(|(i, coming)| {
+            let (w, go) = (w.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                w.submit_coming(row(i as i64), coming).wait()
+            })
+        })
+        .collect();
+    for t in workers {
+        t.join().unwrap().unwrap();
+    }
+    assert_eq!(rows(&db), 4);
+    let (by_caller, by_thread) = batches(&w.shared);
+    // Only the last to arrive can find nothing on its way, when the gather ran out before it.
+    assert!(by_caller <= 1, "{by_caller} rows committed alone");
+    assert!(by_thread >= 1, "the writer thread committed nothing");
+    assert!(by_caller + by_thread <= 4);
+}
+
+#[test]
+fn issue26_a_row_that_never_comes_does_not_hold_the_others() {
+    let db = TempDb::new("writer-coming-never");
+    let w = writer(&db);
+    let never = w.coming();
+    let coming = w.coming();
+    // Handed to the writer thread (a row is still on its way), committed after its gather.
+    w.submit_coming(row(1), coming).wait().unwrap();
+    drop(never);
+    assert_eq!(rows(&db), 1);
+    assert_eq!(
+        w.shared.coming.load(std::sync::atomic::Ordering::Acquire),
+        0
+    );
+    // Nothing on its way any more, and once the writer thread has let go of its batch, the next
+    // row is committed alone.
+    settled(&w.shared);
+    let coming = w.coming();
+    w.submit_coming(row(2), coming).wait().unwrap();
+    assert_eq!(batches(&w.shared), (1, 1));
 }
