@@ -352,3 +352,5 @@ fn attack_under_load(similarity_off: bool) {
         "no request pinned, similarity off: {similarity_off}"
     );
 }
+
+mod found;
