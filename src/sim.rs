@@ -46,6 +46,12 @@ pub struct SimConfig {
     pub prefill_us_per_token: u64,
     /// Simulated cost per generated token.
     pub decode_us_per_token: u64,
+    /// The generated text stays in its slot as the client sends it back (true), or as tokens
+    /// the prompt's tokenizer does not reproduce (false), so a conversation's next turn prefills
+    /// its last reply again. A real model's replies mostly tokenize back the same; the tiny test
+    /// model's did in 3 turns of 29, and its next turns prefilled 37 tokens beyond their new text
+    /// on average, where these sims prefill 4–5 (docs/BENCHMARKS.md, "The sims' replies").
+    pub replies_kept: bool,
     /// Bounded RAM prompt cache (`--cache-ram`) in tokens; 0 = none.
     pub ram_cache_tokens: u64,
     /// `--slot-prompt-similarity` (default 0.10); 0 = choose idle slots by LRU only.
@@ -85,6 +91,7 @@ impl Default for SimConfig {
             slots: 2,
             prefill_us_per_token: 0,
             decode_us_per_token: 0,
+            replies_kept: true,
             ram_cache_tokens: 0,
             slot_prompt_similarity: cache::SIMILARITY,
             api_key: None,

@@ -108,8 +108,14 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
     let hosts_are = match &opts.real {
         Some(real) => format!("real llama-server {}", real.binary.display()),
         None => format!(
-            "simulated, prefill {} us/token, decode {} us/token",
-            opts.prefill_us, opts.decode_us
+            "simulated, prefill {} us/token, decode {} us/token, replies {}",
+            opts.prefill_us,
+            opts.decode_us,
+            if opts.replies_kept {
+                "kept"
+            } else {
+                "retokenized"
+            }
         ),
     };
     println!(

@@ -31,6 +31,8 @@ pub struct Setup {
     pub slot_ctx: u64,
     pub prefill_us: u64,
     pub decode_us: u64,
+    /// Sims keep a reply in its slot for the next turn (`SimConfig::replies_kept`).
+    pub replies_kept: bool,
     pub ram_cache_tokens: u64,
     pub similarity: f64,
     /// Tokens every reply has (a real server's completions are counted by it).
@@ -64,6 +66,7 @@ impl Host {
                 slots: setup.slots,
                 prefill_us_per_token: setup.prefill_us,
                 decode_us_per_token: setup.decode_us,
+                replies_kept: setup.replies_kept,
                 ram_cache_tokens: setup.ram_cache_tokens,
                 slot_prompt_similarity: setup.similarity,
                 ..SimConfig::default()

@@ -21,6 +21,12 @@ const AGENT_SMALL_CTX: u64 = 16_384;
 /// "The sims' speed").
 const AGENT_SPEED: (u64, u64) = (80, 4_000);
 
+/// Whether the agents workloads' sims keep a reply in its slot for the next turn: no, as the
+/// real test servers' tiny model did not (its replies tokenize back differently: 3 turns in 29
+/// found theirs; docs/BENCHMARKS.md, "The sims' replies"). The chat workload's do, as its
+/// committed figures were taken.
+const AGENT_REPLIES_KEPT: bool = false;
+
 /// Which workload `--workload` plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -47,6 +53,9 @@ pub struct Options {
     /// idle slot to take.
     pub prefill_us: u64,
     pub decode_us: u64,
+    /// The sims keep a reply in its slot for the next turn (`--sim-replies kept|retokenized`;
+    /// kept for the chat workload, [`AGENT_REPLIES_KEPT`] for the agents workloads).
+    pub replies_kept: bool,
     pub conversations: usize,
     pub turns: usize,
     /// Run only this scenario (docs are then left alone, as with `real`).
@@ -75,6 +84,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         pin_slots: false,
         prefill_us: 0,
         decode_us: 0,
+        replies_kept: true,
         conversations: 12,
         turns: 8,
         only: None,
@@ -86,7 +96,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         fronts: Vec::new(),
     };
     let (mut binary, mut model, mut slots, mut ctx) = (None, None, None, None);
-    let (mut prefill_us, mut decode_us) = (None, None);
+    let (mut prefill_us, mut decode_us, mut replies_kept) = (None, None, None);
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
@@ -110,6 +120,15 @@ pub fn options() -> Result<Options, lexopt::Error> {
             Long("pin-slots") => o.pin_slots = true,
             Long("prefill-us") => prefill_us = Some(parser.value()?.parse()?),
             Long("decode-us") => decode_us = Some(parser.value()?.parse()?),
+            Long("sim-replies") => {
+                replies_kept = match parser.value()?.string()?.as_str() {
+                    "kept" => Some(true),
+                    "retokenized" => Some(false),
+                    other => {
+                        return Err(format!("--sim-replies {other}: kept or retokenized").into())
+                    }
+                }
+            }
             Long("conversations") => o.conversations = parser.value()?.parse()?,
             Long("turns") => o.turns = parser.value()?.parse()?,
             // A scenario's name, or `ui-poll` for the polling UI's comparison alone.
@@ -136,14 +155,25 @@ pub fn options() -> Result<Options, lexopt::Error> {
         (None, None) => None,
         _ => return Err("--llama-server and --model go together".into()),
     };
-    let (default_slots, default_ctx, speed) = match o.workload {
-        Workload::Chat => (SLOTS, SLOT_CTX * SLOTS as u64, (PREFILL_US, DECODE_US)),
-        Workload::Agents => (AGENT_SLOTS, AGENT_CTX, AGENT_SPEED),
-        Workload::AgentsSmall => (AGENT_SLOTS, AGENT_SMALL_CTX, AGENT_SPEED),
+    let (default_slots, default_ctx, speed, kept) = match o.workload {
+        Workload::Chat => (
+            SLOTS,
+            SLOT_CTX * SLOTS as u64,
+            (PREFILL_US, DECODE_US),
+            true,
+        ),
+        Workload::Agents => (AGENT_SLOTS, AGENT_CTX, AGENT_SPEED, AGENT_REPLIES_KEPT),
+        Workload::AgentsSmall => (
+            AGENT_SLOTS,
+            AGENT_SMALL_CTX,
+            AGENT_SPEED,
+            AGENT_REPLIES_KEPT,
+        ),
     };
     o.slots = slots.unwrap_or(default_slots);
     o.ctx = ctx.unwrap_or(default_ctx);
     o.prefill_us = prefill_us.unwrap_or(speed.0);
     o.decode_us = decode_us.unwrap_or(speed.1);
+    o.replies_kept = replies_kept.unwrap_or(kept);
     Ok(o)
 }

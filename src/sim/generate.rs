@@ -149,7 +149,7 @@ pub(super) fn run(
                 return false;
             }
             text.push_str(word(i));
-            lease.text.extend_from_slice(word(i).as_bytes());
+            lease.generated(word(i));
         }
         lease.finish();
         sh.record_work(prompt_n, cache_n, n_predict);
@@ -202,7 +202,7 @@ pub(super) fn run(
                 return Err(End::Stopped);
             }
             let w = word(i);
-            lease.text.extend_from_slice(w.as_bytes());
+            lease.generated(w);
             text.push_str(w);
             predicted = i + 1;
             let ev = shapes.token(w, i);

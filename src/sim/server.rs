@@ -99,10 +99,22 @@ pub(super) struct SlotLease<'a> {
     pub(super) cache_n: u64,
     /// Prompt plus generated text so far: what the slot's cache holds afterwards.
     pub(super) text: Vec<u8>,
+    /// Its prompt's length in `text`.
+    pub(super) prompt_len: usize,
     pub(super) done: bool,
 }
 
 impl SlotLease<'_> {
+    /// A generated token's text, added to what the slot will hold: as the client gets it, or
+    /// (`replies_kept` off) after a byte no rendered prompt has, so the next turn matches the
+    /// slot up to its prompt only and prefills the reply again.
+    pub(super) fn generated(&mut self, token: &str) {
+        if !self.shared.cfg.replies_kept && self.text.len() == self.prompt_len {
+            self.text.push(0);
+        }
+        self.text.extend_from_slice(token.as_bytes());
+    }
+
     pub(super) fn finish(&mut self) {
         if !self.done {
             self.done = true;
@@ -211,6 +223,7 @@ impl Shared {
                     slot: t.slot,
                     cache_n: t.cache_n,
                     text: prompt.to_vec(),
+                    prompt_len: prompt.len(),
                     done: false,
                 });
             }
