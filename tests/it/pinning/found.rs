@@ -5,8 +5,25 @@ use serde_json::{json, Value};
 
 use crossbar::sim::SimConfig;
 
-use super::{cached, turn, CHAT};
-use crate::support::{host, wait_until, Harness, HostSpec};
+use super::{cached, take_turns, turn, CHAT};
+use crate::support::{host, wait_until, Conn, Harness, HostSpec};
+
+/// A streamed Messages answer of `max_tokens` under way on `h`'s host `a`, once a `/slots` poll
+/// has found it at work: the client's connection, to drop when done.
+fn messages_found(h: &Harness, max_tokens: u64) -> Conn {
+    let messages = json!({"model": "m", "max_tokens": max_tokens, "stream": true,
+        "system": "You are a poet.", "messages": [{"role": "user", "content": "rain"}]});
+    let mut conn = Conn::open(h.addr());
+    let body = messages.to_string();
+    conn.send("POST", "/projA/v1/messages", &[], body.as_bytes());
+    assert_eq!(conn.read_head().0, 200);
+    conn.read_chunk().expect("a first event");
+    let gw = h.server().gateway().clone();
+    wait_until("a /slots poll finds the Messages request at work", || {
+        !gw.slots.to_poll("a")
+    });
+    conn
+}
 
 #[test]
 fn a_messages_request_found_in_its_slot_leaves_the_other_conversation_its_own() {
@@ -35,20 +52,7 @@ fn a_messages_request_found_in_its_slot_leaves_the_other_conversation_its_own() 
         let first = h.post(CHAT, &body);
         assert_eq!(first.status, 200, "{}", first.text());
     }
-    let messages = json!({"model": "m", "max_tokens": 500, "stream": true,
-        "system": "You are a poet.", "messages": [{"role": "user", "content": "rain"}]});
-    let mut conn = crate::support::Conn::open(h.addr());
-    conn.send(
-        "POST",
-        "/projA/v1/messages",
-        &[],
-        messages.to_string().as_bytes(),
-    );
-    assert_eq!(conn.read_head().0, 200);
-    conn.read_chunk().expect("a first event");
-    wait_until("a /slots poll finds the Messages request at work", || {
-        !gw.slots.to_poll("a")
-    });
+    let conn = messages_found(&h, 500);
     let admin = h.server().admin_addr();
     let status = crate::support::request(admin, "GET", "/admin/status", &[], b"").json();
     let shown = &status["hosts"][0]["models"][0]["pinned_slots"];
@@ -108,41 +112,9 @@ fn clients_leaving_beside_a_found_request_never_get_a_busy_slot_pinned() {
         let h = Harness::start(vec![spec], "queue_max = 64");
         let gw = h.server().gateway().clone();
         wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
-        let messages = json!({"model": "m", "max_tokens": 1000, "stream": true,
-            "system": "You are a poet.", "messages": [{"role": "user", "content": "rain"}]});
-        let mut conn = crate::support::Conn::open(h.addr());
-        conn.send(
-            "POST",
-            "/projA/v1/messages",
-            &[],
-            messages.to_string().as_bytes(),
-        );
-        assert_eq!(conn.read_head().0, 200);
-        conn.read_chunk().expect("a first event");
-        wait_until("the Messages request found", || !gw.slots.to_poll("a"));
+        let mut conn = messages_found(&h, 1000);
         let before = h.sim("a").requests().len();
-        std::thread::scope(|scope| {
-            for client in 0..2 {
-                let h = &h;
-                scope.spawn(move || {
-                    for turn_no in 0..6 {
-                        let task = format!("client {client} task");
-                        let mut body = turn("You are the coder, careful.", &task, turn_no);
-                        body["max_tokens"] = 3.into();
-                        if turn_no % 3 == 2 {
-                            (body["stream"], body["max_tokens"]) = (true.into(), 1_000.into());
-                            let mut conn = crate::support::Conn::open(h.addr());
-                            conn.send("POST", CHAT, &[], body.to_string().as_bytes());
-                            conn.read_head();
-                            let _ = conn.read_chunk();
-                        } else {
-                            let answer = h.post(CHAT, &body);
-                            assert_eq!(answer.status, 200, "{}", answer.text());
-                        }
-                    }
-                });
-            }
-        });
+        take_turns(&h, 2, 6, false);
         let sim = h.sim("a");
         let pinned = (sim.requests()[before..].iter())
             .filter(|r| {
