@@ -46,6 +46,8 @@ pub struct AgentShape {
     pub arrival_gap_ms: (u64, u64),
     pub seed: u64,
     pub api: Api,
+    /// The sub-agents' API (family 1's).
+    pub sub_api: Api,
     /// The hosts' tokens per token of `words` (1 on sims; ~1.5 with a Llama-3 vocabulary), measured
     /// once: every size above is divided by it, so sims and real servers see the same token counts.
     pub host_tokens_per_word_token: f64,
@@ -71,6 +73,7 @@ impl AgentShape {
             arrival_gap_ms: (300, 1_200),
             seed,
             api,
+            sub_api: api,
             host_tokens_per_word_token: 1.0,
         }
     }
@@ -327,7 +330,11 @@ impl Session<'_> {
     /// One turn with retries, as `workload` plays them; a turn given up leaves the history as it was.
     fn turn(&mut self, c: &mut Conversation, text: String) {
         c.messages.push(json!({"role": "user", "content": text}));
-        let (path, body) = self.shape.api.request(&c.messages, self.shape.reply_tokens);
+        let api = match c.conv.family {
+            0 => self.shape.api,
+            _ => self.shape.sub_api,
+        };
+        let (path, body) = api.request(&c.messages, self.shape.reply_tokens);
         let mut record = AgentTurn {
             conv: c.conv,
             facts: TurnFacts {
@@ -338,7 +345,7 @@ impl Session<'_> {
         };
         for _ in 0..ATTEMPTS {
             let base = self.target.base(c.conv);
-            match workload::attempt(&self.agent, self.shape.api, &format!("{base}{path}"), &body) {
+            match workload::attempt(&self.agent, api, &format!("{base}{path}"), &body) {
                 Ok(a) => {
                     let host = a.served_by.unwrap_or(base);
                     let f = &mut record.facts;

@@ -104,6 +104,7 @@ impl Sample {
 /// The whole `--workload agents|agents-small` benchmark.
 pub fn main(opts: &Options, small: bool) -> Result<(), String> {
     let mut shape = AgentShape::new(small, opts.seed, opts.api);
+    shape.sub_api = opts.sub_api.unwrap_or(opts.api);
     let shared = measure(&setup(SCENARIOS[0], opts), opts, &mut shape)?;
     let hosts_are = match &opts.real {
         Some(real) => format!("real llama-server {}", real.binary.display()),
@@ -134,7 +135,10 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
         shape.main_turns,
         shape.sub_turns,
         shape.requests(),
-        shape.api.name(),
+        match shape.sub_api == shape.api {
+            true => shape.api.name().to_string(),
+            false => format!("{} (sub-agents {})", shape.api.name(), shape.sub_api.name()),
+        },
         shape.shared_tokens[0],
         shape.shared_tokens[1],
         shared[0],

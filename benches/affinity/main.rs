@@ -108,7 +108,7 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots --prefill-us N --decode-us N --sim-replies kept|retokenized)");
+        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --sub-api API --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots --prefill-us N --decode-us N --sim-replies kept|retokenized)");
         std::process::exit(2)
     });
     if opts.workload != Workload::Chat {

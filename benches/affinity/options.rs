@@ -67,6 +67,9 @@ pub struct Options {
     pub real: Option<Real>,
     /// The API the agents speak (`--api chat|messages|responses`).
     pub api: Api,
+    /// The API the agents workloads' sub-agents speak (`--sub-api`; `api` by default): traffic
+    /// mixed as when two kinds of agent share the hosts.
+    pub sub_api: Option<Api>,
     /// The front ends to run (`--fronts oracle,crossbar`); empty: all. The ratios need the
     /// oracle, which always runs.
     pub fronts: Vec<String>,
@@ -93,6 +96,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         seeds: 1,
         real: None,
         api: Api::Chat,
+        sub_api: None,
         fronts: Vec::new(),
     };
     let (mut binary, mut model, mut slots, mut ctx) = (None, None, None, None);
@@ -140,6 +144,12 @@ pub fn options() -> Result<Options, lexopt::Error> {
                 let name = parser.value()?.string()?;
                 o.api = Api::parse(&name)
                     .ok_or(format!("--api {name}: chat, messages or responses"))?;
+            }
+            Long("sub-api") => {
+                let name = parser.value()?.string()?;
+                let api = Api::parse(&name)
+                    .ok_or(format!("--sub-api {name}: chat, messages or responses"))?;
+                o.sub_api = Some(api);
             }
             Long("fronts") => {
                 let list = parser.value()?.string()?;
