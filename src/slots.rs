@@ -24,12 +24,12 @@
 //! early (its client left, the host broke off) is in doubt — llama-server may still be generating
 //! there — until a `/slots` poll started after it shows it idle (`saw`); and nothing is pinned
 //! while a request crossbar could not pin (Messages, embeddings, a client's own `id_slot`) is in
-//! flight on the host, since llama-server chose its slot, until a poll finds it at work there
-//! (`polled.rs`). One left early makes every slot not busy in doubt. crossbar must be the host's
-//! only client. With similarity off llama-server never saves or reloads a slot asked for by id,
-//! so only a conversation's own slot is asked for there (`choose_own`). Pinning assumes the RAM
-//! cache (`--cache-ram`, on by default) and no unified KV (an explicit `-np`: with unified KV
-//! idle slots are cleared, and an empty slot asked for by id reloads nothing).
+//! flight on the host, since llama-server chose its slot. One left early makes every slot not
+//! busy in doubt. crossbar must be the host's only client. With similarity off llama-server
+//! never saves or reloads a slot asked for by id, so only a conversation's own slot is asked for
+//! there (`choose_own`). Pinning assumes the RAM cache (`--cache-ram`, on by default) and no
+//! unified KV (an explicit `-np`: with unified KV idle slots are cleared, and an empty slot asked
+//! for by id reloads nothing).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -41,13 +41,12 @@ use parking_lot::Mutex;
 
 mod body;
 mod pick;
-mod polled;
 mod seen;
 mod shown;
 
 pub use body::{insert_id, pinnable, remove_id};
 pub(crate) use pick::{choose, choose_own};
-pub use seen::{parse_slots, Seen};
+pub use seen::parse_slots;
 pub use shown::{Mirror, Shown};
 
 /// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
@@ -83,14 +82,8 @@ struct Table {
 #[derive(Debug, Default)]
 struct Pair {
     slots: Vec<Slot>,
-    /// Requests in flight there that crossbar did not pin.
+    /// Requests in flight there that crossbar did not pin: while any is, it pins nothing.
     unpinned: usize,
-    /// An unpinned request in flight has not been found at work in a slot by a `/slots` poll
-    /// (`polled.rs`): while one is, crossbar pins nothing here.
-    unfound: bool,
-    /// When ([`now_us`]) an unpinned request last started or ended here: a poll that started
-    /// before it saw another set of them in flight.
-    unpinned_changed: i64,
     /// Prompt tokens the host counted for request bodies of `bytes` bytes, to size a family in
     /// its tokens (a body's bytes ÷ 4 undercounts by half on the tiny test model's tokenizer).
     tokens: u64,
@@ -136,11 +129,6 @@ pub(crate) struct Slot {
     /// An unpinned request may have taken it since (similarity off: llama-server chose a slot
     /// crossbar cannot see), so what crossbar last left there may be gone.
     pub(crate) foreign: bool,
-    /// `foreign` only on suspicion: it was free while an unpinned request not yet found was in
-    /// flight. A poll that finds every such request in its slot clears it (`polled.rs`).
-    pub(crate) suspected: bool,
-    /// An unpinned request found at work here is still in flight: not free to pin.
-    pub(crate) theirs: bool,
     /// Its state is in the host's RAM cache: llama-server's `--cache-idle-slots` (on with the
     /// RAM cache) copies every idle slot there each time a task starts.
     pub(crate) saved: bool,
@@ -157,7 +145,7 @@ impl Slot {
     }
 
     fn free(&self) -> bool {
-        !self.busy && !self.theirs && self.doubtful_since.is_none()
+        !self.busy && self.doubtful_since.is_none()
     }
 }
 
@@ -216,7 +204,7 @@ impl Slots {
             // (At start too: a crossbar before this one may have left a generation running.)
             pair.slots = vec![Slot::doubtful(now); count];
         }
-        let at = want.filter(|_| !pair.unfound).and_then(|want| {
+        let at = want.filter(|_| pair.unpinned == 0).and_then(|want| {
             let family_tokens = pair.tokens_of(want.family_bytes);
             let at = if pair.similarity_off {
                 choose_own(&pair.slots, want)
@@ -231,11 +219,19 @@ impl Slots {
             done: Cell::new(false),
         };
         let Some((want, at)) = at else {
-            pair.unpinned_started(now);
+            pair.unpinned += 1;
+            if pair.similarity_off {
+                // llama-server gives it its least recently used idle slot, saving what that held
+                // and loading the request's own state from RAM: which slot is not known here, so
+                // no free slot surely holds what crossbar left in it.
+                for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
+                    slot.foreign = true;
+                }
+            }
             return Taken::Unpinned(end);
         };
         // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
-        for slot in pair.slots.iter_mut().filter(|s| !s.busy && !s.theirs) {
+        for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
             slot.saved = true;
         }
         pair.slots[at] = Slot {
@@ -244,8 +240,9 @@ impl Slots {
             tokens: pair.tokens_of(want.bytes),
             busy: true,
             doubtful_since: None,
+            saved: false,
+            foreign: false,
             last_used: tick,
-            ..Slot::default()
         };
         Taken::Pinned(Pin {
             end,
@@ -286,6 +283,29 @@ impl Slots {
         pair.similarity_off = similarity_off;
     }
 
+    /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw the slots `idle` (by id)
+    /// idle: those in doubt since before it are free again.
+    pub fn saw(&self, host: &str, started: i64, idle: &[usize]) {
+        let mut table = self.table.lock();
+        for (_, pair) in table.pairs.iter_mut().filter(|((h, _), _)| h == host) {
+            for &id in idle {
+                if let Some(slot) = pair.slots.get_mut(id) {
+                    if slot.doubtful_since.is_some_and(|since| since < started) {
+                        slot.doubtful_since = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether any slot of `host` is in doubt (its poller then asks `/slots`).
+    pub fn doubtful(&self, host: &str) -> bool {
+        let table = self.table.lock();
+        (table.pairs.iter())
+            .filter(|((h, _), _)| h == host)
+            .any(|(_, pair)| pair.slots.iter().any(|s| s.doubtful_since.is_some()))
+    }
+
     /// The mirror of `host`+`model`, for tests.
     #[cfg(test)]
     pub(crate) fn of(&self, host: &str, model: &str) -> Vec<Slot> {
@@ -313,7 +333,7 @@ impl Taken {
     pub fn finish(&self, counted: Option<Counted>) {
         match self {
             Taken::Pinned(pin) => pin.finish(counted),
-            Taken::Unpinned(end) => end.close(|pair, _| pair.unpinned_ended(now_us())),
+            Taken::Unpinned(end) => end.close(|pair, _| pair.unpinned -= 1),
         }
     }
 
@@ -395,7 +415,7 @@ impl Drop for End {
     fn drop(&mut self) {
         let now = now_us();
         self.close(|pair, _| {
-            pair.unpinned_ended(now);
+            pair.unpinned = pair.unpinned.saturating_sub(1);
             for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
                 slot.doubtful_since.get_or_insert(now);
             }

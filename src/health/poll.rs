@@ -100,8 +100,7 @@ pub struct Poller {
 
 impl Poller {
     /// Starts one thread per host; each polls at once, then every `interval`.
-    /// `slots`: the pinning hosts' mirror, told what `/slots` shows while it has something to
-    /// learn there.
+    /// `slots`: the pinning hosts' mirror, told what `/slots` shows while a slot is in doubt.
     pub fn start(
         (health, slots): (Arc<Health>, Slots),
         hosts: Vec<config::Host>,
@@ -156,7 +155,7 @@ fn poll_loop(
         let started = Instant::now();
         let poll = poll_host(agent, host);
         health.apply(&host.name, poll, unix_ms());
-        if host.pin_slots && slots.to_poll(&host.name) {
+        if host.pin_slots && slots.doubtful(&host.name) {
             poll_slots(agent, host, slots);
         }
         // The next poll is due one interval after this one started, however long it took, or a
@@ -175,16 +174,15 @@ fn poll_loop(
     }
 }
 
-/// Asks `/slots` which slots are idle and which at work, for a pinning host with a slot in doubt
-/// or a request it could not pin not yet found in its slot (`crate::slots`). A host without the
-/// endpoint (`--no-slots`) keeps its doubtful slots unpinned.
+/// Asks `/slots` which slots are idle, for a pinning host with a slot in doubt (`crate::slots`).
+/// A host without the endpoint (`--no-slots`) keeps its doubtful slots unpinned.
 fn poll_slots(agent: &ureq::Agent, host: &config::Host, slots: &Slots) {
     let started = crate::slots::now_us();
-    let seen = fetch(agent, host, "/slots")
+    let idle = fetch(agent, host, "/slots")
         .map_err(|reason| reason.to_string())
         .and_then(|body| parse_slots(&body).ok_or_else(|| "not an array of slots".to_string()));
-    match seen {
-        Ok(seen) => slots.saw(&host.name, started, &seen),
+    match idle {
+        Ok(idle) => slots.saw(&host.name, started, &idle),
         Err(reason) => log::debug!(
             "/slots unread host={} reason={}",
             val(&host.name),

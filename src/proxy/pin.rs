@@ -52,10 +52,9 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     gw.metrics.observe_slot_pin(&host.name, at.is_some());
     match taken.index() {
         Some(index) => log::debug!("pinned slot={index} host={}", host.name),
-        // A slot in doubt is cleared, and a request that could not be pinned is found in its
-        // slot, by a `/slots` poll: one as soon as the poller may (a second after its last), not
-        // an interval later.
-        None if gw.slots.to_poll(&host.name) => gw.health.poke(&host.name),
+        // A slot in doubt is cleared by a `/slots` poll: one as soon as the poller may (a second
+        // after its last), not an interval later.
+        None if want.is_some() && gw.slots.doubtful(&host.name) => gw.health.poke(&host.name),
         None => {}
     }
     plan.pin = Some(Pinned { taken, at });

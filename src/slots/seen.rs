@@ -1,8 +1,7 @@
 //! Reading llama-server's `/slots` answer — an array of slot objects, `id` and `is_processing`
-//! among their fields — for the slots it shows idle and those it shows at work. The host is
-//! hostile until checked: each entry is read alone (the rest of it skipped unbuilt), and at most
-//! `MAX_SLOTS` ids are kept, each once; the answer itself is bounded by the health poller's read
-//! limit.
+//! among their fields — for the slots it shows idle. The host is hostile until checked: each
+//! entry is read alone (the rest of it skipped unbuilt), and at most `MAX_SLOTS` ids are kept;
+//! the answer itself is bounded by the health poller's read limit.
 
 use std::fmt;
 
@@ -12,19 +11,11 @@ use serde_json::value::RawValue;
 
 use super::MAX_SLOTS;
 
-/// What a `/slots` answer shows, by slot id.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Seen {
-    pub idle: Vec<usize>,
-    /// At work: running a request (or one left behind by a client gone).
-    pub processing: Vec<usize>,
-}
-
-/// The slots a `/slots` answer shows idle and at work; `None` when it is not a JSON array.
-/// Entries that do not say both fields are skipped, and so is an id said twice.
-pub fn parse_slots(body: &str) -> Option<Seen> {
+/// The ids of the slots a `/slots` answer shows idle; `None` when it is not a JSON array.
+/// Entries that do not say both fields are skipped.
+pub fn parse_slots(body: &str) -> Option<Vec<usize>> {
     let mut de = serde_json::Deserializer::from_str(body);
-    de.deserialize_seq(Read).ok()
+    de.deserialize_seq(Idle).ok()
 }
 
 #[derive(Deserialize)]
@@ -33,36 +24,29 @@ struct Entry {
     is_processing: Option<bool>,
 }
 
-struct Read;
+struct Idle;
 
-impl<'de> Visitor<'de> for Read {
-    type Value = Seen;
+impl<'de> Visitor<'de> for Idle {
+    type Value = Vec<usize>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of slots")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
-        let mut seen = Seen::default();
-        let mut said = [false; MAX_SLOTS];
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<usize>, A::Error> {
+        let mut idle = Vec::new();
         while let Some(raw) = seq.next_element::<&RawValue>()? {
             // An entry of another shape is skipped, not a reason to drop the answer.
             let Ok(entry) = serde_json::from_str::<Entry>(raw.get()) else {
                 continue;
             };
-            let (Some(id), Some(processing)) = (entry.id, entry.is_processing) else {
-                continue;
-            };
-            let Some(id) = usize::try_from(id).ok().filter(|&id| id < MAX_SLOTS) else {
-                continue;
-            };
-            if !std::mem::replace(&mut said[id], true) {
-                match processing {
-                    true => seen.processing.push(id),
-                    false => seen.idle.push(id),
+            if let (Some(id), Some(false)) = (entry.id, entry.is_processing) {
+                match usize::try_from(id) {
+                    Ok(id) if id < MAX_SLOTS && idle.len() < MAX_SLOTS => idle.push(id),
+                    _ => {}
                 }
             }
         }
-        Ok(seen)
+        Ok(idle)
     }
 }

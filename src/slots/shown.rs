@@ -14,8 +14,7 @@ pub struct Mirror {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shown {
     /// `busy` (a pinned request runs there), `doubt` (a request ended early: not pinned until a
-    /// `/slots` poll started later shows it idle), `unpinned` (a request crossbar could not pin
-    /// was found running there) or `free`.
+    /// `/slots` poll started later shows it idle) or `free`.
     pub state: &'static str,
     /// The prompt family it last served.
     pub family: Option<u32>,
@@ -34,11 +33,10 @@ impl Slots {
         let pair = table.pairs.get(&key)?;
         let slots = (pair.slots.iter())
             .map(|s| Shown {
-                state: match (s.busy, s.doubtful_since.is_some(), s.theirs) {
-                    (true, _, _) => "busy",
-                    (false, true, _) => "doubt",
-                    (false, false, true) => "unpinned",
-                    (false, false, false) => "free",
+                state: match (s.busy, s.doubtful_since.is_some()) {
+                    (true, _) => "busy",
+                    (false, true) => "doubt",
+                    (false, false) => "free",
                 },
                 family: s.family,
                 tokens: s.tokens,

@@ -24,8 +24,8 @@ fn slot(holder: u64, family: Option<u32>, tokens: u64, saved: bool, last_used: u
         busy: false,
         doubtful_since: None,
         saved,
+        foreign: false,
         last_used,
-        ..Slot::default()
     }
 }
 
@@ -104,20 +104,12 @@ fn without_a_family_the_least_recently_used_free_slot_goes() {
     assert_eq!(choose(&slots, &w, 0), Some(1));
 }
 
-/// A `/slots` answer showing the slots `ids` idle and none at work.
-fn idle(ids: &[usize]) -> Seen {
-    Seen {
-        idle: ids.to_vec(),
-        processing: Vec::new(),
-    }
-}
-
 /// A mirror whose slots a `/slots` poll has seen idle.
 fn polled(count: usize) -> Slots {
     let slots = Slots::default();
     slots.take(HOST, count, None, 10).finish(None);
     assert!(slots.doubtful("h"));
-    slots.saw("h", 11, &idle(&(0..count).collect::<Vec<_>>()));
+    slots.saw("h", 11, &(0..count).collect::<Vec<_>>());
     assert!(!slots.doubtful("h"));
     slots
 }
@@ -127,9 +119,9 @@ fn nothing_is_pinned_until_a_poll_started_later_shows_the_slots_idle() {
     // At start a crossbar before this one may have left a generation running anywhere.
     let slots = Slots::default();
     assert_eq!(slots.take(HOST, 2, Some(&want(1, true)), 10).index(), None);
-    slots.saw("h", 10, &idle(&[0, 1]));
+    slots.saw("h", 10, &[0, 1]);
     assert_eq!(slots.take(HOST, 2, Some(&want(1, true)), 12).index(), None);
-    slots.saw("h", 11, &idle(&[1]));
+    slots.saw("h", 11, &[1]);
     let pinned = slots.take(HOST, 2, Some(&want(1, true)), 12);
     assert_eq!(pinned.index(), Some(1));
 }
@@ -177,11 +169,11 @@ fn a_slot_whose_request_ended_early_is_in_doubt_until_a_later_poll_sees_it_idle(
     assert_eq!(next.index(), Some(1 - at), "not its own slot: in doubt");
     next.finish(None);
     // A poll that started before the early end says nothing about it.
-    slots.saw("h", 0, &idle(&[0, 1]));
+    slots.saw("h", 0, &[0, 1]);
     assert!(slots.doubtful("h"));
-    slots.saw("h", i64::MAX, &idle(&[1 - at]));
+    slots.saw("h", i64::MAX, &[1 - at]);
     assert!(slots.doubtful("h"), "still busy at the host");
-    slots.saw("h", i64::MAX, &idle(&[at]));
+    slots.saw("h", i64::MAX, &[at]);
     assert!(!slots.doubtful("h"));
 }
 
@@ -267,27 +259,18 @@ fn id_slot_goes_first_in_the_body_and_comes_out_again() {
 }
 
 #[test]
-fn a_slots_answer_is_read_for_its_idle_and_working_slots_and_nothing_else() {
+fn a_slots_answer_is_read_for_its_idle_slots_and_nothing_else() {
     let body = r#"[{"id":0,"is_processing":true,"params":{"x":[1,2]}},
         {"id":1,"is_processing":false},{"id":"2","is_processing":false},{"is_processing":false},
-        7,{"id":99999,"is_processing":true},{"id":3,"is_processing":false},
-        {"id":1,"is_processing":true}]"#;
-    let seen = Seen {
-        idle: vec![1, 3],
-        processing: vec![0],
-    };
-    assert_eq!(
-        parse_slots(body),
-        Some(seen),
-        "an id said twice counts once"
-    );
+        7,{"id":99999,"is_processing":false},{"id":3,"is_processing":false}]"#;
+    assert_eq!(parse_slots(body), Some(vec![1, 3]));
     assert_eq!(parse_slots(r#"{"error":"no"}"#), None);
     assert_eq!(parse_slots("not json"), None);
-    let many = (0..5000)
-        .map(|id| format!(r#"{{"id":{id},"is_processing":{}}}"#, id % 2 == 0))
-        .collect::<Vec<_>>();
-    let seen = parse_slots(&format!("[{}]", many.join(","))).expect("an array");
-    assert_eq!(seen.idle.len() + seen.processing.len(), MAX_SLOTS);
+    let many = format!(
+        "[{}]",
+        vec![r#"{"id":1,"is_processing":false}"#; 5000].join(",")
+    );
+    assert_eq!(parse_slots(&many).map(|ids| ids.len()), Some(MAX_SLOTS));
 }
 
 /// What the status shows: each slot busy, free or in doubt, with its family, and the requests
@@ -377,7 +360,7 @@ fn with_similarity_off_only_a_conversations_own_slot_is_asked_for() {
 fn with_similarity_off_an_unpinned_request_makes_every_free_slot_foreign() {
     let slots = Slots::default();
     slots.prepare_pair(HOST, 2, true, 10);
-    slots.saw("h", 11, &idle(&[0, 1]));
+    slots.saw("h", 11, &[0, 1]);
     let a = slots.take(HOST, 2, Some(&want(1, true)), 20);
     let own = a.index().expect("pinned to an empty slot");
     a.finish(None);
@@ -403,5 +386,3 @@ fn with_similarity_off_an_unpinned_request_makes_every_free_slot_foreign() {
     newcomer.finish(None);
     assert_eq!(slots.of("h", "m").iter().filter(|s| !s.foreign).count(), 1);
 }
-
-mod found;

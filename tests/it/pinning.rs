@@ -287,43 +287,6 @@ fn clients_leaving_mid_answer_under_load_never_get_a_busy_slot_pinned() {
     attack_under_load(true);
 }
 
-/// `clients` clients at once, each taking `turns` turns of its conversation, every third
-/// streamed and left after its first event; with `messages`, every third a Messages request
-/// (which crossbar cannot pin).
-fn take_turns(h: &Harness, clients: usize, turns: usize, messages: bool) {
-    std::thread::scope(|scope| {
-        for client in 0..clients {
-            scope.spawn(move || {
-                for turn_no in 0..turns {
-                    let task = format!("client {client} task");
-                    let mut body = turn("You are the coder, careful.", &task, turn_no);
-                    body["max_tokens"] = 3.into();
-                    if turn_no % 3 == 2 {
-                        leave_after_the_first_event(h, body);
-                    } else if turn_no % 3 == 1 && messages {
-                        let messages = json!({"model": "m", "max_tokens": 10,
-                            "system": "You are the coder, careful.",
-                            "messages": [{"role": "user", "content": task}]});
-                        h.post("/projA/v1/messages", &messages);
-                    } else {
-                        let answer = h.post(CHAT, &body);
-                        assert_eq!(answer.status, 200, "{}", answer.text());
-                    }
-                }
-            });
-        }
-    });
-}
-
-/// `body` streamed with a long answer, the connection dropped after the answer's first event.
-fn leave_after_the_first_event(h: &Harness, mut body: Value) {
-    (body["stream"], body["max_tokens"]) = (true.into(), 1_000.into());
-    let mut conn = crate::support::Conn::open(h.addr());
-    conn.send("POST", CHAT, &[], body.to_string().as_bytes());
-    conn.read_head();
-    let _ = conn.read_chunk();
-}
-
 fn attack_under_load(similarity_off: bool) {
     let mut sim = SimConfig {
         slots: 2,
@@ -347,7 +310,33 @@ fn attack_under_load(similarity_off: bool) {
     let h = Harness::start(vec![spec], "queue_max = 64");
     let gw = h.server().gateway().clone();
     wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
-    take_turns(&h, 4, 9, true);
+    std::thread::scope(|scope| {
+        for client in 0..4 {
+            let h = &h;
+            scope.spawn(move || {
+                for turn_no in 0..9 {
+                    let task = format!("client {client} task");
+                    let mut body = turn("You are the coder, careful.", &task, turn_no);
+                    body["max_tokens"] = 3.into();
+                    if turn_no % 3 == 2 {
+                        (body["stream"], body["max_tokens"]) = (true.into(), 1_000.into());
+                        let mut conn = crate::support::Conn::open(h.addr());
+                        conn.send("POST", CHAT, &[], body.to_string().as_bytes());
+                        conn.read_head();
+                        let _ = conn.read_chunk();
+                    } else if turn_no % 3 == 1 {
+                        let messages = json!({"model": "m", "max_tokens": 10,
+                            "system": "You are the coder, careful.",
+                            "messages": [{"role": "user", "content": task}]});
+                        h.post("/projA/v1/messages", &messages);
+                    } else {
+                        let answer = h.post(CHAT, &body);
+                        assert_eq!(answer.status, 200, "{}", answer.text());
+                    }
+                }
+            });
+        }
+    });
     let sim = h.sim("a");
     let pinned = (sim.requests().iter())
         .filter(|r| r.method == "POST")
@@ -363,5 +352,3 @@ fn attack_under_load(similarity_off: bool) {
         "no request pinned, similarity off: {similarity_off}"
     );
 }
-
-mod found;
