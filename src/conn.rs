@@ -22,6 +22,7 @@ mod peers;
 mod pool;
 mod request;
 mod serve;
+mod tail;
 
 pub mod fuzz;
 
@@ -37,6 +38,7 @@ pub use inbound::{Inbound, Wire};
 pub(crate) use peers::key as peer_key;
 pub use pool::{Pool, Refused, Service};
 pub use request::Request;
+pub use tail::Tail;
 
 /// Time limits of one listener (config keys; see crossbar.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,7 +35,7 @@ pub use reader::Reader;
 pub use rows::{LeaseEvent, LeaseRow, LeaseState, Reason, RequestRow};
 pub use write::Write;
 use writer::Writer;
-pub use writer::{Coming, Ticket};
+pub use writer::{Coming, Then, Ticket};
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -192,6 +192,16 @@ impl Store {
         (self.writer)
             .submit_coming(vec![Write::Request(row.clone())], coming)
             .wait()
+    }
+
+    /// Writes one accounting row without waiting for it: `then` runs on the thread that commits
+    /// it, right after the commit (this one when it is alone, else the writer thread), with its
+    /// outcome. `coming` is the row's announcement, if it had one ([`Store::row_coming`]).
+    pub fn record_then(&self, row: &RequestRow, coming: Option<Coming>, then: Then) {
+        let writes = vec![Write::Request(row.clone())];
+        let ticket = self.writer.submit_then(writes, Some(then));
+        drop(coming);
+        ticket.leave();
     }
 
     pub fn schema_version(&self) -> Result<i64, StoreError> {

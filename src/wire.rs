@@ -309,6 +309,16 @@ impl<'a> BodyWriter<'a> {
         self.track(result)
     }
 
+    /// Ends the body cleanly, as [`BodyWriter::finish`] does, but returns the bytes it would
+    /// write (whatever is held, and the last chunk) for someone else to send: the connection
+    /// layer's [`crate::conn::Tail`].
+    pub fn into_end(mut self) -> Vec<u8> {
+        if self.framing == Framing::Chunked {
+            self.piece.extend_from_slice(b"0\r\n\r\n");
+        }
+        std::mem::take(&mut self.piece)
+    }
+
     /// Ends the body so that the client cannot mistake it for a complete answer: a chunked body gets
     /// a malformed chunk line instead of the last chunk, which every HTTP client reports as an error.
     /// A close-delimited body ends with the connection, closed when the writer is dropped here (the

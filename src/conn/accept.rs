@@ -91,6 +91,7 @@ pub(super) fn accept(sh: &Shared, listener: &TcpListener, queue: &Sender<Conn>) 
             peer,
             addr: from,
             watch: None,
+            tail: None,
             arrived: None,
         };
         // Connections already wait for a worker: this one waits for its whole head off the

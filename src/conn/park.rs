@@ -48,8 +48,9 @@ pub(super) enum Parked {
 }
 
 /// Hands a connection whose head has not arrived whole (or at all) to the poller.
-pub(super) fn park(sh: &Shared, conn: Conn) {
-    if conn.inb.wire().set_nonblocking(true).is_ok() {
+pub(super) fn park(sh: &Shared, mut conn: Conn) {
+    // The poller may answer on it (a refusal) or close it: the last answer's end goes first.
+    if conn.settle() && conn.inb.wire().set_nonblocking(true).is_ok() {
         add(sh, Parked::Conn(conn));
     }
 }

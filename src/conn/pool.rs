@@ -25,6 +25,7 @@ use super::peers::{PeerSlot, Peers};
 use super::request::Request;
 pub(super) use super::serve::refuse_head;
 use super::serve::serve;
+use super::tail::Tail;
 use super::{Counts, Settings};
 
 /// What a listener serves, and where it counts what it refused.
@@ -91,14 +92,43 @@ pub(super) struct Conn {
     /// A second handle on the socket for the requests that watch it ([`Request::socket`]), made
     /// once per connection rather than once per request.
     pub(super) watch: Option<Arc<TcpStream>>,
+    /// The last answer's end, while another thread sends it ([`Tail`]).
+    pub(super) tail: Option<Arc<Tail>>,
     /// A request whose body the poller read off the workers: its head and its body (or why
     /// not), for the handler to be called again with.
     pub(super) arrived: Option<Box<Arrived>>,
 }
 
 impl Conn {
-    pub(super) fn into_parts(self) -> (Inbound<TcpStream>, PeerSlot) {
+    /// The socket and its place in its peer's count, the last answer's end sent first.
+    pub(super) fn into_parts(mut self) -> (Inbound<TcpStream>, PeerSlot) {
+        self.settle();
         (self.inb, self.peer)
+    }
+
+    /// Waits for the last answer's end to be out, if another thread sends it ([`Tail`]): before
+    /// anything else is written to the connection or it is shut down. Whether the connection may
+    /// go on (the end went out whole).
+    pub(super) fn settle(&mut self) -> bool {
+        match self.tail.take() {
+            Some(tail) => tail.settle(self.inb.wire()),
+            None => true,
+        }
+    }
+
+    /// [`Conn::settle`] without waiting: `false` when the end failed to go out; a tail still
+    /// waiting for its row stays.
+    pub(super) fn settle_now(&mut self) -> bool {
+        let Some(tail) = &self.tail else {
+            return true;
+        };
+        match tail.try_settle(self.inb.wire()) {
+            Some(ok) => {
+                self.tail = None;
+                ok
+            }
+            None => true,
+        }
     }
 }
 

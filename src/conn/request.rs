@@ -16,6 +16,7 @@ use super::head::{BodyKind, Head};
 use super::headers::Headers;
 use super::inbound::{Fill, Inbound, READ_PIECE};
 use super::peers::BodySlot;
+use super::tail::Tail;
 use super::Settings;
 use crate::wire::{self, BodyWriter, Framing, HeadOut, HeaderLine, Persist, Tracked};
 
@@ -35,6 +36,8 @@ pub struct Request<'c> {
     head: Head,
     inb: &'c mut Inbound<TcpStream>,
     watch: &'c mut Option<Arc<TcpStream>>,
+    /// Where the connection keeps an answer's end sent by another thread.
+    tail: &'c mut Option<Arc<Tail>>,
     settings: &'c Settings,
     budget: &'c Arc<Budget>,
     body_read: bool,
@@ -59,7 +62,7 @@ impl<'c> Request<'c> {
     pub(super) fn new(
         head: Head,
         inb: &'c mut Inbound<TcpStream>,
-        watch: &'c mut Option<Arc<TcpStream>>,
+        (watch, tail): (&'c mut Option<Arc<TcpStream>>, &'c mut Option<Arc<Tail>>),
         (settings, budget, peer): (&'c Settings, &'c Arc<Budget>, SocketAddr),
         stopping: bool,
         body: Body,
@@ -74,6 +77,7 @@ impl<'c> Request<'c> {
             head,
             inb,
             watch,
+            tail,
             settings,
             budget,
             body_read,
@@ -228,6 +232,17 @@ impl<'c> Request<'c> {
             framing,
             head_out,
         )
+    }
+
+    /// Leaves the answer's end (the bytes of [`BodyWriter::into_end`]) to be sent by another
+    /// thread through [`Tail::send`], once the request's row is committed (issue 26). The
+    /// connection carries nothing else until it is out; the worker finishes what the client's
+    /// socket could not take at once.
+    pub fn end_later(&mut self, end: Vec<u8>) -> Arc<Tail> {
+        let sock = self.socket();
+        let tail = Arc::new(Tail::new(end, sock, self.settings.write_timeout));
+        *self.tail = Some(tail.clone());
+        tail
     }
 
     /// A whole answer with a fixed body (none for `HEAD`), in one write.

@@ -21,6 +21,8 @@ use super::MAX_HEAD;
 const IDLE_STEP: Duration = Duration::from_millis(100);
 /// The same wait when someone already waits in the queue as the answer goes out: a client that
 /// sends its next request at once keeps its worker; one that pauses is parked for the newcomer.
+/// Also the wait while the last answer's end is sent by another thread ([`super::Tail`]): the
+/// worker looks again this soon to write what the client's socket could not take at once.
 const BUSY_STEP: Duration = Duration::from_millis(2);
 /// How long a worker waits for the rest of a head it has started to read before handing the
 /// connection to the poller. A head sent in one write is whole at once; this only spares the
@@ -65,8 +67,8 @@ pub(super) fn serve(sh: &Shared, conn: Conn) {
         };
         let stopping = sh.stopping.load(Ordering::SeqCst);
         let shared = (&sh.settings, &sh.budget, conn.addr);
-        let mut request =
-            Request::new(head, &mut conn.inb, &mut conn.watch, shared, stopping, body);
+        let handles = (&mut conn.watch, &mut conn.tail);
+        let mut request = Request::new(head, &mut conn.inb, handles, shared, stopping, body);
         let served = catch_unwind(AssertUnwindSafe(|| (sh.service.handle)(&mut request)));
         // The body is still coming: the poller reads it, and the handler is called again.
         if served.is_ok() && request.body_later() {
@@ -89,6 +91,11 @@ pub(super) fn serve(sh: &Shared, conn: Conn) {
         if served.is_err() || !request.keep() {
             drop(request);
             return park::linger(sh, conn);
+        }
+        // An end committed on this thread is out already, or waits for what the socket could not
+        // take at once: written now.
+        if !conn.settle_now() {
+            return;
         }
         conn.idle_until = Instant::now() + sh.settings.keepalive_idle;
     }
@@ -118,27 +125,34 @@ fn body_to_come(head: &Head, pending: &[u8]) -> bool {
 
 /// Waits for the first byte of the next head. `None` when the connection is done with: closed,
 /// idle too long, the listener stopping, or parked because someone waits for a worker.
+/// The last answer's end is out before the next request is served or the connection closed.
 fn wait_for_request(sh: &Shared, mut conn: Conn) -> Option<Conn> {
     loop {
         if !conn.inb.pending().is_empty() {
-            return Some(conn);
+            return conn.settle().then_some(conn);
         }
         let now = Instant::now();
         if now >= conn.idle_until || (sh.stopping.load(Ordering::SeqCst) && !conn.fresh) {
+            conn.settle();
             return None;
         }
-        let step = if sh.queue.is_empty() {
+        let step = if sh.queue.is_empty() && conn.tail.is_none() {
             IDLE_STEP
         } else {
             BUSY_STEP
         };
         match conn.inb.fill(conn.idle_until.min(now + step), MAX_HEAD) {
-            Fill::Data => return Some(conn),
-            Fill::Eof | Fill::Failed(_) => return None,
+            Fill::Data => return conn.settle().then_some(conn),
+            Fill::Eof | Fill::Failed(_) => {
+                // A client that shut its side may still read the end.
+                conn.settle();
+                return None;
+            }
             Fill::Timeout if !sh.queue.is_empty() => {
                 park::park(sh, conn);
                 return None;
             }
+            Fill::Timeout if !conn.settle_now() => return None,
             Fill::Timeout => {}
         }
     }

@@ -18,7 +18,7 @@ use crate::tee::Tee;
 use crate::wire::{BodyWriter, Framing, HeadOut};
 
 use super::headers::response_headers;
-use super::record::{client_gone, finish_row, record_with};
+use super::record::{client_gone, finish_row, record_then_send};
 use super::{record, upstream, Incoming, Plan, ProxyError};
 
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
@@ -250,12 +250,12 @@ pub(super) fn relay(
         HeadOut::Now
     };
     // The head is written from upstream's headers where they lie, before its body is taken.
-    let headers = response_headers(response.headers(), plan);
-    let started = request.start(row.status, &headers, framing, head_out);
-    drop(headers);
-    let mut out = match started {
-        Ok(out) => out,
-        Err(err) => return client_gone(gw, row, clock, &err),
+    let mut out = {
+        let headers = response_headers(response.headers(), plan);
+        match request.start(row.status, &headers, framing, head_out) {
+            Ok(out) => out,
+            Err(err) => return client_gone(gw, row, clock, &err),
+        }
     };
     let mut upstream = response.into_body().into_reader();
     let mut buf = ReadBuf::take();
@@ -301,18 +301,17 @@ pub(super) fn relay(
         return upstream_broke(gw, plan, row, clock, &tee, out, detail);
     }
     finish_row(gw, row, clock, &tee);
-    record_with(gw, row, coming);
+    // The host's slot and the key's turn are free before the client can send its next turn.
     super::learn(gw, plan, row);
     drop(permit);
     if let Some(key) = &plan._key {
         key.release();
     }
-    if let Err(err) = out.finish() {
-        log::debug!(
-            "client gone before the end of the body error={}",
-            val(&err.to_string())
-        );
-    }
+    // The end goes out once the row is in the db, sent by whoever commits it: a worker does not
+    // sleep on the commit of a batch only to wake and write a few bytes (issue 26).
+    let end = out.into_end();
+    let tail = request.end_later(end);
+    record_then_send(gw, row, coming, tail);
 }
 
 /// The client's framing: chunked for HTTP/1.1 (whatever upstream used, so a break can be shown),

@@ -4,13 +4,16 @@
 use std::io::ErrorKind;
 use std::time::Instant;
 
-use crate::conn::Request;
+use std::sync::Arc;
+
+use crate::conn::{Request, Tail};
 use crate::envelope::Shape;
 use crate::fingerprint;
 use crate::lease::Key;
 use crate::logfmt::val;
+use crate::metrics::Metrics;
 use crate::state::Gateway;
-use crate::store::{Coming, RequestRow};
+use crate::store::{Coming, RequestRow, StoreError};
 use crate::tee::Tee;
 
 use super::{ProxyError, HOST_HEADER};
@@ -25,6 +28,38 @@ pub(super) fn record(gw: &Gateway, row: &RequestRow) {
 /// [`record`] for a row announced when its whole answer arrived (`coming`, issue 26): a commit
 /// under way beside it may wait for it and take both.
 pub(super) fn record_with(gw: &Gateway, row: &RequestRow, coming: Option<Coming>) {
+    account(gw, row);
+    let recorded = match coming {
+        Some(coming) => gw.store.record_coming(row, coming),
+        None => gw.store.record_request(row),
+    };
+    if let Err(err) = recorded {
+        row_lost(&gw.metrics, &row.route, &err);
+    }
+}
+
+/// [`record_with`] for an answer whose end waits for the row (issue 26): the thread that commits
+/// the row sends `tail`, and this one goes on at once instead of sleeping on the commit.
+pub(super) fn record_then_send(
+    gw: &Gateway,
+    row: &RequestRow,
+    coming: Option<Coming>,
+    tail: Arc<Tail>,
+) {
+    account(gw, row);
+    let metrics = gw.metrics.clone();
+    let route = row.route.clone();
+    let then = move |outcome: &Result<(), StoreError>| {
+        tail.send();
+        if let Err(err) = outcome {
+            row_lost(&metrics, &route, err);
+        }
+    };
+    gw.store.record_then(row, coming, Box::new(then));
+}
+
+/// What a row counts before it is written: metrics, and the key's spending.
+fn account(gw: &Gateway, row: &RequestRow) {
     gw.metrics.observe_request(row);
     if !row.key.is_empty() {
         let tokens =
@@ -32,21 +67,15 @@ pub(super) fn record_with(gw: &Gateway, row: &RequestRow, coming: Option<Coming>
         let now = crate::store::unix_ms(std::time::SystemTime::now());
         gw.keys.spent(&gw.config(), &row.key, tokens as u64, now);
     }
-    let recorded = match coming {
-        Some(coming) => gw.store.record_coming(row, coming),
-        None => gw.store.record_request(row),
-    };
-    match recorded {
-        Ok(()) => {}
-        Err(err) => {
-            gw.metrics.observe_row_lost();
-            log::debug!(
-                "accounting row lost route={} error={}",
-                val(&row.route),
-                val(&err.to_string())
-            );
-        }
-    }
+}
+
+fn row_lost(metrics: &Metrics, route: &str, err: &StoreError) {
+    metrics.observe_row_lost();
+    log::debug!(
+        "accounting row lost route={} error={}",
+        val(route),
+        val(&err.to_string())
+    );
 }
 
 /// The one plain line per request (never the body). `lease` is `new`, `reused`, `none`

@@ -15,6 +15,10 @@
 //!   preempted with 60 threads on 2 cores, and everyone queued behind it would wait for its next
 //!   time slice (a 15 ms p99 at 32 clients); the writer thread, asleep between batches, is run as
 //!   soon as it is woken.
+//! - **Left, not waited for** ([`Ticket::leave`]): a job may carry what must follow its commit
+//!   ([`Then`]: a request's answer end), run by whoever commits it. Its caller commits it itself
+//!   when alone, as above, and otherwise goes on at once: a worker of a busy gateway no longer
+//!   sleeps on its row's batch and wakes only to write the answer's last bytes (issue 26).
 //!
 //! The writer thread also commits jobs nobody waits for (touches of reused leases written
 //! behind, evictions, prunes: a dropped ticket wakes it), and at stop whatever is still queued.
@@ -31,7 +35,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rusqlite::Connection;
 
@@ -55,98 +58,23 @@ const GATHER: Duration = Duration::from_micros(200);
 
 type Outcome = Result<(), StoreError>;
 
-/// Where the committer leaves one job's outcome, and wakes that job's waiter alone: waiters
-/// woken together through the queue's lock would take it one after another, each behind the
-/// last one's turn on a busy CPU (tails of 10–25 ms at 32 clients).
-#[derive(Debug, Default)]
-struct Answer {
-    outcome: Mutex<Option<Outcome>>,
-    ready: Condvar,
-}
+/// What runs on the committer's thread once a job is committed (or has failed), before its
+/// waiter is answered: a request's answer end, sent after its row (issue 26).
+pub type Then = Box<dyn FnOnce(&Outcome) + Send>;
 
-type Slot = Arc<Answer>;
-
-impl Answer {
-    fn set(&self, outcome: Outcome) {
-        *self.outcome.lock() = Some(outcome);
-        self.ready.notify_one();
-    }
-
-    fn is_set(&self) -> bool {
-        self.outcome.lock().is_some()
-    }
-
-    /// Until the outcome is there, at most until `deadline`.
-    fn wait(&self, deadline: Instant) -> Outcome {
-        let mut outcome = self.outcome.lock();
-        loop {
-            if let Some(outcome) = outcome.take() {
-                return outcome;
-            }
-            if self.ready.wait_until(&mut outcome, deadline).timed_out() {
-                return outcome.take().unwrap_or(Err(StoreError::Stalled));
-            }
-        }
-    }
-}
-
-/// The promise of a commit: [`Ticket::wait`] answers once the writes it covers are in the db.
-/// Dropping it unwaited leaves the job to the writer thread.
-#[derive(Debug)]
-pub struct Ticket(Option<Promise>);
-
-#[derive(Debug)]
-enum Promise {
-    /// Answered through a channel: refusals, and persisters other than the store.
-    Answer(Receiver<Outcome>),
-    /// A job in the writer's queue.
-    Queued { writer: Arc<Shared>, slot: Slot },
-}
-
-impl Ticket {
-    /// A ticket already answered (persisters that write synchronously, and refusals).
-    pub fn ready(result: Outcome) -> Ticket {
-        let (tx, rx) = bounded(1);
-        let _ = tx.send(result);
-        Ticket(Some(Promise::Answer(rx)))
-    }
-
-    /// A ticket answered later through the returned sender (persisters other than the writer).
-    pub fn promise() -> (Sender<Outcome>, Ticket) {
-        let (tx, rx) = bounded(1);
-        (tx, Ticket(Some(Promise::Answer(rx))))
-    }
-
-    /// Waits for the commit, at most [`COMMIT_WAIT`]: committing it on this thread when it is
-    /// the only job and nobody is committing, else leaving it to the writer thread's batch.
-    pub fn wait(mut self) -> Outcome {
-        let deadline = Instant::now() + COMMIT_WAIT;
-        match self.0.take() {
-            Some(Promise::Answer(rx)) => match rx.recv_deadline(deadline) {
-                Ok(result) => result,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(StoreError::Stalled),
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(StoreError::Stopped),
-            },
-            Some(Promise::Queued { writer, slot }) => writer.wait(&slot, deadline),
-            None => Err(StoreError::Stopped),
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if let Some(Promise::Queued { writer, slot }) = self.0.take() {
-            if !slot.is_set() {
-                writer.orphaned();
-            }
-        }
-    }
-}
-
-#[derive(Debug)]
 struct Job {
     writes: Vec<Write>,
     slot: Slot,
+    then: Option<Then>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("writes", &self.writes)
+            .field("then", &self.then.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -218,23 +146,36 @@ impl Writer {
     /// Never blocks: callers may hold the lease table's lock. A full queue means commits are
     /// stuck (a hung disk); the caller answers "store unavailable" at once.
     pub(super) fn submit(&self, writes: Vec<Write>) -> Ticket {
+        self.submit_then(writes, None)
+    }
+
+    /// [`Writer::submit`], with what runs on the committer's thread after the commit. A job
+    /// refused at once runs it here.
+    pub(super) fn submit_then(&self, writes: Vec<Write>, then: Option<Then>) -> Ticket {
         let slot = Slot::default();
         let mut q = self.shared.queue.lock();
-        if q.stopping {
-            return Ticket::ready(Err(StoreError::Stopped));
-        }
-        if q.jobs.len() >= QUEUE {
-            return Ticket::ready(Err(StoreError::Stalled));
+        let refused = if q.stopping {
+            Some(StoreError::Stopped)
+        } else if q.jobs.len() >= QUEUE {
+            Some(StoreError::Stalled)
+        } else {
+            None
+        };
+        if let Some(err) = refused {
+            drop(q);
+            let outcome = Err(err);
+            if let Some(then) = then {
+                then(&outcome);
+            }
+            return Ticket::ready(outcome);
         }
         q.jobs.push_back(Job {
             writes,
             slot: slot.clone(),
+            then,
         });
         drop(q);
-        Ticket(Some(Promise::Queued {
-            writer: self.shared.clone(),
-            slot,
-        }))
+        Ticket::queued(self.shared.clone(), slot)
     }
 }
 
@@ -269,6 +210,23 @@ impl Shared {
         slot.wait(deadline)
     }
 
+    /// [`Shared::wait`] without the wait: the job committed here when alone, else handed to the
+    /// writer thread.
+    fn leave(&self, slot: &Slot) {
+        let mut q = self.queue.lock();
+        if slot.is_set() || q.committing {
+            // Whoever commits hands what is queued behind it to the writer thread.
+            return;
+        }
+        if q.jobs.len() == 1 && self.coming.load(Ordering::Acquire) == 0 {
+            q.by_caller += 1;
+            self.commit_queued(&mut q);
+        } else {
+            q.wanted = true;
+            self.wake.notify_one();
+        }
+    }
+
     fn orphaned(&self) {
         self.queue.lock().wanted = true;
         self.wake.notify_one();
@@ -290,9 +248,14 @@ impl Shared {
                 Vec::new()
             });
             let mut outcomes = outcomes.into_iter();
-            for job in &batch {
-                job.slot
-                    .set(outcomes.next().unwrap_or(Err(StoreError::Stalled)));
+            for job in batch {
+                let outcome = outcomes.next().unwrap_or(Err(StoreError::Stalled));
+                if let Some(then) = job.then {
+                    if catch_unwind(AssertUnwindSafe(|| then(&outcome))).is_err() {
+                        log::error!("what follows a commit panicked");
+                    }
+                }
+                job.slot.set(outcome);
             }
         });
         q.committing = false;
@@ -369,5 +332,8 @@ fn commit_jobs(conn: &mut Connection, batch: &[Job], health: &StoreHealth) -> Ve
 mod coming;
 #[cfg(test)]
 mod tests;
+mod ticket;
 
 pub use coming::Coming;
+use ticket::Slot;
+pub use ticket::Ticket;

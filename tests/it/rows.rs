@@ -1,6 +1,8 @@
 //! Seed 001's promise under load (issue 26): a client that has the whole answer finds its row in
 //! the db — with one client, and with 64 at once, when the store commits rows together and waits
 //! for rows on their way. Each client has its own key, so its rows are the ones naming it.
+//! Under load an answer's end is sent by the thread that commits its row (`conn::Tail`): clients
+//! that pipeline get every answer whole and in order all the same.
 
 use std::sync::{Arc, Barrier};
 
@@ -51,8 +53,60 @@ fn client(h: &Harness, db: &Reader, i: usize, key: &str, start: &Barrier) {
     }
 }
 
+/// Client `i`, pipelining: a whole answer, a streamed one and a listing sent in one go, then
+/// read back in order, the two rows in the db once the last byte is in.
+fn pipelining(h: &Harness, db: &Reader, i: usize, key: &str, start: &Barrier) {
+    let name = format!("k{i}");
+    let auth = format!("Bearer {key}");
+    let mut conn = Conn::open(h.addr());
+    start.wait();
+    let whole = chat(&format!("client {i} pipelines"), 0, false).to_string();
+    let streamed = chat(&format!("client {i} pipelines"), 1, true).to_string();
+    let auth = [("Authorization", auth.as_str())];
+    conn.send("POST", CHAT, &auth, whole.as_bytes());
+    conn.send("POST", CHAT, &auth, streamed.as_bytes());
+    conn.send("GET", "/projA/v1/models", &auth, b"");
+    let first = conn.read_answer();
+    assert_eq!(first.status, 200, "client {i}: {}", first.text());
+    assert!(
+        first.json()["choices"].is_array(),
+        "client {i}: {}",
+        first.text()
+    );
+    let second = conn.read_answer();
+    assert_eq!(second.status, 200, "client {i}: {}", second.text());
+    assert!(
+        second.text().contains("data: [DONE]"),
+        "client {i}: {}",
+        second.text()
+    );
+    let third = conn.read_answer();
+    assert_eq!(third.status, 200, "client {i}: {}", third.text());
+    assert!(
+        third.json()["data"].is_array(),
+        "client {i}: {}",
+        third.text()
+    );
+    let rows = db.requests_since(0, None).unwrap();
+    let mine = rows.iter().filter(|r| r.key == name && r.status == 200);
+    assert_eq!(
+        mine.count(),
+        3,
+        "client {i}: every row in before the last byte"
+    );
+}
+
 #[track_caller]
 fn check(clients: usize) {
+    check_with(clients, client, TURNS);
+}
+
+#[track_caller]
+fn check_with(
+    clients: usize,
+    each: fn(&Harness, &Reader, usize, &str, &Barrier),
+    rows_each: usize,
+) {
     let (lines, keys) = keys(clients);
     // Every client is 127.0.0.1: the per-peer caps must hold them all.
     let extra = format!(
@@ -66,10 +120,10 @@ fn check(clients: usize) {
     std::thread::scope(|s| {
         for (i, key) in keys.iter().enumerate() {
             let (h, start) = (&h, start.clone());
-            s.spawn(move || client(h, &h.db(), i, key, &start));
+            s.spawn(move || each(h, &h.db(), i, key, &start));
         }
     });
-    assert_eq!(h.rows().len(), clients * TURNS);
+    assert_eq!(h.rows().len(), clients * rows_each);
 }
 
 #[test]
@@ -80,4 +134,9 @@ fn issue26_one_client_finds_its_row_when_it_has_the_last_byte() {
 #[test]
 fn issue26_sixty_four_clients_at_once_find_their_rows_when_they_have_the_last_byte() {
     check(64);
+}
+
+#[test]
+fn issue26_thirty_two_clients_pipelining_get_every_answer_whole_and_in_order() {
+    check_with(32, pipelining, 3);
 }

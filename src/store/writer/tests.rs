@@ -222,3 +222,71 @@ fn issue26_a_row_that_never_comes_does_not_hold_the_others() {
     w.submit_coming(row(2), coming).wait().unwrap();
     assert_eq!(batches(&w.shared), (1, 1));
 }
+
+/// A job left (not waited for) whose `then` reports the thread it ran on and whether its row
+/// was already in the db.
+fn left(w: &Writer, db: &TempDb, started: i64) -> crossbeam_channel::Receiver<(String, i64)> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let path = db.path.clone();
+    let then: super::Then = Box::new(move |outcome| {
+        assert!(outcome.is_ok(), "{outcome:?}");
+        let conn = Connection::open(&path).unwrap();
+        let found: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM requests WHERE started = ?1",
+                [started],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let thread = std::thread::current().name().unwrap_or("").to_string();
+        let _ = tx.send((thread, found));
+    });
+    w.submit_then(row(started), Some(then)).leave();
+    rx
+}
+
+#[test]
+fn issue26_a_lone_job_left_is_committed_on_its_own_thread_then_followed() {
+    let db = TempDb::new("writer-then-lone");
+    let w = writer(&db);
+    let me = std::thread::current().name().unwrap_or("").to_string();
+    let rx = left(&w, &db, 1);
+    // Done before `leave` returned, on this thread, with the row already in the db.
+    assert_eq!(rx.try_recv().unwrap(), (me, 1));
+    assert_eq!(batches(&w.shared), (1, 0));
+}
+
+#[test]
+fn issue26_a_job_left_beside_others_is_followed_on_the_writer_thread_after_its_commit() {
+    let db = TempDb::new("writer-then-busy");
+    let w = writer(&db);
+    // Another row is on its way: the job is not committed alone but handed to the writer thread,
+    // and `leave` does not wait for it.
+    let coming = w.coming();
+    let rx = left(&w, &db, 7);
+    let (thread, found) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(thread, "store-writer");
+    assert_eq!(found, 1, "what follows a commit sees its row in the db");
+    drop(coming);
+    settled(&w.shared);
+    assert_eq!(batches(&w.shared), (0, 1));
+}
+
+#[test]
+fn issue26_a_job_refused_at_the_stop_is_still_followed() {
+    let db = TempDb::new("writer-then-late");
+    let w = writer(&db);
+    let sh = w.shared.clone();
+    drop(w);
+    let late = super::Writer {
+        shared: sh,
+        thread: None,
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let then: super::Then = Box::new(move |outcome| {
+        let _ = tx.send(matches!(outcome, Err(crate::store::StoreError::Stopped)));
+    });
+    late.submit_then(row(1), Some(then)).leave();
+    // The answer's end is never left unsent because its row could not be written.
+    assert_eq!(rx.try_recv(), Ok(true));
+}
