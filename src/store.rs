@@ -198,10 +198,8 @@ impl Store {
     /// it, right after the commit (this one when it is alone, else the writer thread), with its
     /// outcome. `coming` is the row's announcement, if it had one ([`Store::row_coming`]).
     pub fn record_then(&self, row: &RequestRow, coming: Option<Coming>, then: Then) {
-        let writes = vec![Write::Request(row.clone())];
-        let ticket = self.writer.submit_then(writes, Some(then));
-        drop(coming);
-        ticket.leave();
+        self.writer
+            .leave(vec![Write::Request(row.clone())], then, coming);
     }
 
     pub fn schema_version(&self) -> Result<i64, StoreError> {

@@ -15,7 +15,7 @@
 //!   preempted with 60 threads on 2 cores, and everyone queued behind it would wait for its next
 //!   time slice (a 15 ms p99 at 32 clients); the writer thread, asleep between batches, is run as
 //!   soon as it is woken.
-//! - **Left, not waited for** ([`Ticket::leave`]): a job may carry what must follow its commit
+//! - **Left, not waited for** ([`Writer::leave`]): a job may carry what must follow its commit
 //!   ([`Then`]: a request's answer end), run by whoever commits it. Its caller commits it itself
 //!   when alone, as above, and otherwise goes on at once: a worker of a busy gateway no longer
 //!   sleeps on its row's batch and wakes only to write the answer's last bytes (issue 26).
@@ -64,7 +64,8 @@ pub type Then = Box<dyn FnOnce(&Outcome) + Send>;
 
 struct Job {
     writes: Vec<Write>,
-    slot: Slot,
+    /// Where its waiter finds the outcome; none for a job left ([`Writer::leave`]).
+    slot: Option<Slot>,
     then: Option<Then>,
 }
 
@@ -146,14 +147,35 @@ impl Writer {
     /// Never blocks: callers may hold the lease table's lock. A full queue means commits are
     /// stuck (a hung disk); the caller answers "store unavailable" at once.
     pub(super) fn submit(&self, writes: Vec<Write>) -> Ticket {
-        self.submit_then(writes, None)
-    }
-
-    /// [`Writer::submit`], with what runs on the committer's thread after the commit. A job
-    /// refused at once runs it here.
-    pub(super) fn submit_then(&self, writes: Vec<Write>, then: Option<Then>) -> Ticket {
         let slot = Slot::default();
         let mut q = self.shared.queue.lock();
+        if q.stopping {
+            return Ticket::ready(Err(StoreError::Stopped));
+        }
+        if q.jobs.len() >= QUEUE {
+            return Ticket::ready(Err(StoreError::Stalled));
+        }
+        q.jobs.push_back(Job {
+            writes,
+            slot: Some(slot.clone()),
+            then: None,
+        });
+        drop(q);
+        Ticket::queued(self.shared.clone(), slot)
+    }
+
+    /// Queues `writes` with what must follow their commit ([`Then`]), and sees them committed
+    /// without waiting: here when they are the only job, nobody commits and no row is on its way
+    /// (as [`Ticket::wait`] would), else by the writer thread, woken for them. The row's
+    /// announcement (`coming`) ends in the same turn of the queue's lock: one taking of it per
+    /// request, where a worker woken on a busy CPU otherwise spun and yielded for it (issue 26).
+    /// A job refused at once (the store stopping, a full queue) is followed here.
+    pub(super) fn leave(&self, writes: Vec<Write>, then: Then, coming: Option<Coming>) {
+        let sh = &self.shared;
+        let mut q = sh.queue.lock();
+        if let Some(coming) = coming {
+            coming.arrived(&q);
+        }
         let refused = if q.stopping {
             Some(StoreError::Stopped)
         } else if q.jobs.len() >= QUEUE {
@@ -163,19 +185,22 @@ impl Writer {
         };
         if let Some(err) = refused {
             drop(q);
-            let outcome = Err(err);
-            if let Some(then) = then {
-                then(&outcome);
-            }
-            return Ticket::ready(outcome);
+            return then(&Err(err));
         }
         q.jobs.push_back(Job {
             writes,
-            slot: slot.clone(),
-            then,
+            slot: None,
+            then: Some(then),
         });
-        drop(q);
-        Ticket::queued(self.shared.clone(), slot)
+        if q.committing {
+            // The committer hands what is queued behind it to the writer thread.
+        } else if q.jobs.len() == 1 && sh.coming.load(Ordering::Acquire) == 0 {
+            q.by_caller += 1;
+            sh.commit_queued(&mut q);
+        } else {
+            q.wanted = true;
+            sh.wake.notify_one();
+        }
     }
 }
 
@@ -210,23 +235,6 @@ impl Shared {
         slot.wait(deadline)
     }
 
-    /// [`Shared::wait`] without the wait: the job committed here when alone, else handed to the
-    /// writer thread.
-    fn leave(&self, slot: &Slot) {
-        let mut q = self.queue.lock();
-        if slot.is_set() || q.committing {
-            // Whoever commits hands what is queued behind it to the writer thread.
-            return;
-        }
-        if q.jobs.len() == 1 && self.coming.load(Ordering::Acquire) == 0 {
-            q.by_caller += 1;
-            self.commit_queued(&mut q);
-        } else {
-            q.wanted = true;
-            self.wake.notify_one();
-        }
-    }
-
     fn orphaned(&self) {
         self.queue.lock().wanted = true;
         self.wake.notify_one();
@@ -255,7 +263,9 @@ impl Shared {
                         log::error!("what follows a commit panicked");
                     }
                 }
-                job.slot.set(outcome);
+                if let Some(slot) = job.slot {
+                    slot.set(outcome);
+                }
             }
         });
         q.committing = false;

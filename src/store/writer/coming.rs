@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Shared, Ticket, Write, Writer};
+use super::{Queue, Shared, Ticket, Write, Writer};
 
 /// A row on its way: the request has its whole answer and will submit its row in a moment (the
 /// tee's last look, metrics, the log line's fields). While one lives, a lone waiter does not
@@ -21,6 +21,17 @@ impl Drop for Coming {
         if shared.coming.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The gathering writer checks the count under the queue's lock before it waits.
             if shared.queue.lock().gathering {
+                shared.wake.notify_one();
+            }
+        }
+    }
+}
+
+impl Coming {
+    /// Stops counting, under the queue's lock its caller holds for the row it queues.
+    pub(super) fn arrived(mut self, q: &Queue) {
+        if let Some(shared) = self.0.take() {
+            if shared.coming.fetch_sub(1, Ordering::AcqRel) == 1 && q.gathering {
                 shared.wake.notify_one();
             }
         }

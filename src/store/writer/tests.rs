@@ -241,7 +241,7 @@ fn left(w: &Writer, db: &TempDb, started: i64) -> crossbeam_channel::Receiver<(S
         let thread = std::thread::current().name().unwrap_or("").to_string();
         let _ = tx.send((thread, found));
     });
-    w.submit_then(row(started), Some(then)).leave();
+    w.leave(row(started), then, None);
     rx
 }
 
@@ -286,7 +286,7 @@ fn issue26_a_job_refused_at_the_stop_is_still_followed() {
     let then: super::Then = Box::new(move |outcome| {
         let _ = tx.send(matches!(outcome, Err(crate::store::StoreError::Stopped)));
     });
-    late.submit_then(row(1), Some(then)).leave();
+    late.leave(row(1), then, None);
     // The answer's end is never left unsent because its row could not be written.
     assert_eq!(rx.try_recv(), Ok(true));
 }

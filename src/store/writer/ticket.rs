@@ -90,16 +90,6 @@ impl Ticket {
             None => Err(StoreError::Stopped),
         }
     }
-
-    /// Sees the job committed without waiting for it: on this thread, as [`Ticket::wait`] would,
-    /// when it is the only job and nobody is committing; else the writer thread is woken for it
-    /// and this returns at once. What must follow the commit is the job's [`Then`].
-    pub fn leave(mut self) {
-        match self.0.take() {
-            Some(Promise::Queued { writer, slot }) => writer.leave(&slot),
-            Some(Promise::Answer(_)) | None => {}
-        }
-    }
 }
 
 impl Drop for Ticket {
