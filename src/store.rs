@@ -187,13 +187,6 @@ impl Store {
         self.writer.coming()
     }
 
-    /// [`Store::record_request`] for the row `coming` announced.
-    pub fn record_coming(&self, row: &RequestRow, coming: Coming) -> Result<(), StoreError> {
-        (self.writer)
-            .submit_coming(vec![Write::Request(row.clone())], coming)
-            .wait()
-    }
-
     /// Writes one accounting row without waiting for it: `then` runs on the thread that commits
     /// it, right after the commit (this one when it is alone, else the writer thread), with its
     /// outcome. `coming` is the row's announcement, if it had one ([`Store::row_coming`]).

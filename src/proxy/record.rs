@@ -22,24 +22,15 @@ use super::{ProxyError, HOST_HEADER};
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
 /// client; the store logs its cause once per burst (here only at debug).
 pub(super) fn record(gw: &Gateway, row: &RequestRow) {
-    record_with(gw, row, None);
-}
-
-/// [`record`] for a row announced when its whole answer arrived (`coming`, issue 26): a commit
-/// under way beside it may wait for it and take both.
-pub(super) fn record_with(gw: &Gateway, row: &RequestRow, coming: Option<Coming>) {
     account(gw, row);
-    let recorded = match coming {
-        Some(coming) => gw.store.record_coming(row, coming),
-        None => gw.store.record_request(row),
-    };
-    if let Err(err) = recorded {
+    if let Err(err) = gw.store.record_request(row) {
         row_lost(&gw.metrics, &row.route, &err);
     }
 }
 
-/// [`record_with`] for an answer whose end waits for the row (issue 26): the thread that commits
-/// the row sends `tail`, and this one goes on at once instead of sleeping on the commit.
+/// [`record`] for an answer whose end waits for the row (issue 26): the thread that commits the
+/// row sends `tail`, and this one goes on at once instead of sleeping on the commit. `coming` is
+/// the row's announcement when its whole answer arrived: a commit under way may wait for it.
 pub(super) fn record_then_send(
     gw: &Gateway,
     row: &RequestRow,

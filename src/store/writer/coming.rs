@@ -4,12 +4,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Queue, Shared, Ticket, Write, Writer};
+use super::{Queue, Shared, Writer};
+#[cfg(test)]
+use super::{Ticket, Write};
 
 /// A row on its way: the request has its whole answer and will submit its row in a moment (the
 /// tee's last look, metrics, the log line's fields). While one lives, a lone waiter does not
 /// commit on its own thread but lets the writer thread gather (up to [`GATHER`]) and commit them
-/// together. Dropped when its row is queued ([`Writer::submit_coming`]) or never will be.
+/// together. Ends when its row is queued ([`Writer::leave`]) or is dropped when it never will be.
 #[derive(Debug)]
 pub struct Coming(Option<Arc<Shared>>);
 
@@ -45,7 +47,9 @@ impl Writer {
         Coming(Some(self.shared.clone()))
     }
 
-    /// [`Writer::submit`] for the row `coming` announced: queued before it stops counting.
+    /// [`Writer::submit`] for the row `coming` announced, queued before it stops counting: the
+    /// gathering as a waiter meets it (lease writes wait on tickets beside rows on their way).
+    #[cfg(test)]
     pub(in crate::store) fn submit_coming(&self, writes: Vec<Write>, coming: Coming) -> Ticket {
         let ticket = self.submit(writes);
         drop(coming);
