@@ -9,11 +9,15 @@ use std::time::{Duration, Instant};
 
 use super::{State, Tail};
 
-/// (the server's side of a connection, the client's).
+/// (the server's side of a connection, the client's). As the connection layer sets every
+/// accepted socket up, a write timeout bounds each `send` (5 s unless a test sets its own).
 fn pair() -> (TcpStream, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (server, _) = listener.accept().unwrap();
+    server
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     (server, client)
 }
 
@@ -22,7 +26,7 @@ fn large() -> Vec<u8> {
     (0..16usize << 20).map(|i| (i % 251) as u8).collect()
 }
 
-/// As the connection layer sets every accepted socket up: its write timeout bounds each `send`.
+/// A tail on `server`, whose write timeout becomes `write_timeout`.
 fn tail(end: Vec<u8>, server: &TcpStream, write_timeout: Duration) -> Tail {
     server.set_write_timeout(Some(write_timeout)).unwrap();
     let second = Arc::new(server.try_clone().unwrap());
@@ -97,9 +101,6 @@ fn issue26_what_the_socket_could_not_take_at_once_the_worker_writes() {
 #[test]
 fn issue26_without_a_second_handle_on_the_socket_the_worker_sends_the_end() {
     let (server, client) = pair();
-    server
-        .set_write_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
     let tail = Tail::new(b"end".to_vec(), None, Duration::from_secs(5));
     tail.send();
     assert_eq!(tail.try_settle(&server), Some(true));
@@ -109,9 +110,6 @@ fn issue26_without_a_second_handle_on_the_socket_the_worker_sends_the_end() {
 #[test]
 fn issue26_a_commit_that_never_comes_holds_the_end_no_longer_than_the_store_would() {
     let (server, client) = pair();
-    server
-        .set_write_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
     let second = Arc::new(server.try_clone().unwrap());
     let wait = Duration::from_millis(100);
     let tail = Tail::waiting(b"end".to_vec(), Some(second), Duration::from_secs(5), wait);

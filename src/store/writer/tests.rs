@@ -139,16 +139,21 @@ fn issue12_jobs_still_queued_at_the_stop_are_committed_and_their_tickets_answere
     }
 }
 
+/// A handle on a writer that has stopped (its thread joined).
+fn stopped(db: &TempDb) -> Writer {
+    let w = writer(db);
+    let sh = w.shared.clone();
+    drop(w);
+    super::Writer {
+        shared: sh,
+        thread: None,
+    }
+}
+
 #[test]
 fn issue12_a_submission_after_the_stop_is_refused_at_once() {
     let db = TempDb::new("writer-late");
-    let w = writer(&db);
-    let sh = w.shared.clone();
-    drop(w);
-    let late = super::Writer {
-        shared: sh,
-        thread: None,
-    };
+    let late = stopped(&db);
     assert!(matches!(
         late.submit(row(1)).wait(),
         Err(crate::store::StoreError::Stopped)
@@ -275,13 +280,7 @@ fn issue26_a_job_left_beside_others_is_followed_on_the_writer_thread_after_its_c
 #[test]
 fn issue26_a_job_refused_at_the_stop_is_still_followed() {
     let db = TempDb::new("writer-then-late");
-    let w = writer(&db);
-    let sh = w.shared.clone();
-    drop(w);
-    let late = super::Writer {
-        shared: sh,
-        thread: None,
-    };
+    let late = stopped(&db);
     let (tx, rx) = crossbeam_channel::bounded(1);
     let then: super::Then = Box::new(move |outcome| {
         let _ = tx.send(matches!(outcome, Err(crate::store::StoreError::Stopped)));
