@@ -88,10 +88,16 @@ impl Tail {
 
     /// The worker's look, without waiting: `Some(true)` once the whole end is out (writing what
     /// the committer left, under the write timeout), `Some(false)` when the client's socket failed,
-    /// `None` while the row is not yet committed.
+    /// `None` while the row is not yet committed. Past [`COMMIT_WAIT`] the worker sends the end
+    /// itself, as a waiter on a stuck commit answered before: the client is not kept waiting for
+    /// a disk.
     pub(super) fn try_settle(&self, sock: &TcpStream) -> Option<bool> {
         let mut state = self.state.lock();
         match std::mem::replace(&mut *state, State::Failed) {
+            State::Held(end) if Instant::now() >= self.wait_until => {
+                drop(state);
+                self.finish(sock, &end)
+            }
             held @ State::Held(_) => {
                 *state = held;
                 None
@@ -102,17 +108,22 @@ impl Tail {
             }
             State::Failed => Some(false),
             State::Rest(rest) => {
-                // Only the worker settles: nobody looks at the state while it writes.
                 drop(state);
-                let sent = Deadlined::new(sock, self.write_timeout).write_all(&rest);
-                *self.state.lock() = if sent.is_ok() {
-                    State::Sent
-                } else {
-                    State::Failed
-                };
-                Some(sent.is_ok())
+                self.finish(sock, &rest)
             }
         }
+    }
+
+    /// The worker writes `bytes` (the state stands at `Failed` meanwhile: only the worker
+    /// settles, and the committer sends nothing unless the end is held).
+    fn finish(&self, sock: &TcpStream, bytes: &[u8]) -> Option<bool> {
+        let sent = Deadlined::new(sock, self.write_timeout).write_all(bytes);
+        *self.state.lock() = if sent.is_ok() {
+            State::Sent
+        } else {
+            State::Failed
+        };
+        Some(sent.is_ok())
     }
 
     /// Waits for the committer (at most until [`COMMIT_WAIT`] after the end was held, then sends

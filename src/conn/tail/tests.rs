@@ -137,3 +137,30 @@ fn issue26_a_client_gone_is_a_connection_that_goes_no_further() {
     let ok = tail.settle(&server);
     assert!(!ok, "an end to a closed client cannot go out whole");
 }
+
+#[test]
+fn issue26_the_workers_look_past_the_wait_sends_an_end_whose_commit_is_stuck() {
+    let (server, client) = pair();
+    let second = Arc::new(server.try_clone().unwrap());
+    let wait = Duration::from_millis(50);
+    let tail = Tail::waiting(b"end".to_vec(), Some(second), Duration::from_secs(5), wait);
+    assert_eq!(tail.try_settle(&server), None, "the commit still has time");
+    // The worker looks every 2 ms while a client waits for the end: once the wait is over, a
+    // look sends it (a hung disk does not keep the client waiting past the store's bound).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let settled = loop {
+        if let Some(ok) = tail.try_settle(&server) {
+            break ok;
+        }
+        assert!(Instant::now() < deadline, "the end never went out");
+        thread::sleep(Duration::from_millis(2));
+    };
+    assert!(settled);
+    assert_eq!(read_all(client, 3).join().unwrap(), b"end");
+    tail.send();
+    assert_eq!(
+        tail.try_settle(&server),
+        Some(true),
+        "the late commit sends nothing more"
+    );
+}
