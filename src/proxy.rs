@@ -37,7 +37,7 @@ pub use error::ProxyError;
 use incoming::Incoming;
 use record::{log_request, record, refuse, warn_on_cold_cache};
 pub use route::{normalize, resolve};
-pub use upstream::{agent as upstream_agent, agent_config as upstream_config};
+pub use upstream::{agent_config as upstream_config, Pools as UpstreamPools};
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;

@@ -41,8 +41,8 @@ pub struct Gateway {
     pub slots: crate::slots::Slots,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
-    /// The pooled agent every forwarded request goes through.
-    upstream: ureq::Agent,
+    /// The pooled agents forwarded requests go through, one per host.
+    upstream: crate::proxy::UpstreamPools,
     /// crossbar's own small upstream calls (the context guard's exact counts), bounded per host.
     counter: crate::proxy::Counter,
 }
@@ -86,7 +86,7 @@ impl Gateway {
             }
         }
         let drains = Arc::new(Drains::default());
-        let upstream = crate::proxy::upstream_agent(&config);
+        let upstream = crate::proxy::UpstreamPools::new(&config);
         // The same settings (no redirects, connect and per-read timeouts) without the pool,
         // nothing watched: no client waits at the socket for a count.
         let counter = crate::proxy::Counter::new(ureq::Agent::new_with_config(
@@ -184,6 +184,8 @@ impl Gateway {
         self.limiter.retain(|host, model| new.serves(host, model));
         self.holdings
             .retain_hosts(|host| new.hosts.contains_key(host));
+        self.upstream
+            .set_hosts(new.hosts.keys().map(String::as_str));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
         self.leases.set_idle(new.lease_idle);
         self.leases.set_max_leases(new.max_leases);
@@ -202,9 +204,9 @@ impl Gateway {
         &self.counter
     }
 
-    /// The pooled agent every forwarded request goes through.
-    pub fn upstream(&self) -> &ureq::Agent {
-        &self.upstream
+    /// The pooled agent of `host`'s forwarded requests.
+    pub fn upstream(&self, host: &str) -> ureq::Agent {
+        self.upstream.get(host)
     }
 
     /// Remembers this turn's prompt size and returns the previous turn's, if any.

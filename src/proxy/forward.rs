@@ -69,7 +69,7 @@ pub(super) fn exchange(
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
     let exchange = upstream::Exchange::start(client);
-    let agent = gw.upstream();
+    let agent = &gw.upstream(&plan.host.name);
     let bodyless = plan.body.is_empty() && incoming.bodyless();
     // A listing crossbar renames is read whole before it is sent: a bound on its head and one on
     // its whole body, so a host trickling it cannot hold the worker read by read (issue 15).

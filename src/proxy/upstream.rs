@@ -1,5 +1,5 @@
-//! The upstream client: one pooled ureq agent for every forwarded request, whose TCP transport is
-//! watched while it waits for upstream. A request can wait minutes for its first byte (prefill);
+//! The upstream client: a pooled ureq agent per host for forwarded requests ([`Pools`]), whose TCP
+//! transport is watched while it waits for upstream. A request can wait minutes for its first byte (prefill);
 //! if the client leaves meanwhile, the wait ends within [`GONE_CHECK`], the upstream connection
 //! closes (llama-server cancels the task and frees its slot) and the request is recorded as 499.
 //!
@@ -26,10 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ureq::config::Config as AgentConfig;
-use ureq::unversioned::resolver::DefaultResolver;
-use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
-};
+use ureq::unversioned::transport::{Buffers, ConnectionDetails, Connector, NextTimeout, Transport};
 use ureq::{Agent, Error};
 
 use crate::config::Config;
@@ -54,7 +51,7 @@ pub const HEAD_ROOM: usize = MAX_HEAD + ADDED;
 /// The agent settings every upstream call uses: no redirects, a connect timeout, a generous
 /// per-read timeout (the first byte waits for prefill), no overall timeout (so ureq resolves
 /// names on the calling thread, never on a thread of its own), no idle connections, status codes
-/// as answers. The count calls use these as they are; [`agent`] adds the pool.
+/// as answers. The count calls use these as they are; [`Pools`] adds a pool per host.
 pub fn agent_config(config: &Config) -> AgentConfig {
     settings(config, 0)
 }
@@ -78,16 +75,6 @@ fn settings(config: &Config, idle: usize) -> AgentConfig {
         .output_buffer_size(HEAD_ROOM)
         .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
         .build()
-}
-
-/// The one agent for forwarded requests: [`agent_config`]'s settings plus a pool of at most one
-/// idle connection per worker, whose transports are watched for the running [`Exchange`].
-pub fn agent(config: &Config) -> Agent {
-    Agent::with_parts(
-        settings(config, config.workers.max(1)),
-        TcpConnector::default().chain(Watch),
-        DefaultResolver::default(),
-    )
 }
 
 thread_local! {
@@ -334,7 +321,9 @@ impl<T: Transport> Watched<T> {
     }
 }
 
+mod pools;
 mod send;
+pub use pools::Pools;
 pub(super) use send::send;
 
 #[cfg(test)]
