@@ -72,7 +72,9 @@ impl Tail {
     }
 
     /// Sends the end without blocking, on the committer's thread: once, after the row's commit
-    /// (whatever its outcome: a row the store lost does not hold back the answer).
+    /// (whatever its outcome: a row the store lost does not hold back the answer). The tail's own
+    /// lock is held across the `send`, which cannot wait on the client (`MSG_DONTWAIT`): only this
+    /// request's worker ever takes it besides, and it finds the end either held or settled.
     pub fn send(&self) {
         let mut state = self.state.lock();
         *state = match std::mem::replace(&mut *state, State::Sent) {

@@ -33,6 +33,12 @@ fn tail(end: Vec<u8>, server: &TcpStream, write_timeout: Duration) -> Tail {
     Tail::new(end, Some(second), write_timeout)
 }
 
+/// An end (`end`) whose commit never comes: the worker stops waiting after `wait`.
+fn stuck(server: &TcpStream, wait: Duration) -> Tail {
+    let second = Arc::new(server.try_clone().unwrap());
+    Tail::waiting(b"end".to_vec(), Some(second), Duration::from_secs(5), wait)
+}
+
 fn read_all(mut client: TcpStream, n: usize) -> thread::JoinHandle<Vec<u8>> {
     thread::spawn(move || {
         let mut got = vec![0; n];
@@ -110,9 +116,8 @@ fn issue26_without_a_second_handle_on_the_socket_the_worker_sends_the_end() {
 #[test]
 fn issue26_a_commit_that_never_comes_holds_the_end_no_longer_than_the_store_would() {
     let (server, client) = pair();
-    let second = Arc::new(server.try_clone().unwrap());
     let wait = Duration::from_millis(100);
-    let tail = Tail::waiting(b"end".to_vec(), Some(second), Duration::from_secs(5), wait);
+    let tail = stuck(&server, wait);
     let started = Instant::now();
     assert!(tail.settle(&server), "the worker sends it itself");
     assert!(started.elapsed() >= wait);
@@ -141,9 +146,7 @@ fn issue26_a_client_gone_is_a_connection_that_goes_no_further() {
 #[test]
 fn issue26_the_workers_look_past_the_wait_sends_an_end_whose_commit_is_stuck() {
     let (server, client) = pair();
-    let second = Arc::new(server.try_clone().unwrap());
-    let wait = Duration::from_millis(50);
-    let tail = Tail::waiting(b"end".to_vec(), Some(second), Duration::from_secs(5), wait);
+    let tail = stuck(&server, Duration::from_millis(50));
     assert_eq!(tail.try_settle(&server), None, "the commit still has time");
     // The worker looks every 2 ms while a client waits for the end: once the wait is over, a
     // look sends it (a hung disk does not keep the client waiting past the store's bound).
