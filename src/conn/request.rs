@@ -3,7 +3,7 @@
 //! connection may carry another request: only when the body was read whole, the answer finished
 //! cleanly and the client allows it.
 
-use std::io;
+use std::io::{self, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -252,11 +252,40 @@ impl<'c> Request<'c> {
         headers: &[impl HeaderLine],
         body: &[u8],
     ) -> io::Result<()> {
+        let answer = self.whole(status, headers, body)?;
+        let sent = Deadlined::new(self.inb.wire(), self.settings.write_timeout).write_all(&answer);
+        if sent.is_err() {
+            self.close_after.store(true, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// [`Request::send`] through [`Request::end_later`]: the whole answer goes out once the
+    /// request's row is committed, sent by whoever commits it (issue 26).
+    pub fn send_later(
+        &mut self,
+        status: u16,
+        headers: &[impl HeaderLine],
+        body: &[u8],
+    ) -> io::Result<Arc<Tail>> {
+        let answer = self.whole(status, headers, body)?;
+        Ok(self.end_later(answer))
+    }
+
+    /// The bytes of a whole answer with a fixed body (none for `HEAD`); the request counts as
+    /// answered.
+    fn whole(
+        &mut self,
+        status: u16,
+        headers: &[impl HeaderLine],
+        body: &[u8],
+    ) -> io::Result<Vec<u8>> {
         self.not_later()?;
         let head_only = self.head.method == "HEAD";
         let persist = self.persist(Framing::Length(body.len() as u64));
+        let mut answer = Vec::new();
         wire::send_tracked(
-            Box::new(Deadlined::new(self.inb.wire(), self.settings.write_timeout)),
+            Box::new(&mut answer),
             Some(Tracked {
                 broken: &self.close_after,
                 persist,
@@ -266,7 +295,8 @@ impl<'c> Request<'c> {
             status,
             headers,
             body,
-        )
+        )?;
+        Ok(answer)
     }
 
     /// A handler told [`BodyError::Later`] must not answer: its answer would come before the

@@ -236,17 +236,21 @@ pub(super) fn refuse(
     if !row.host.is_empty() {
         headers.push((HOST_HEADER.to_string(), row.host.clone()));
     }
-    record(gw, &row);
     if row.status == 499 {
         // Nobody to answer.
+        record(gw, &row);
         request.abandon();
     } else {
+        // Sent once the row is in, by whoever commits it: a flood of refusals (a stranger's
+        // requests without a key, a burst over the queue) does not put a worker to sleep on each
+        // refusal's commit (issue 26).
         let body = err.body(shape_of(request.target())).to_string();
-        if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
-            log::debug!(
-                "client gone before its error answer error={}",
-                val(&err.to_string())
-            );
+        match request.send_later(row.status, &headers, body.as_bytes()) {
+            Ok(tail) => record_then_send(gw, &row, None, tail),
+            Err(err) => {
+                record(gw, &row);
+                log::debug!("error answer not sent error={}", val(&err.to_string()));
+            }
         }
     }
     log_request(&row, "-");
