@@ -302,9 +302,7 @@ impl<'a> BodyWriter<'a> {
     /// Ends the body cleanly (the last chunk for chunked framing), in one write with whatever is
     /// held.
     pub fn finish(mut self) -> io::Result<()> {
-        if self.framing == Framing::Chunked {
-            self.piece.extend_from_slice(b"0\r\n\r\n");
-        }
+        self.end();
         let result = self.send_framed();
         self.track(result)
     }
@@ -313,10 +311,15 @@ impl<'a> BodyWriter<'a> {
     /// write (whatever is held, and the last chunk) for someone else to send: the connection
     /// layer's [`crate::conn::Tail`].
     pub fn into_end(mut self) -> Vec<u8> {
+        self.end();
+        std::mem::take(&mut self.piece)
+    }
+
+    /// Adds the body's clean end to what is held: the last chunk for chunked framing.
+    fn end(&mut self) {
         if self.framing == Framing::Chunked {
             self.piece.extend_from_slice(b"0\r\n\r\n");
         }
-        std::mem::take(&mut self.piece)
     }
 
     /// Ends the body so that the client cannot mistake it for a complete answer: a chunked body gets

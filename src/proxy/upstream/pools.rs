@@ -4,7 +4,6 @@
 //! Per host, a pool holds only that host's connections, and a purge is one pass over them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use parking_lot::RwLock;
 use ureq::config::Config as AgentConfig;
@@ -21,8 +20,7 @@ use crate::config::Config;
 #[derive(Debug)]
 pub struct Pools {
     settings: AgentConfig,
-    /// Replaced whole at a reload, so a request takes its agent with one `Arc` clone.
-    agents: RwLock<Arc<HashMap<String, Agent>>>,
+    agents: RwLock<HashMap<String, Agent>>,
 }
 
 impl Pools {
@@ -38,24 +36,23 @@ impl Pools {
     /// The agent for `host`. A host a reload removed while its request was on its way gets an
     /// agent of its own, without a pool to share.
     pub fn get(&self, host: &str) -> Agent {
-        let agents = self.agents.read().clone();
-        match agents.get(host) {
-            Some(agent) => agent.clone(),
-            None => self.agent(),
+        if let Some(agent) = self.agents.read().get(host) {
+            return agent.clone();
         }
+        self.agent()
     }
 
     /// At a reload: an agent for each new host; hosts kept keep theirs, with their idle
     /// connections; removed hosts' agents go with their last request.
     pub fn set_hosts<'h>(&self, hosts: impl Iterator<Item = &'h str>) {
-        let old = self.agents.read().clone();
-        let agents = hosts
+        let mut agents = self.agents.write();
+        let kept = hosts
             .map(|host| {
-                let agent = old.get(host).cloned().unwrap_or_else(|| self.agent());
+                let agent = agents.remove(host).unwrap_or_else(|| self.agent());
                 (host.to_string(), agent)
             })
             .collect();
-        *self.agents.write() = Arc::new(agents);
+        *agents = kept;
     }
 
     fn agent(&self) -> Agent {
