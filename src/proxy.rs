@@ -159,7 +159,11 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
                 warn_on_cold_cache(gw, &key, &row, plan.lease == LeaseUse::Reused);
             }
         }
-        Err(err) => refuse(gw, request, err, row, clock),
+        Err(err) => {
+            // Its slot, if pinned, is told before the row is written (as in `forward::relay`).
+            pin::abandon(&plan);
+            refuse(gw, request, err, row, clock)
+        }
     }
 }
 

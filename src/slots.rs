@@ -31,7 +31,6 @@
 //! unified KV (an explicit `-np`: with unified KV idle slots are cleared, and an empty slot asked
 //! for by id reloads nothing).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, OnceLock};
@@ -43,11 +42,13 @@ mod body;
 mod pick;
 mod seen;
 mod shown;
+mod taken;
 
 pub use body::{insert_id, pinnable, remove_id};
 pub(crate) use pick::{choose, choose_own};
 pub use seen::parse_slots;
 pub use shown::{Mirror, Shown};
+pub use taken::{End, Pin, Taken};
 
 /// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
 /// the mirror starts over, which costs nothing but a few better placements.
@@ -213,11 +214,7 @@ impl Slots {
             };
             Some((want, at?))
         });
-        let end = End {
-            table: self.table.clone(),
-            key,
-            done: Cell::new(false),
-        };
+        let end = End::new(self.table.clone(), key);
         let Some((want, at)) = at else {
             pair.unpinned += 1;
             if pair.similarity_off {
@@ -244,11 +241,7 @@ impl Slots {
             foreign: false,
             last_used: tick,
         };
-        Taken::Pinned(Pin {
-            end,
-            at,
-            bytes: want.bytes,
-        })
+        Taken::Pinned(Pin::new(end, at, want.bytes))
     }
 
     /// Makes the mirror of every pinning host's models that has none yet, every slot in doubt
@@ -316,110 +309,6 @@ impl Slots {
             .get(&key)
             .map(|p| p.slots.clone())
             .unwrap_or_default()
-    }
-}
-
-/// What a request on a pinning host got: a slot, or a place among the unpinned.
-#[derive(Debug)]
-pub enum Taken {
-    Pinned(Pin),
-    Unpinned(End),
-}
-
-impl Taken {
-    /// The request ended with its answer's end: its slot is free, holding what the host
-    /// `counted` when the answer said. Only the first call counts; a drop without one is an
-    /// early end.
-    pub fn finish(&self, counted: Option<Counted>) {
-        match self {
-            Taken::Pinned(pin) => pin.finish(counted),
-            Taken::Unpinned(end) => end.close(|pair, _| pair.unpinned -= 1),
-        }
-    }
-
-    /// The slot's id, when pinned.
-    pub fn index(&self) -> Option<usize> {
-        match self {
-            Taken::Pinned(pin) => Some(pin.at),
-            Taken::Unpinned(_) => None,
-        }
-    }
-}
-
-/// A slot held for one request.
-#[derive(Debug)]
-pub struct Pin {
-    end: End,
-    at: usize,
-    /// Its body's bytes.
-    bytes: u64,
-}
-
-impl Pin {
-    fn finish(&self, counted: Option<Counted>) {
-        let (at, bytes) = (self.at, self.bytes);
-        self.end.close(|pair, tick| {
-            if let Some(c) = counted {
-                pair.counted(c.prompt, bytes);
-            }
-            if let Some(slot) = pair.slots.get_mut(at) {
-                slot.busy = false;
-                slot.last_used = tick;
-                if let Some(c) = counted {
-                    slot.tokens = c.prompt.saturating_add(c.completion);
-                }
-            }
-        });
-    }
-}
-
-impl Drop for Pin {
-    fn drop(&mut self) {
-        let at = self.at;
-        let now = now_us();
-        self.end.close(|pair, tick| {
-            if let Some(slot) = pair.slots.get_mut(at) {
-                (slot.busy, slot.last_used) = (false, tick);
-                slot.doubtful_since = Some(now);
-            }
-        });
-    }
-}
-
-/// The end of one request on a pinning host, told once.
-#[derive(Debug)]
-pub struct End {
-    table: Arc<Mutex<Table>>,
-    key: (String, String),
-    done: Cell<bool>,
-}
-
-impl End {
-    /// Runs `f` on the request's pair (with a fresh tick) unless its end was told already.
-    fn close(&self, f: impl FnOnce(&mut Pair, u64)) {
-        if self.done.replace(true) {
-            return;
-        }
-        let mut table = self.table.lock();
-        table.tick += 1;
-        let tick = table.tick;
-        if let Some(pair) = table.pairs.get_mut(&self.key) {
-            f(pair, tick);
-        }
-    }
-}
-
-impl Drop for End {
-    /// An unpinned request that ended early: llama-server chose its slot and may still be busy
-    /// there, so every slot not busy here is in doubt. (A pin's own drop ran first.)
-    fn drop(&mut self) {
-        let now = now_us();
-        self.close(|pair, _| {
-            pair.unpinned = pair.unpinned.saturating_sub(1);
-            for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
-                slot.doubtful_since.get_or_insert(now);
-            }
-        });
     }
 }
 

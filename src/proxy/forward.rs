@@ -254,7 +254,7 @@ pub(super) fn relay(
         let headers = response_headers(response.headers(), plan);
         match request.start(row.status, &headers, framing, head_out) {
             Ok(out) => out,
-            Err(err) => return client_gone(gw, row, clock, &err),
+            Err(err) => return gone(gw, plan, row, clock, &err),
         }
     };
     let mut upstream = response.into_body().into_reader();
@@ -271,6 +271,7 @@ pub(super) fn relay(
             Err(err) if err.kind() == ErrorKind::Interrupted => continue,
             // A stream's head comes before prefill: a client that leaves during it is noticed here.
             Err(_) if exchange.client_left() => {
+                super::pin::abandon(plan);
                 finish_row(gw, row, clock, &tee);
                 row.status = 499;
                 row.err = "client gone while waiting for upstream".to_string();
@@ -294,7 +295,7 @@ pub(super) fn relay(
         if let Err(err) = sent {
             // Dropping `upstream` (on return) closes the upstream connection, so llama-server
             // cancels the generation and frees its slot.
-            return client_gone(gw, row, clock, &err);
+            return gone(gw, plan, row, clock, &err);
         }
     }
     if let Some(detail) = cut_short(&tee) {
@@ -312,6 +313,13 @@ pub(super) fn relay(
     let end = out.into_end();
     let tail = request.end_later(end);
     record_then_send(gw, row, coming, tail);
+}
+
+/// The client left mid-answer. Its slot on a pinning host is told before its row is written: a
+/// client that sees the row finds the slot in doubt, never still pinnable.
+fn gone(gw: &Gateway, plan: &Plan<'_>, row: &mut RequestRow, clock: Instant, err: &std::io::Error) {
+    super::pin::abandon(plan);
+    client_gone(gw, row, clock, err);
 }
 
 /// The client's framing: chunked for HTTP/1.1 (whatever upstream used, so a break can be shown),
@@ -346,6 +354,7 @@ fn upstream_broke(
     out: BodyWriter<'_>,
     detail: &str,
 ) {
+    super::pin::abandon(plan);
     finish_row(gw, row, clock, tee);
     row.err = format!("upstream failed mid-body: {detail}");
     record(gw, row);

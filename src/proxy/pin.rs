@@ -76,6 +76,14 @@ pub(super) fn finish(plan: &Plan<'_>, row: &RequestRow) {
     }
 }
 
+/// The request ended early: its slot is told now, before its row is written (see
+/// `slots::Taken::abandon`).
+pub(super) fn abandon(plan: &Plan<'_>) {
+    if let Some(pinned) = &plan.pin {
+        pinned.taken.abandon();
+    }
+}
+
 /// The body as it was before [`pin`], for a request placed again elsewhere after its host
 /// refused the connection (nothing started there: its end is told, not left in doubt).
 pub(super) fn unpin(plan: &mut Plan<'_>) {

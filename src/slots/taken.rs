@@ -1,0 +1,149 @@
+//! What a request on a pinning host holds until its end is told: its slot (`Pin`), or a place
+//! among the unpinned (`End`). Told once: finished with what the host counted, or abandoned (an
+//! early end, the slot in doubt) explicitly or by a drop.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{now_us, Counted, Pair, Table};
+
+/// What a request on a pinning host got: a slot, or a place among the unpinned.
+#[derive(Debug)]
+pub enum Taken {
+    Pinned(Pin),
+    Unpinned(End),
+}
+
+impl Taken {
+    /// The request ended with its answer's end: its slot is free, holding what the host
+    /// `counted` when the answer said. Only the first call counts; a drop without one is an
+    /// early end.
+    pub fn finish(&self, counted: Option<Counted>) {
+        match self {
+            Taken::Pinned(pin) => pin.finish(counted),
+            Taken::Unpinned(end) => end.close(|pair, _| pair.unpinned -= 1),
+        }
+    }
+
+    /// The request ended early (its client left, the host broke off): told now, before its row
+    /// is written, so a client that sees the row finds the slot in doubt. A drop tells the same.
+    pub fn abandon(&self) {
+        match self {
+            Taken::Pinned(pin) => pin.abandon(),
+            Taken::Unpinned(end) => end.abandon(),
+        }
+    }
+
+    /// The slot's id, when pinned.
+    pub fn index(&self) -> Option<usize> {
+        match self {
+            Taken::Pinned(pin) => Some(pin.at),
+            Taken::Unpinned(_) => None,
+        }
+    }
+}
+
+/// A slot held for one request.
+#[derive(Debug)]
+pub struct Pin {
+    end: End,
+    at: usize,
+    /// Its body's bytes.
+    bytes: u64,
+}
+
+impl Pin {
+    pub(super) fn new(end: End, at: usize, bytes: u64) -> Pin {
+        Pin { end, at, bytes }
+    }
+
+    fn finish(&self, counted: Option<Counted>) {
+        let (at, bytes) = (self.at, self.bytes);
+        self.end.close(|pair, tick| {
+            if let Some(c) = counted {
+                pair.counted(c.prompt, bytes);
+            }
+            if let Some(slot) = pair.slots.get_mut(at) {
+                slot.busy = false;
+                slot.last_used = tick;
+                if let Some(c) = counted {
+                    slot.tokens = c.prompt.saturating_add(c.completion);
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
+impl Pin {
+    /// An early end: llama-server may still be generating in the slot, so it is in doubt.
+    fn abandon(&self) {
+        let at = self.at;
+        let now = now_us();
+        self.end.close(|pair, tick| {
+            if let Some(slot) = pair.slots.get_mut(at) {
+                (slot.busy, slot.last_used) = (false, tick);
+                slot.doubtful_since = Some(now);
+            }
+        });
+    }
+}
+
+/// The end of one request on a pinning host, told once.
+#[derive(Debug)]
+pub struct End {
+    table: Arc<Mutex<Table>>,
+    key: (String, String),
+    done: Cell<bool>,
+}
+
+impl End {
+    pub(super) fn new(table: Arc<Mutex<Table>>, key: (String, String)) -> End {
+        End {
+            table,
+            key,
+            done: Cell::new(false),
+        }
+    }
+
+    /// Runs `f` on the request's pair (with a fresh tick) unless its end was told already.
+    fn close(&self, f: impl FnOnce(&mut Pair, u64)) {
+        if self.done.replace(true) {
+            return;
+        }
+        let mut table = self.table.lock();
+        table.tick += 1;
+        let tick = table.tick;
+        if let Some(pair) = table.pairs.get_mut(&self.key) {
+            f(pair, tick);
+        }
+    }
+}
+
+impl Drop for End {
+    /// (A pin's own drop ran first: its end is told already.)
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
+impl End {
+    /// An unpinned request that ended early: llama-server chose its slot and may still be busy
+    /// there, so every slot not busy here is in doubt.
+    fn abandon(&self) {
+        let now = now_us();
+        self.close(|pair, _| {
+            pair.unpinned = pair.unpinned.saturating_sub(1);
+            for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
+                slot.doubtful_since.get_or_insert(now);
+            }
+        });
+    }
+}
