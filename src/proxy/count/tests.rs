@@ -40,7 +40,9 @@ fn a_host_that_does_not_answer_in_time_cannot_count() {
     let counted = exact(&agent, &host, "/v1/chat/completions", body, None, deadline);
     assert_eq!(counted, None);
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(200), "{took:?}");
+    // It waited for the host until the deadline: ureq's timers count whole milliseconds from its
+    // own start, so the wait may end a fraction of one early (199.4 ms seen on a busy machine).
+    assert!(took >= Duration::from_millis(190), "{took:?}");
     assert!(
         took < Duration::from_secs(3),
         "the deadline bounds the wait: {took:?}"
