@@ -149,6 +149,7 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     };
     match exchanged {
         Ok(answer) => {
+            pin::started(&plan);
             if listing::renames(&incoming, &plan) {
                 listing::relay(gw, request, &plan, answer, &mut row, clock);
             } else {

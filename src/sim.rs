@@ -232,6 +232,7 @@ impl Sim {
                 lockstep: false,
                 permits: 0,
                 counts_held: false,
+                pinned_held: false,
             }),
             control_cv: Condvar::new(),
             pool_cv: Condvar::new(),
@@ -294,6 +295,14 @@ impl Sim {
     /// them all go on.
     pub fn hold_counts(&self, on: bool) {
         self.shared.control.lock().counts_held = on;
+        self.shared.control_cv.notify_all();
+    }
+
+    /// While on, a completion request that names its slot (`id_slot`) is read (and reported) but
+    /// waits before taking a slot: llama-server tokenizing a large prompt before its task is
+    /// launched, the window in which a request sent after it can be launched first.
+    pub fn hold_pinned(&self, on: bool) {
+        self.shared.control.lock().pinned_held = on;
         self.shared.control_cv.notify_all();
     }
 

@@ -25,7 +25,11 @@
 //! there — until a `/slots` poll started after it shows it idle (`saw`); and nothing is pinned
 //! while a request crossbar could not pin (Messages, embeddings, a client's own `id_slot`) is in
 //! flight on the host, since llama-server chose its slot. One left early makes every slot not
-//! busy in doubt. crossbar must be the host's only client. With similarity off llama-server
+//! busy in doubt. Nor is a request crossbar could not pin sent while a pinned one is *unsettled*:
+//! sent, but not yet seen started at the host (its answer's head, a `/slots` poll that shows its
+//! slot at work, or its end). llama-server might otherwise launch the unpinned one first, into
+//! the pinned one's slot, and the pin would then reload a state under its generation (`settle.rs`).
+//! crossbar must be the host's only client. With similarity off llama-server
 //! never saves or reloads a slot asked for by id, so only a conversation's own slot is asked for
 //! there (`choose_own`). Pinning assumes the RAM cache (`--cache-ram`, on by default) and no
 //! unified KV (an explicit `-np`: with unified KV idle slots are cleared, and an empty slot asked
@@ -36,17 +40,18 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 mod body;
 mod pick;
 mod seen;
+mod settle;
 mod shown;
 mod taken;
 
 pub use body::{insert_id, pinnable, remove_id};
 pub(crate) use pick::{choose, choose_own};
-pub use seen::parse_slots;
+pub use seen::{parse_slots, Seen};
 pub use shown::{Mirror, Shown};
 pub use taken::{End, Pin, Taken};
 
@@ -69,7 +74,20 @@ pub fn now_us() -> i64 {
 /// What crossbar believes each pinning host's slots hold. Cheap to share.
 #[derive(Debug, Default, Clone)]
 pub struct Slots {
-    table: Arc<Mutex<Table>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    table: Mutex<Table>,
+    /// A pinned request settled or ended: requests crossbar could not pin may be waiting for it.
+    settled: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock()
+    }
 }
 
 /// Invariants: `pairs.len() <= MAX_PAIRS`, every pair's `slots` at most `MAX_SLOTS` long; `tick`
@@ -85,6 +103,8 @@ struct Pair {
     slots: Vec<Slot>,
     /// Requests in flight there that crossbar did not pin: while any is, it pins nothing.
     unpinned: usize,
+    /// Of those, the ones waiting for the pinned requests sent before them to settle.
+    waiting: usize,
     /// Prompt tokens the host counted for request bodies of `bytes` bytes, to size a family in
     /// its tokens (a body's bytes ÷ 4 undercounts by half on the tiny test model's tokenizer).
     tokens: u64,
@@ -127,6 +147,9 @@ pub(crate) struct Slot {
     /// Since when ([`now_us`]) llama-server may still be busy there: a request ended early. Never
     /// pinned until a `/slots` poll started later shows it idle.
     pub(crate) doubtful_since: Option<i64>,
+    /// A pinned request taken here at this time ([`now_us`]) is not yet seen started at the host
+    /// (`settle.rs`): nothing unpinned is sent meanwhile.
+    pub(crate) unsettled_since: Option<i64>,
     /// An unpinned request may have taken it since (similarity off: llama-server chose a slot
     /// crossbar cannot see), so what crossbar last left there may be gone.
     pub(crate) foreign: bool,
@@ -191,7 +214,7 @@ impl Slots {
         now: i64,
     ) -> Taken {
         let count = count.clamp(1, MAX_SLOTS);
-        let mut table = self.table.lock();
+        let mut table = self.shared.lock();
         let key = (host.to_string(), model.to_string());
         if !table.pairs.contains_key(&key) && table.pairs.len() >= MAX_PAIRS {
             table.pairs.clear();
@@ -214,7 +237,7 @@ impl Slots {
             };
             Some((want, at?))
         });
-        let end = End::new(self.table.clone(), key);
+        let end = End::new(self.shared.clone(), key);
         let Some((want, at)) = at else {
             pair.unpinned += 1;
             if pair.similarity_off {
@@ -237,6 +260,7 @@ impl Slots {
             tokens: pair.tokens_of(want.bytes),
             busy: true,
             doubtful_since: None,
+            unsettled_since: Some(now),
             saved: false,
             foreign: false,
             last_used: tick,
@@ -264,7 +288,7 @@ impl Slots {
         similarity_off: bool,
         now: i64,
     ) {
-        let mut table = self.table.lock();
+        let mut table = self.shared.lock();
         let key = (host.to_string(), model.to_string());
         if !table.pairs.contains_key(&key) && table.pairs.len() >= MAX_PAIRS {
             return;
@@ -276,34 +300,60 @@ impl Slots {
         pair.similarity_off = similarity_off;
     }
 
-    /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw the slots `idle` (by id)
-    /// idle: those in doubt since before it are free again.
-    pub fn saw(&self, host: &str, started: i64, idle: &[usize]) {
-        let mut table = self.table.lock();
+    /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw what `seen` says: the
+    /// idle slots in doubt since before it are free again, and a pinned request taken before it
+    /// whose slot is at work has started there (settled).
+    pub fn saw(&self, host: &str, started: i64, seen: &Seen) {
+        let marks = |ids: &[usize]| {
+            let mut marked = [false; MAX_SLOTS];
+            ids.iter()
+                .filter(|&&id| id < MAX_SLOTS)
+                .for_each(|&id| marked[id] = true);
+            marked
+        };
+        let (idle, busy) = (marks(&seen.idle), marks(&seen.busy));
+        let mut table = self.shared.lock();
+        let mut settled = false;
         for (_, pair) in table.pairs.iter_mut().filter(|((h, _), _)| h == host) {
-            for &id in idle {
-                if let Some(slot) = pair.slots.get_mut(id) {
-                    if slot.doubtful_since.is_some_and(|since| since < started) {
-                        slot.doubtful_since = None;
-                    }
+            for (id, slot) in pair.slots.iter_mut().enumerate() {
+                if idle[id] && slot.doubtful_since.is_some_and(|t| t < started) {
+                    slot.doubtful_since = None;
+                }
+                if busy[id] && slot.unsettled_since.is_some_and(|t| t < started) {
+                    (slot.unsettled_since, settled) = (None, true);
                 }
             }
         }
+        drop(table);
+        if settled {
+            self.shared.settled.notify_all();
+        }
     }
 
-    /// Whether any slot of `host` is in doubt (its poller then asks `/slots`).
+    /// Whether any slot of `host` is in doubt.
     pub fn doubtful(&self, host: &str) -> bool {
-        let table = self.table.lock();
+        let table = self.shared.lock();
         (table.pairs.iter())
             .filter(|((h, _), _)| h == host)
             .any(|(_, pair)| pair.slots.iter().any(|s| s.doubtful_since.is_some()))
+    }
+
+    /// Whether a `/slots` poll of `host` would tell something wanted: a slot is in doubt, or a
+    /// request waits for a pinned one to settle.
+    pub fn wants_poll(&self, host: &str) -> bool {
+        let table = self.shared.lock();
+        (table.pairs.iter())
+            .filter(|((h, _), _)| h == host)
+            .any(|(_, pair)| {
+                pair.waiting > 0 || pair.slots.iter().any(|s| s.doubtful_since.is_some())
+            })
     }
 
     /// The mirror of `host`+`model`, for tests.
     #[cfg(test)]
     pub(crate) fn of(&self, host: &str, model: &str) -> Vec<Slot> {
         let key = (host.to_string(), model.to_string());
-        let table = self.table.lock();
+        let table = self.shared.lock();
         table
             .pairs
             .get(&key)

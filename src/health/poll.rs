@@ -155,7 +155,7 @@ fn poll_loop(
         let started = Instant::now();
         let poll = poll_host(agent, host);
         health.apply(&host.name, poll, unix_ms());
-        if host.pin_slots && slots.doubtful(&host.name) {
+        if host.pin_slots && slots.wants_poll(&host.name) {
             poll_slots(agent, host, slots);
         }
         // The next poll is due one interval after this one started, however long it took, or a
@@ -174,15 +174,16 @@ fn poll_loop(
     }
 }
 
-/// Asks `/slots` which slots are idle, for a pinning host with a slot in doubt (`crate::slots`).
-/// A host without the endpoint (`--no-slots`) keeps its doubtful slots unpinned.
+/// Asks `/slots` which slots are idle and at work, for a pinning host with a slot in doubt or a
+/// request waiting for a pinned one to settle (`crate::slots`). A host without the endpoint
+/// (`--no-slots`) keeps its doubtful slots unpinned, and its waiters wait for a head or an end.
 fn poll_slots(agent: &ureq::Agent, host: &config::Host, slots: &Slots) {
     let started = crate::slots::now_us();
-    let idle = fetch(agent, host, "/slots")
+    let seen = fetch(agent, host, "/slots")
         .map_err(|reason| reason.to_string())
         .and_then(|body| parse_slots(&body).ok_or_else(|| "not an array of slots".to_string()));
-    match idle {
-        Ok(idle) => slots.saw(&host.name, started, &idle),
+    match seen {
+        Ok(seen) => slots.saw(&host.name, started, &seen),
         Err(reason) => log::debug!(
             "/slots unread host={} reason={}",
             val(&host.name),

@@ -2,9 +2,11 @@
 //! limiter slot, named in the body as `id_slot`, its end told with what the host counted.
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use crate::api::Api;
 use crate::lease::Key;
+use crate::logfmt::val;
 use crate::slots::{self, Counted, Taken, Want};
 use crate::state::Gateway;
 use crate::store::RequestRow;
@@ -57,7 +59,49 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
         None if want.is_some() && gw.slots.doubtful(&host.name) => gw.health.poke(&host.name),
         None => {}
     }
+    // Held by its `Pinned` from here, so that the wait's end or timeout tells its end.
+    let unpinned = taken.index().is_none();
     plan.pin = Some(Pinned { taken, at });
+    if unpinned {
+        settle(gw, (&host.name, &plan.model));
+    }
+}
+
+/// Longest a request crossbar could not pin waits for the pinned ones sent before it to start
+/// (`slots/settle.rs`); past it, it is sent and the risk is logged. A stream starts within
+/// milliseconds and a `/slots` poll comes within about a second: only a host that stopped
+/// answering both reaches it.
+const SETTLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Holds a request crossbar could not pin until no pinned request on its host+model is unsettled:
+/// llama-server might otherwise launch it first, into a pinned request's slot. Asks the poller
+/// for a `/slots` poll, which settles a pin whose answer's head has not come (a whole answer).
+fn settle(gw: &Gateway, pair: (&str, &str)) {
+    if !gw.slots.unsettled(pair) {
+        return;
+    }
+    gw.health.poke(pair.0);
+    let waited = Instant::now();
+    let settled = gw.slots.wait_settled(pair, waited + SETTLE_WAIT);
+    let ms = waited.elapsed().as_millis();
+    if settled {
+        log::debug!(
+            "unpinned request waited for pins to start host={} ms={ms}",
+            pair.0
+        );
+    } else {
+        log::warn!(
+            "unpinned request sent beside a pinned one not seen started host={} ms={ms}",
+            val(pair.0)
+        );
+    }
+}
+
+/// The host answered: a pinned request has started there (`slots/settle.rs`).
+pub(super) fn started(plan: &Plan<'_>) {
+    if let Some(pinned) = &plan.pin {
+        pinned.taken.started();
+    }
 }
 
 /// The request ended with its answer's end (the host has freed the slot): what it counted, from

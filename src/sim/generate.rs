@@ -104,6 +104,9 @@ pub(super) fn run(
     // `id_slot` asks for one slot (llama-server: -1 or absent lets it choose).
     let pinned =
         (body.get("id_slot").and_then(Value::as_i64)).and_then(|id| usize::try_from(id).ok());
+    if pinned.is_some() {
+        sh.pinned_gate();
+    }
     let Some(mut lease) = sh.take_slot(&prompt, use_cache, model, pinned) else {
         return reply_error(sock, 503, "server is shutting down", false);
     };

@@ -46,6 +46,8 @@ pub(super) struct Control {
     pub(super) permits: usize,
     /// Token-count and tokenizer requests wait while this is set (`Sim::hold_counts`).
     pub(super) counts_held: bool,
+    /// Requests naming their slot wait before taking it while this is set (`Sim::hold_pinned`).
+    pub(super) pinned_held: bool,
 }
 
 /// Invariant: once `closed`, no slot is handed out (waiters give up). `models` holds a router's
@@ -271,6 +273,14 @@ impl Shared {
     pub(super) fn count_gate(&self) {
         let mut c = self.control.lock();
         while c.counts_held && !self.stopping.load(Ordering::SeqCst) {
+            self.control_cv.wait(&mut c);
+        }
+    }
+
+    /// Holds a request that names its slot before it takes it, while a test holds them.
+    pub(super) fn pinned_gate(&self) {
+        let mut c = self.control.lock();
+        while c.pinned_held && !self.stopping.load(Ordering::SeqCst) {
             self.control_cv.wait(&mut c);
         }
     }

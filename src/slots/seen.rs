@@ -1,5 +1,5 @@
 //! Reading llama-server's `/slots` answer — an array of slot objects, `id` and `is_processing`
-//! among their fields — for the slots it shows idle. The host is hostile until checked: each
+//! among their fields — for the slots it shows idle and at work. The host is hostile until checked: each
 //! entry is read alone (the rest of it skipped unbuilt), and at most `MAX_SLOTS` ids are kept;
 //! the answer itself is bounded by the health poller's read limit.
 
@@ -11,11 +11,19 @@ use serde_json::value::RawValue;
 
 use super::MAX_SLOTS;
 
-/// The ids of the slots a `/slots` answer shows idle; `None` when it is not a JSON array.
+/// What a `/slots` answer shows, by slot id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub idle: Vec<usize>,
+    /// At work (`is_processing`): a task was launched there.
+    pub busy: Vec<usize>,
+}
+
+/// The slots a `/slots` answer shows idle and at work; `None` when it is not a JSON array.
 /// Entries that do not say both fields are skipped.
-pub fn parse_slots(body: &str) -> Option<Vec<usize>> {
+pub fn parse_slots(body: &str) -> Option<Seen> {
     let mut de = serde_json::Deserializer::from_str(body);
-    de.deserialize_seq(Idle).ok()
+    de.deserialize_seq(SlotList).ok()
 }
 
 #[derive(Deserialize)]
@@ -24,29 +32,35 @@ struct Entry {
     is_processing: Option<bool>,
 }
 
-struct Idle;
+struct SlotList;
 
-impl<'de> Visitor<'de> for Idle {
-    type Value = Vec<usize>;
+impl<'de> Visitor<'de> for SlotList {
+    type Value = Seen;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of slots")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<usize>, A::Error> {
-        let mut idle = Vec::new();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        let mut seen = Seen::default();
         while let Some(raw) = seq.next_element::<&RawValue>()? {
             // An entry of another shape is skipped, not a reason to drop the answer.
             let Ok(entry) = serde_json::from_str::<Entry>(raw.get()) else {
                 continue;
             };
-            if let (Some(id), Some(false)) = (entry.id, entry.is_processing) {
-                match usize::try_from(id) {
-                    Ok(id) if id < MAX_SLOTS && idle.len() < MAX_SLOTS => idle.push(id),
-                    _ => {}
-                }
+            let (Some(id), Some(processing)) = (entry.id, entry.is_processing) else {
+                continue;
+            };
+            let list = if processing {
+                &mut seen.busy
+            } else {
+                &mut seen.idle
+            };
+            match usize::try_from(id) {
+                Ok(id) if id < MAX_SLOTS && list.len() < MAX_SLOTS => list.push(id),
+                _ => {}
             }
         }
-        Ok(idle)
+        Ok(seen)
     }
 }

@@ -29,7 +29,7 @@ impl Slots {
     /// `host`+`model`'s mirror; `None` when crossbar pins nothing there.
     pub fn mirror(&self, host: &str, model: &str) -> Option<Mirror> {
         let key = (host.to_string(), model.to_string());
-        let table = self.table.lock();
+        let table = self.shared.lock();
         let pair = table.pairs.get(&key)?;
         let slots = (pair.slots.iter())
             .map(|s| Shown {

@@ -5,9 +5,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use super::{now_us, Counted, Pair, Table};
+use super::{now_us, Counted, Pair, Shared};
 
 /// What a request on a pinning host got: a slot, or a place among the unpinned.
 #[derive(Debug)]
@@ -33,6 +31,19 @@ impl Taken {
         match self {
             Taken::Pinned(pin) => pin.abandon(),
             Taken::Unpinned(end) => end.abandon(),
+        }
+    }
+
+    /// The host answered (its answer's head came): a pinned request has started there, or was
+    /// refused and never will (`settle.rs`).
+    pub fn started(&self) {
+        if let Taken::Pinned(pin) = self {
+            let at = pin.at;
+            pin.end.settle(|pair| {
+                if let Some(slot) = pair.slots.get_mut(at) {
+                    slot.unsettled_since = None;
+                }
+            });
         }
     }
 
@@ -66,7 +77,7 @@ impl Pin {
                 pair.counted(c.prompt, bytes);
             }
             if let Some(slot) = pair.slots.get_mut(at) {
-                slot.busy = false;
+                (slot.busy, slot.unsettled_since) = (false, None);
                 slot.last_used = tick;
                 if let Some(c) = counted {
                     slot.tokens = c.prompt.saturating_add(c.completion);
@@ -89,7 +100,7 @@ impl Pin {
         let now = now_us();
         self.end.close(|pair, tick| {
             if let Some(slot) = pair.slots.get_mut(at) {
-                (slot.busy, slot.last_used) = (false, tick);
+                (slot.busy, slot.last_used, slot.unsettled_since) = (false, tick, None);
                 slot.doubtful_since = Some(now);
             }
         });
@@ -99,31 +110,48 @@ impl Pin {
 /// The end of one request on a pinning host, told once.
 #[derive(Debug)]
 pub struct End {
-    table: Arc<Mutex<Table>>,
+    shared: Arc<Shared>,
     key: (String, String),
     done: Cell<bool>,
 }
 
 impl End {
-    pub(super) fn new(table: Arc<Mutex<Table>>, key: (String, String)) -> End {
+    pub(super) fn new(shared: Arc<Shared>, key: (String, String)) -> End {
         End {
-            table,
+            shared,
             key,
             done: Cell::new(false),
         }
     }
 
-    /// Runs `f` on the request's pair (with a fresh tick) unless its end was told already.
+    /// Runs `f` on the request's pair (with a fresh tick) unless its end was told already, and
+    /// wakes whoever waits for a pinned request to settle.
     fn close(&self, f: impl FnOnce(&mut Pair, u64)) {
         if self.done.replace(true) {
             return;
         }
-        let mut table = self.table.lock();
+        let mut table = self.shared.lock();
         table.tick += 1;
         let tick = table.tick;
         if let Some(pair) = table.pairs.get_mut(&self.key) {
             f(pair, tick);
         }
+        drop(table);
+        self.shared.settled.notify_all();
+    }
+
+    /// Runs `f` on the request's pair, before its end, and wakes whoever waits for a pinned
+    /// request to settle.
+    fn settle(&self, f: impl FnOnce(&mut Pair)) {
+        if self.done.get() {
+            return;
+        }
+        let mut table = self.shared.lock();
+        if let Some(pair) = table.pairs.get_mut(&self.key) {
+            f(pair);
+        }
+        drop(table);
+        self.shared.settled.notify_all();
     }
 }
 

@@ -5,7 +5,7 @@ const FAMILY: u32 = 7;
 const P: u64 = 3000;
 const HOST: (&str, &str) = ("h", "m");
 
-fn want(conversation: u64, first_turn: bool) -> Want {
+pub(super) fn want(conversation: u64, first_turn: bool) -> Want {
     Want {
         conversation,
         family: Some(FAMILY),
@@ -23,6 +23,7 @@ fn slot(holder: u64, family: Option<u32>, tokens: u64, saved: bool, last_used: u
         tokens,
         busy: false,
         doubtful_since: None,
+        unsettled_since: None,
         saved,
         foreign: false,
         last_used,
@@ -104,12 +105,20 @@ fn without_a_family_the_least_recently_used_free_slot_goes() {
     assert_eq!(choose(&slots, &w, 0), Some(1));
 }
 
+/// A `/slots` answer showing the slots `ids` idle.
+pub(super) fn idle(ids: &[usize]) -> Seen {
+    Seen {
+        idle: ids.to_vec(),
+        busy: Vec::new(),
+    }
+}
+
 /// A mirror whose slots a `/slots` poll has seen idle.
-fn polled(count: usize) -> Slots {
+pub(super) fn polled(count: usize) -> Slots {
     let slots = Slots::default();
     slots.take(HOST, count, None, 10).finish(None);
     assert!(slots.doubtful("h"));
-    slots.saw("h", 11, &(0..count).collect::<Vec<_>>());
+    slots.saw("h", 11, &idle(&(0..count).collect::<Vec<_>>()));
     assert!(!slots.doubtful("h"));
     slots
 }
@@ -119,9 +128,9 @@ fn nothing_is_pinned_until_a_poll_started_later_shows_the_slots_idle() {
     // At start a crossbar before this one may have left a generation running anywhere.
     let slots = Slots::default();
     assert_eq!(slots.take(HOST, 2, Some(&want(1, true)), 10).index(), None);
-    slots.saw("h", 10, &[0, 1]);
+    slots.saw("h", 10, &idle(&[0, 1]));
     assert_eq!(slots.take(HOST, 2, Some(&want(1, true)), 12).index(), None);
-    slots.saw("h", 11, &[1]);
+    slots.saw("h", 11, &idle(&[1]));
     let pinned = slots.take(HOST, 2, Some(&want(1, true)), 12);
     assert_eq!(pinned.index(), Some(1));
 }
@@ -169,11 +178,11 @@ fn a_slot_whose_request_ended_early_is_in_doubt_until_a_later_poll_sees_it_idle(
     assert_eq!(next.index(), Some(1 - at), "not its own slot: in doubt");
     next.finish(None);
     // A poll that started before the early end says nothing about it.
-    slots.saw("h", 0, &[0, 1]);
+    slots.saw("h", 0, &idle(&[0, 1]));
     assert!(slots.doubtful("h"));
-    slots.saw("h", i64::MAX, &[1 - at]);
+    slots.saw("h", i64::MAX, &idle(&[1 - at]));
     assert!(slots.doubtful("h"), "still busy at the host");
-    slots.saw("h", i64::MAX, &[at]);
+    slots.saw("h", i64::MAX, &idle(&[at]));
     assert!(!slots.doubtful("h"));
 }
 
@@ -212,7 +221,7 @@ fn a_family_is_sized_in_the_tokens_the_host_counted_for_bodies() {
         completion: 0,
     };
     taken.finish(Some(counted));
-    let table = slots.table.lock();
+    let table = slots.shared.lock();
     let pair = &table.pairs[&("h".to_string(), "m".to_string())];
     assert_eq!(pair.tokens_of(4000), 1500);
 }
@@ -230,7 +239,7 @@ fn a_changed_slot_count_starts_the_mirror_over_and_the_table_is_bounded() {
     for i in 0..MAX_PAIRS + 5 {
         drop(slots.take((&format!("h{i}"), "m"), 1_000_000, None, 30));
     }
-    let table = slots.table.lock();
+    let table = slots.shared.lock();
     assert!(table.pairs.len() <= MAX_PAIRS);
     assert!(table.pairs.values().all(|p| p.slots.len() <= MAX_SLOTS));
 }
@@ -259,18 +268,19 @@ fn id_slot_goes_first_in_the_body_and_comes_out_again() {
 }
 
 #[test]
-fn a_slots_answer_is_read_for_its_idle_slots_and_nothing_else() {
+fn a_slots_answer_is_read_for_its_idle_and_busy_slots_and_nothing_else() {
     let body = r#"[{"id":0,"is_processing":true,"params":{"x":[1,2]}},
         {"id":1,"is_processing":false},{"id":"2","is_processing":false},{"is_processing":false},
         7,{"id":99999,"is_processing":false},{"id":3,"is_processing":false}]"#;
-    assert_eq!(parse_slots(body), Some(vec![1, 3]));
+    let seen = parse_slots(body).expect("an array");
+    assert_eq!((seen.idle, seen.busy), (vec![1, 3], vec![0]));
     assert_eq!(parse_slots(r#"{"error":"no"}"#), None);
     assert_eq!(parse_slots("not json"), None);
     let many = format!(
         "[{}]",
         vec![r#"{"id":1,"is_processing":false}"#; 5000].join(",")
     );
-    assert_eq!(parse_slots(&many).map(|ids| ids.len()), Some(MAX_SLOTS));
+    assert_eq!(parse_slots(&many).map(|s| s.idle.len()), Some(MAX_SLOTS));
 }
 
 /// What the status shows: each slot busy, free or in doubt, with its family, and the requests
@@ -360,7 +370,7 @@ fn with_similarity_off_only_a_conversations_own_slot_is_asked_for() {
 fn with_similarity_off_an_unpinned_request_makes_every_free_slot_foreign() {
     let slots = Slots::default();
     slots.prepare_pair(HOST, 2, true, 10);
-    slots.saw("h", 11, &[0, 1]);
+    slots.saw("h", 11, &idle(&[0, 1]));
     let a = slots.take(HOST, 2, Some(&want(1, true)), 20);
     let own = a.index().expect("pinned to an empty slot");
     a.finish(None);
@@ -386,3 +396,5 @@ fn with_similarity_off_an_unpinned_request_makes_every_free_slot_foreign() {
     newcomer.finish(None);
     assert_eq!(slots.of("h", "m").iter().filter(|s| !s.foreign).count(), 1);
 }
+
+mod settle;
