@@ -7,6 +7,7 @@ pub mod recent;
 mod render;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -56,8 +57,20 @@ struct Inner {
     recent: BTreeMap<String, recent::Window>,
     /// Per API (`crate::api::Api::name`, `-` before the API is known): requests and tokens.
     apis: BTreeMap<String, ApiTotals>,
-    /// Host with `pin_slots` → requests sent with a slot crossbar chose, and without one.
-    slot_pins: BTreeMap<String, [u64; 2]>,
+    /// Host with `pin_slots` → its pins and its unpinned requests' waits.
+    slot_pins: BTreeMap<String, SlotPins>,
+}
+
+/// One pinning host's requests: sent with a slot crossbar chose, and without one; of those
+/// without, the ones that waited for pins sent before them to start (`crate::slots`).
+#[derive(Debug, Default, Clone, Copy)]
+struct SlotPins {
+    pinned: u64,
+    unpinned: u64,
+    /// Waits that ended with the pins started, and at their bound.
+    settled: u64,
+    timed_out: u64,
+    waited_us: u64,
 }
 
 /// A map by (route, host), nested so that a request finds its entry by `&str`: a key is
@@ -234,8 +247,26 @@ impl Metrics {
     /// A request to a host with `pin_slots` went with a slot crossbar chose (`pinned`) or without.
     pub fn observe_slot_pin(&self, host: &str, pinned: bool) {
         let mut inner = self.inner.lock();
-        let counts = at(&mut inner.slot_pins, host, || [0, 0]);
-        counts[usize::from(!pinned)] += 1;
+        let counts = at(&mut inner.slot_pins, host, SlotPins::default);
+        if pinned {
+            counts.pinned += 1;
+        } else {
+            counts.unpinned += 1;
+        }
+    }
+
+    /// A request crossbar could not pin waited `waited` for the pinned ones sent before it to
+    /// start (`settled`), or until its bound.
+    pub fn observe_settle_wait(&self, host: &str, settled: bool, waited: Duration) {
+        let mut inner = self.inner.lock();
+        let counts = at(&mut inner.slot_pins, host, SlotPins::default);
+        if settled {
+            counts.settled += 1;
+        } else {
+            counts.timed_out += 1;
+        }
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        counts.waited_us = counts.waited_us.saturating_add(us);
     }
 
     pub fn observe_row_lost(&self) {

@@ -143,10 +143,33 @@ impl Metrics {
             "Requests to a host with pin_slots sent with a slot crossbar chose (pinned=yes) or left to the host (a slot in doubt, none free, a request crossbar could not pin).",
         );
         for (host, counts) in &inner.slot_pins {
-            for (pinned, n) in ["yes", "no"].into_iter().zip(counts) {
+            for (pinned, n) in [("yes", counts.pinned), ("no", counts.unpinned)] {
                 let labels = labels(&[("host", host), ("pinned", pinned)]);
                 let _ = writeln!(out, "crossbar_slot_pins_total{labels} {n}");
             }
+        }
+        header(
+            &mut out,
+            "crossbar_slot_settle_waits_total",
+            "counter",
+            "Requests crossbar could not pin held until the pinned ones sent before them to the same host had started (settled=yes), or sent at the wait's bound (settled=no).",
+        );
+        for (host, counts) in &inner.slot_pins {
+            for (settled, n) in [("yes", counts.settled), ("no", counts.timed_out)] {
+                let labels = labels(&[("host", host), ("settled", settled)]);
+                let _ = writeln!(out, "crossbar_slot_settle_waits_total{labels} {n}");
+            }
+        }
+        header(
+            &mut out,
+            "crossbar_slot_settle_wait_seconds_total",
+            "counter",
+            "Time requests crossbar could not pin spent held for pinned ones to start.",
+        );
+        for (host, counts) in &inner.slot_pins {
+            let labels = labels(&[("host", host)]);
+            let seconds = counts.waited_us as f64 / 1e6;
+            let _ = writeln!(out, "crossbar_slot_settle_wait_seconds_total{labels} {seconds}");
         }
         header(
             &mut out,

@@ -316,6 +316,9 @@ fn a_request_crossbar_cannot_pin_waits_until_the_pinned_one_before_it_has_starte
         .collect();
     assert!(seen[1]["id_slot"].is_u64(), "{}", seen[1]);
     assert_eq!(gw.slots.waiting("a"), 0);
+    let metrics = crate::support::request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
+    let waits = r#"crossbar_slot_settle_waits_total{host="a",settled="yes"} 1"#;
+    assert!(metrics.text().contains(waits), "{}", metrics.text());
 }
 
 /// A pinned stream settles with its head (llama-server sends it as the slot starts on the
