@@ -169,7 +169,10 @@ impl Metrics {
         for (host, counts) in &inner.slot_pins {
             let labels = labels(&[("host", host)]);
             let seconds = counts.waited_us as f64 / 1e6;
-            let _ = writeln!(out, "crossbar_slot_settle_wait_seconds_total{labels} {seconds}");
+            let _ = writeln!(
+                out,
+                "crossbar_slot_settle_wait_seconds_total{labels} {seconds}"
+            );
         }
         header(
             &mut out,

@@ -83,7 +83,8 @@ fn settle(gw: &Gateway, pair: (&str, &str)) {
     gw.health.poke(pair.0);
     let waited = Instant::now();
     let settled = gw.slots.wait_settled(pair, waited + SETTLE_WAIT);
-    gw.metrics.observe_settle_wait(pair.0, settled, waited.elapsed());
+    gw.metrics
+        .observe_settle_wait(pair.0, settled, waited.elapsed());
     let ms = waited.elapsed().as_millis();
     if settled {
         log::debug!(
