@@ -110,6 +110,21 @@ pub(super) fn run(
     let Some(mut lease) = sh.take_slot(&prompt, use_cache, model, pinned) else {
         return reply_error(sock, 503, "server is shutting down", false);
     };
+    let path = req.path();
+    let streamed = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // llama-server sends a stream's head as its slot starts on the prompt (b11434: the partial
+    // response at SLOT_STATE_STARTED), before the prefill; its first event comes after.
+    let head = if streamed {
+        match EventStream::start(sock) {
+            Ok(stream) => Some(stream),
+            Err(_) => {
+                sh.record_gone(path);
+                return false;
+            }
+        }
+    } else {
+        None
+    };
     let cache_n = lease.cache_n;
     let prompt_n = n_prompt - cache_n;
     let us = |per: u64, n: u64| Duration::from_micros(per.saturating_mul(n));
@@ -133,9 +148,8 @@ pub(super) fn run(
         decode_us: sh.cfg.decode_us_per_token,
         alias: sh.cfg.alias.clone(),
     };
-    let path = req.path();
 
-    if !body.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+    let Some(stream) = head else {
         if matches!(fault, Fault::DieMidStream { .. }) {
             let _ = sock.shutdown(Shutdown::Both);
             return false;
@@ -167,16 +181,12 @@ pub(super) fn run(
         let ok = reply(sock, 200, &answer, req);
         sh.emit(finished(path, prompt_n, cache_n));
         return ok;
-    }
+    };
 
     let include_usage = body
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let Ok(stream) = EventStream::start(sock) else {
-        sh.record_gone(path);
-        return false;
-    };
     let mut out = Out {
         sh,
         sock,
