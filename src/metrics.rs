@@ -269,6 +269,14 @@ impl Metrics {
         counts.waited_us = counts.waited_us.saturating_add(us);
     }
 
+    /// `host`'s holds of requests crossbar could not pin (see [`Metrics::observe_settle_wait`]):
+    /// settled, at their bound, and their time in all.
+    pub fn settle_waits(&self, host: &str) -> (u64, u64, Duration) {
+        let inner = self.inner.lock();
+        let c = inner.slot_pins.get(host).copied().unwrap_or_default();
+        (c.settled, c.timed_out, Duration::from_micros(c.waited_us))
+    }
+
     pub fn observe_row_lost(&self) {
         self.inner.lock().rows_lost += 1;
     }

@@ -237,6 +237,10 @@ fn run(
         (turns, wall, ui.join().expect("UI poller thread"))
     });
     drop(started);
+    let busy: Option<u64> = hosts.iter().map(Host::pinned_busy).sum();
+    if let (Front::Crossbar, true, Some(busy)) = (front, opts.pin_slots, busy) {
+        println!("#   crossbar: pinned requests that found their slot at work (sims): {busy}");
+    }
     if std::env::var_os("AFFINITY_TRACE").is_some() {
         trace(front, &turns);
     }

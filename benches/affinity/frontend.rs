@@ -139,8 +139,20 @@ fn placements(server: &Server) -> String {
             rows.collect::<Result<Vec<_>, _>>()
         })
         .map_or_else(|e| e.to_string(), |r| r.join(", "));
+    // Requests crossbar could not pin, held for the pins before them to start (`pin_slots`).
+    let (mut held, mut bound, mut waited) = (0, 0, Duration::ZERO);
+    for h in config.hosts.keys() {
+        let (settled, timed_out, time) = gateway.metrics.settle_waits(h);
+        (held, bound, waited) = (held + settled + timed_out, bound + timed_out, waited + time);
+    }
+    let holds = if held > 0 {
+        let mean = waited.as_secs_f64() * 1e3 / held as f64;
+        format!("; unpinned held {held} (mean {mean:.1} ms, {bound} at the bound)")
+    } else {
+        String::new()
+    };
     format!(
-        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}",
+        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}{holds}",
         speeds.join(", ")
     )
 }

@@ -168,6 +168,15 @@ impl Host {
         }
     }
 
+    /// Pinned requests that found their slot at work (a sim counts them; on b11434 each one
+    /// corrupts the answer running there); `None` for a real server, which cannot say.
+    pub fn pinned_busy(&self) -> Option<u64> {
+        match self {
+            Host::Sim(sim) => Some(sim.stats().pinned_busy),
+            Host::Real { .. } => None,
+        }
+    }
+
     /// The host's own totals; `None` for a real server (the clients' sums stand in).
     pub fn work(&self) -> Option<Work> {
         match self {
