@@ -24,7 +24,7 @@ mod server;
 mod tests;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +46,10 @@ pub struct SimConfig {
     pub prefill_us_per_token: u64,
     /// Simulated cost per generated token.
     pub decode_us_per_token: u64,
+    /// Slots prefilling at once share one compute budget, as llama-server's do (each of `k`
+    /// goes at 1/`k` of the speed, a batch of 2,048 tokens at a time); off, each prefills at
+    /// full speed whatever the others do.
+    pub prefill_shared: bool,
     /// The generated text stays in its slot as the client sends it back (true), or as tokens
     /// the prompt's tokenizer does not reproduce (false), so a conversation's next turn prefills
     /// its last reply again. A real model's replies mostly tokenize back the same; the tiny test
@@ -90,6 +94,7 @@ impl Default for SimConfig {
             n_ctx: 8192,
             slots: 2,
             prefill_us_per_token: 0,
+            prefill_shared: false,
             decode_us_per_token: 0,
             replies_kept: true,
             ram_cache_tokens: 0,
@@ -243,6 +248,7 @@ impl Sim {
             events_rx,
             observed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            prefilling: AtomicUsize::new(0),
         });
         let sim = Sim {
             listener: Mutex::new(Some(listen(&shared, listener)?)),

@@ -109,8 +109,13 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
     let hosts_are = match &opts.real {
         Some(real) => format!("real llama-server {}", real.binary.display()),
         None => format!(
-            "simulated, prefill {} us/token, decode {} us/token, replies {}",
+            "simulated, prefill {} us/token{}, decode {} us/token, replies {}",
             opts.prefill_us,
+            if opts.prefill_shared {
+                " shared by the slots"
+            } else {
+                ""
+            },
             opts.decode_us,
             if opts.replies_kept {
                 "kept"

@@ -33,6 +33,8 @@ pub struct Setup {
     pub decode_us: u64,
     /// Sims keep a reply in its slot for the next turn (`SimConfig::replies_kept`).
     pub replies_kept: bool,
+    /// Sims' slots share one prefill budget (`SimConfig::prefill_shared`).
+    pub prefill_shared: bool,
     pub ram_cache_tokens: u64,
     pub similarity: f64,
     /// Tokens every reply has (a real server's completions are counted by it).
@@ -67,6 +69,7 @@ impl Host {
                 prefill_us_per_token: setup.prefill_us,
                 decode_us_per_token: setup.decode_us,
                 replies_kept: setup.replies_kept,
+                prefill_shared: setup.prefill_shared,
                 ram_cache_tokens: setup.ram_cache_tokens,
                 slot_prompt_similarity: setup.similarity,
                 ..SimConfig::default()

@@ -108,7 +108,7 @@ fn main() {
         return;
     }
     let opts = options().unwrap_or_else(|e| {
-        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --sub-api API --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots --prefill-us N --decode-us N --sim-replies kept|retokenized)");
+        eprintln!("affinity: {e} (flags: --workload chat|agents|agents-small --hosts N --slots N --ctx TOTAL --conversations C --turns T --only SCENARIO|ui-poll --random-starts --seed S --seeds N --api chat|messages|responses --sub-api API --llama-server BIN --model GGUF --crossbar-route-extra TOML --pin-slots --prefill-us N --decode-us N --sim-replies kept|retokenized --sim-prefill shared|parallel)");
         std::process::exit(2)
     });
     if opts.workload != Workload::Chat {
@@ -302,6 +302,7 @@ pub fn setup(scenario: Scenario, reply_tokens: u64, opts: &Options) -> Setup {
         prefill_us: opts.prefill_us,
         decode_us: opts.decode_us,
         replies_kept: opts.replies_kept,
+        prefill_shared: opts.prefill_shared,
         ram_cache_tokens: scenario.ram_cache_tokens,
         similarity: scenario.similarity,
         reply_tokens,

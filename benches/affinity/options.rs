@@ -56,6 +56,9 @@ pub struct Options {
     /// The sims keep a reply in its slot for the next turn (`--sim-replies kept|retokenized`;
     /// kept for the chat workload, [`AGENT_REPLIES_KEPT`] for the agents workloads).
     pub replies_kept: bool,
+    /// The sims' slots share one prefill budget as llama-server's do (`--sim-prefill
+    /// shared|parallel`; parallel, each at full speed, by default).
+    pub prefill_shared: bool,
     pub conversations: usize,
     pub turns: usize,
     /// Run only this scenario (docs are then left alone, as with `real`).
@@ -88,6 +91,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         prefill_us: 0,
         decode_us: 0,
         replies_kept: true,
+        prefill_shared: false,
         conversations: 12,
         turns: 8,
         only: None,
@@ -130,6 +134,15 @@ pub fn options() -> Result<Options, lexopt::Error> {
                     "retokenized" => Some(false),
                     other => {
                         return Err(format!("--sim-replies {other}: kept or retokenized").into())
+                    }
+                }
+            }
+            Long("sim-prefill") => {
+                o.prefill_shared = match parser.value()?.string()?.as_str() {
+                    "shared" => true,
+                    "parallel" => false,
+                    other => {
+                        return Err(format!("--sim-prefill {other}: shared or parallel").into())
                     }
                 }
             }

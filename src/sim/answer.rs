@@ -19,6 +19,7 @@ pub(super) struct Done {
     pub cache_n: u64,
     pub prompt_n: u64,
     pub predicted: u64,
+    /// The whole prefill's time (slots sharing the compute make it longer than its tokens').
     pub prefill_us: u64,
     pub decode_us: u64,
     pub alias: String,
@@ -47,8 +48,8 @@ fn plain(data: Value) -> Ev {
 
 impl Done {
     pub fn timings(&self) -> Value {
-        let rate = |n: u64, per_us: u64| {
-            let ms = (n * per_us) as f64 / 1000.0;
+        let rate = |n: u64, total_us: u64| {
+            let ms = total_us as f64 / 1000.0;
             let per_token = if n > 0 { ms / n as f64 } else { 0.0 };
             let per_second = if ms > 0.0 {
                 n as f64 * 1000.0 / ms
@@ -58,7 +59,7 @@ impl Done {
             (ms, per_token, per_second)
         };
         let (p_ms, p_tok, p_sec) = rate(self.prompt_n, self.prefill_us);
-        let (g_ms, g_tok, g_sec) = rate(self.predicted, self.decode_us);
+        let (g_ms, g_tok, g_sec) = rate(self.predicted, self.predicted * self.decode_us);
         json!({"cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": p_ms,
                "prompt_per_token_ms": p_tok, "prompt_per_second": p_sec,
                "predicted_n": self.predicted, "predicted_ms": g_ms,

@@ -128,9 +128,9 @@ pub(super) fn run(
     let cache_n = lease.cache_n;
     let prompt_n = n_prompt - cache_n;
     let us = |per: u64, n: u64| Duration::from_micros(per.saturating_mul(n));
-    if !sh.pause(us(sh.cfg.prefill_us_per_token, prompt_n)) {
+    let Some(prefill) = sh.prefill(prompt_n) else {
         return false;
-    }
+    };
     let seed = prompt
         .iter()
         .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(*b)));
@@ -144,7 +144,7 @@ pub(super) fn run(
         cache_n,
         prompt_n,
         predicted,
-        prefill_us: sh.cfg.prefill_us_per_token,
+        prefill_us: u64::try_from(prefill.as_micros()).unwrap_or(u64::MAX),
         decode_us: sh.cfg.decode_us_per_token,
         alias: sh.cfg.alias.clone(),
     };

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -36,7 +36,12 @@ pub(super) struct Shared {
     /// Events are only queued once someone asked for the receiver.
     pub(super) observed: AtomicBool,
     pub(super) stopping: AtomicBool,
+    /// Slots prefilling now (`SimConfig::prefill_shared`).
+    pub(super) prefilling: AtomicUsize,
 }
+
+/// Prompt tokens one decode takes at most: llama-server's default `--batch-size`.
+const PREFILL_BATCH: u64 = 2048;
 
 /// Invariant: `permits` only matters while `lockstep`; it is reset when lock-step is switched off.
 #[derive(Debug)]
@@ -251,6 +256,33 @@ impl Shared {
             }
         }
         false
+    }
+
+    /// Simulated prefill of `tokens`, a batch at a time; with `prefill_shared` each batch costs
+    /// as many times its tokens as slots prefill at that moment. Returns the time it took, or
+    /// `None` when stopping.
+    pub(super) fn prefill(&self, tokens: u64) -> Option<Duration> {
+        let per = self.cfg.prefill_us_per_token;
+        if !self.cfg.prefill_shared {
+            let took = Duration::from_micros(per.saturating_mul(tokens));
+            return self.pause(took).then_some(took);
+        }
+        self.prefilling.fetch_add(1, Ordering::SeqCst);
+        let (mut left, mut took) = (tokens, Duration::ZERO);
+        let stopped = loop {
+            if left == 0 {
+                break false;
+            }
+            let batch = left.min(PREFILL_BATCH);
+            let sharing = self.prefilling.load(Ordering::SeqCst).max(1) as u64;
+            let d = Duration::from_micros(per.saturating_mul(batch).saturating_mul(sharing));
+            if !self.pause(d) {
+                break true;
+            }
+            (left, took) = (left - batch, took + d);
+        };
+        self.prefilling.fetch_sub(1, Ordering::SeqCst);
+        (!stopped).then_some(took)
     }
 
     /// In lock-step mode, takes one permit (waiting for it). Returns false when stopping.

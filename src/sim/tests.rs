@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::{Fault, Sim, SimConfig, SimEvent};
 
 mod control;
+mod prefill;
 mod replies;
 
 const SAFETY: Duration = Duration::from_secs(10);
