@@ -59,7 +59,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
         None if want.is_some() && gw.slots.doubtful(&host.name) => gw.health.poke(&host.name),
         None => {}
     }
-    // Held by its `Pinned` from here, so that the wait's end or timeout tells its end.
+    // In the plan before the wait, so that its end is told however the request ends.
     let unpinned = taken.index().is_none();
     plan.pin = Some(Pinned { taken, at });
     if unpinned {
@@ -83,9 +83,9 @@ fn settle(gw: &Gateway, pair: (&str, &str)) {
     gw.health.poke(pair.0);
     let waited = Instant::now();
     let settled = gw.slots.wait_settled(pair, waited + SETTLE_WAIT);
-    gw.metrics
-        .observe_settle_wait(pair.0, settled, waited.elapsed());
-    let ms = waited.elapsed().as_millis();
+    let took = waited.elapsed();
+    gw.metrics.observe_settle_wait(pair.0, settled, took);
+    let ms = took.as_millis();
     if settled {
         log::debug!(
             "unpinned request waited for pins to start host={} ms={ms}",
