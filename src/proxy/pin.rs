@@ -77,12 +77,11 @@ const SETTLE_WAIT: Duration = Duration::from_secs(5);
 /// llama-server might otherwise launch it first, into a pinned request's slot. Asks the poller
 /// for a `/slots` poll, which settles a pin whose answer's head has not come (a whole answer).
 fn settle(gw: &Gateway, pair: (&str, &str)) {
-    if !gw.slots.unsettled(pair) {
-        return;
-    }
-    gw.health.poke(pair.0);
     let waited = Instant::now();
-    let settled = gw.slots.wait_settled(pair, waited + SETTLE_WAIT);
+    let poll = || gw.health.poke(pair.0);
+    let Some(settled) = gw.slots.wait_settled(pair, waited + SETTLE_WAIT, poll) else {
+        return;
+    };
     let took = waited.elapsed();
     gw.metrics.observe_settle_wait(pair.0, settled, took);
     let ms = took.as_millis();

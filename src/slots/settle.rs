@@ -22,27 +22,28 @@
 
 use std::time::Instant;
 
+use parking_lot::MutexGuard;
+
 use super::{Slots, Table};
 
 impl Slots {
-    /// Waits until no request pinned on `host`+`model` is unsettled; false when `deadline` came
-    /// first. Only for a request that took its place among the unpinned there.
-    pub fn wait_settled(&self, (host, model): (&str, &str), deadline: Instant) -> bool {
+    /// Waits until no request pinned on `host`+`model` is unsettled: `None` when none was (no
+    /// wait), else whether they settled before `deadline`. Only for a request that took its place
+    /// among the unpinned there. `counted` runs once the wait is counted, outside the lock: the
+    /// caller asks for a `/slots` poll there, and the poll, seeing someone wait, is made.
+    pub fn wait_settled(
+        &self,
+        (host, model): (&str, &str),
+        deadline: Instant,
+        counted: impl FnOnce(),
+    ) -> Option<bool> {
         let key = (host.to_string(), model.to_string());
         let mut table = self.shared.lock();
         if !table.unsettled(&key) {
-            return true;
+            return None;
         }
-        let count = |table: &mut Table, up: bool| {
-            if let Some(pair) = table.pairs.get_mut(&key) {
-                pair.waiting = if up {
-                    pair.waiting.saturating_add(1)
-                } else {
-                    pair.waiting.saturating_sub(1)
-                };
-            }
-        };
-        count(&mut table, true);
+        table.count_waiting(&key, true);
+        MutexGuard::unlocked(&mut table, counted);
         let settled = loop {
             if !table.unsettled(&key) {
                 break true;
@@ -56,8 +57,8 @@ impl Slots {
                 break !table.unsettled(&key);
             }
         };
-        count(&mut table, false);
-        settled
+        table.count_waiting(&key, false);
+        Some(settled)
     }
 
     /// Requests on `host` waiting for pinned ones to settle.
@@ -77,6 +78,18 @@ impl Slots {
 }
 
 impl Table {
+    /// One more (`up`) or one fewer request waiting on `key`'s pins (none when the pair went:
+    /// the mirror started over).
+    fn count_waiting(&mut self, key: &(String, String), up: bool) {
+        if let Some(pair) = self.pairs.get_mut(key) {
+            pair.waiting = if up {
+                pair.waiting.saturating_add(1)
+            } else {
+                pair.waiting.saturating_sub(1)
+            };
+        }
+    }
+
     fn unsettled(&self, key: &(String, String)) -> bool {
         (self.pairs.get(key))
             .is_some_and(|pair| pair.slots.iter().any(|s| s.unsettled_since.is_some()))

@@ -348,8 +348,8 @@ fn a_request_crossbar_cannot_pin_goes_once_the_pinned_stream_before_it_has_its_h
         wait_until("the pinned stream at the host", || posts() == 2);
         let messages = json!({"model": "m", "max_tokens": 4, "system": system,
             "messages": [{"role": "user", "content": "fix it"}]});
-        let unpinned = scope.spawn(move || h.post("/projA/v1/messages", &messages));
         let before = polls();
+        let unpinned = scope.spawn(move || h.post("/projA/v1/messages", &messages));
         wait_until("the unpinned request held", || gw.slots.waiting("a") == 1);
         // The poll it asked for sees the pinned stream's slot idle (not launched): still held.
         wait_until("the poll the waiter asked for", || polls() > before);

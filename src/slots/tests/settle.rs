@@ -15,9 +15,9 @@ fn waiter(slots: &Slots, deadline: Instant) -> std::thread::JoinHandle<bool> {
     let s = slots.clone();
     let handle = std::thread::spawn(move || {
         let unpinned = s.take(HOST, 2, None, 30);
-        let settled = s.wait_settled(HOST, deadline);
+        let settled = s.wait_settled(HOST, deadline, || {});
         unpinned.finish(None);
-        settled
+        settled.expect("it waited")
     });
     let started = Instant::now();
     while slots.waiting("h") == 0 {
@@ -115,7 +115,11 @@ fn an_unpinned_request_waits_no_longer_than_its_deadline() {
 fn with_no_pin_on_its_way_an_unpinned_request_goes_at_once_and_holds_new_pins_off() {
     let slots = polled(2);
     let unpinned = slots.take(HOST, 2, None, 20);
-    assert!(slots.wait_settled(HOST, Instant::now()));
+    assert_eq!(
+        slots.wait_settled(HOST, Instant::now(), || {}),
+        None,
+        "no wait"
+    );
     let next = slots.take(HOST, 2, Some(&want(1, true)), 21);
     assert_eq!(
         next.index(),
@@ -125,4 +129,21 @@ fn with_no_pin_on_its_way_an_unpinned_request_goes_at_once_and_holds_new_pins_of
     assert!(!slots.unsettled(HOST));
     next.finish(None);
     unpinned.finish(None);
+}
+
+/// The poll the waiter asks for is made: when it asks, it is already counted, so the poller
+/// (which asks `/slots` only while someone waits or a slot is in doubt) does not skip it.
+#[test]
+fn a_waiter_is_counted_before_it_asks_for_a_poll() {
+    let slots = polled(2);
+    let pinned = slots.take(HOST, 2, Some(&want(1, true)), 20);
+    let unpinned = slots.take(HOST, 2, None, 21);
+    assert!(!slots.wants_poll("h"));
+    let mut asked = false;
+    let deadline = Instant::now() + Duration::from_millis(1);
+    let settled = slots.wait_settled(HOST, deadline, || asked = slots.wants_poll("h"));
+    assert!(asked, "the poll it asked for would have been skipped");
+    assert_eq!(settled, Some(false));
+    unpinned.finish(None);
+    pinned.finish(None);
 }
