@@ -143,10 +143,13 @@ impl Metrics {
             "Requests to a host with pin_slots sent with a slot crossbar chose (pinned=yes) or left to the host (a slot in doubt, none free, a request crossbar could not pin).",
         );
         for (host, counts) in &inner.slot_pins {
-            for (pinned, n) in [("yes", counts.pinned), ("no", counts.unpinned)] {
-                let labels = labels(&[("host", host), ("pinned", pinned)]);
-                let _ = writeln!(out, "crossbar_slot_pins_total{labels} {n}");
-            }
+            let name = "crossbar_slot_pins_total";
+            yes_no(
+                &mut out,
+                name,
+                (host, "pinned"),
+                [counts.pinned, counts.unpinned],
+            );
         }
         header(
             &mut out,
@@ -155,10 +158,13 @@ impl Metrics {
             "Requests crossbar could not pin held until the pinned ones sent before them to the same host had started (settled=yes), or sent at the wait's bound (settled=no).",
         );
         for (host, counts) in &inner.slot_pins {
-            for (settled, n) in [("yes", counts.settled), ("no", counts.timed_out)] {
-                let labels = labels(&[("host", host), ("settled", settled)]);
-                let _ = writeln!(out, "crossbar_slot_settle_waits_total{labels} {n}");
-            }
+            let name = "crossbar_slot_settle_waits_total";
+            yes_no(
+                &mut out,
+                name,
+                (host, "settled"),
+                [counts.settled, counts.timed_out],
+            );
         }
         header(
             &mut out,
@@ -299,6 +305,14 @@ impl Metrics {
             let _ = writeln!(out, "crossbar_leases{} {n}", labels(&[("host", host)]));
         }
         out
+    }
+}
+
+/// A host's counter split by a yes/no label: `counts` is [yes, no].
+fn yes_no(out: &mut String, name: &str, (host, label): (&str, &str), counts: [u64; 2]) {
+    for (value, n) in ["yes", "no"].into_iter().zip(counts) {
+        let labels = labels(&[("host", host), (label, value)]);
+        let _ = writeln!(out, "{name}{labels} {n}");
     }
 }
 
