@@ -83,7 +83,6 @@ fn issue27_a_relative_db_is_next_to_the_config_from_any_directory() {
         stderr.contains(&format!("directory {} is not writable", gone.display())),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -113,7 +112,6 @@ fn issue27_an_upgrade_that_would_start_on_an_empty_db_is_refused_naming_both() {
     // From the config's own directory the two are one file: nothing to refuse.
     let (code, stderr) = crossbar(&dir.join("etc"), &["check", "-c", "crossbar.toml"]);
     assert_eq!(code, Some(0), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -140,7 +138,6 @@ fn issue27_a_start_that_cannot_bind_leaves_no_db_or_lock_it_created() {
     config_in(&dir, db_text, "http://127.0.0.1:9", &addr);
     assert!(Server::start(Config::load(&config).unwrap()).is_err());
     assert!(db.exists() && crossbar::store::lock_path(&db).exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -171,5 +168,4 @@ fn issue27_stopped_is_logged_once_the_store_is_closed_and_unlocked() {
     wal.push("-wal");
     assert!(!PathBuf::from(wal).exists(), "{seen:#?}");
     assert!(child.wait().unwrap().success());
-    let _ = std::fs::remove_dir_all(&dir);
 }

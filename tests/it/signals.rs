@@ -17,7 +17,7 @@ use crossbar::store::Reader;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::support::{
-    chat, free_port, request, stderr_lines, temp_dir, wait_event, wait_line, Answer, Conn,
+    chat, free_port, request, stderr_lines, temp_dir, wait_event, wait_line, Answer, Conn, TempDir,
 };
 
 const CHAT: &str = "/projA/v1/chat/completions";
@@ -34,7 +34,8 @@ struct Crossbar {
     seen: Vec<String>,
     addr: SocketAddr,
     config: PathBuf,
-    dir: PathBuf,
+    /// Removed when dropped, after the child is gone (fields drop after `drop`).
+    dir: TempDir,
 }
 
 impl Crossbar {
@@ -127,7 +128,6 @@ impl Drop for Crossbar {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ pub use refusal::check_error;
 pub struct Harness {
     pub server: Option<Server>,
     pub sims: Vec<(String, Sim)>,
-    pub dir: PathBuf,
+    pub dir: TempDir,
 }
 
 /// One host of a test setup: its name, how the sim behaves, and `parallel` in crossbar's config.
@@ -48,14 +48,38 @@ pub fn host(name: &'static str, parallel: usize) -> HostSpec {
     }
 }
 
-/// A fresh directory under the system temp dir, unique per test.
-pub fn temp_dir() -> PathBuf {
+/// A fresh directory under the system temp dir, unique per test, removed with its contents when
+/// dropped (a test that panics leaves nothing behind either).
+pub fn temp_dir() -> TempDir {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("crossbar-it-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
+}
+
+/// A test's own directory ([`temp_dir`]); reads as a [`Path`].
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Harness {
@@ -181,7 +205,6 @@ impl Drop for Harness {
         if let Some(server) = self.server.take() {
             server.stop(Duration::from_secs(5));
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
