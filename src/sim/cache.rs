@@ -2,7 +2,10 @@
 //! RAM cache of slot states, chosen the way llama-server (b11434) chooses: the idle slot with the
 //! longest common prefix above `--slot-prompt-similarity` (0.10; 0 turns this off), else the least
 //! recently used idle slot; and, as its default `--cache-idle-slots` does, a copy of every other idle
-//! slot saved to the RAM cache each time a task starts.
+//! slot saved to the RAM cache each time a task starts. The RAM cache is llama-server's
+//! `server_prompt_cache` (server-task.cpp): oldest saved, first dropped; a state already held is not
+//! saved again; a state loaded into a slot leaves it; and only a state that beats the slot's own on
+//! both counts is loaded.
 //!
 //! Pure bookkeeping: no I/O, no clocks, no waiting — the caller holds the lock and waits for a slot.
 //! Tokens are a deterministic stand-in for a tokenizer: 4 bytes of rendered prompt per token.
@@ -23,6 +26,10 @@ fn common_tokens(a: &[u8], b: &[u8]) -> u64 {
 /// `--slot-prompt-similarity` default.
 pub(super) const SIMILARITY: f64 = 0.10;
 
+/// A saved state keeping less than this share of itself is never loaded ("don't trash large
+/// prompts", server-task.cpp).
+const MIN_KEEP: f64 = 0.25;
+
 /// Where a request landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Taken {
@@ -33,12 +40,14 @@ pub(super) struct Taken {
 
 /// Slots and RAM cache of one simulated server.
 ///
-/// Invariants: a busy slot is never chosen; `ram` never holds more than `ram_limit` tokens in total;
-/// `tick` grows on every take and put back, so `last_used` orders slots and entries by recency.
+/// Invariants: a busy slot is never chosen; `ram` never holds more than `ram_limit` tokens in total
+/// and is in the order its states were saved; `tick` grows on every take and put back, so
+/// `last_used` orders slots by recency.
 #[derive(Debug)]
 pub(super) struct Pool {
     slots: Vec<Slot>,
-    ram: Vec<Entry>,
+    /// Saved slot states (rendered text), oldest first.
+    ram: Vec<Vec<u8>>,
     ram_limit: u64,
     /// Slot choice by common prefix needs more than this share of the prompt; 0 = LRU only.
     similarity: f64,
@@ -49,12 +58,6 @@ pub(super) struct Pool {
 struct Slot {
     cached: Vec<u8>,
     busy: bool,
-    last_used: u64,
-}
-
-#[derive(Debug)]
-struct Entry {
-    text: Vec<u8>,
     last_used: u64,
 }
 
@@ -114,12 +117,9 @@ impl Pool {
             if !text.is_empty() {
                 self.save(text.clone());
             }
-            if let Some((i, n)) = self.best_in_ram(prompt) {
-                if n > reused {
-                    self.ram[i].last_used = tick;
-                    text = self.ram[i].text.clone();
-                    reused = n;
-                }
+            if let Some(i) = self.better_in_ram(&text, prompt) {
+                text = self.ram.remove(i);
+                reused = common_tokens(&text, prompt);
             }
         }
         let slot = &mut self.slots[id];
@@ -198,37 +198,46 @@ impl Pool {
         }
     }
 
-    fn best_in_ram(&self, prompt: &[u8]) -> Option<(usize, u64)> {
-        self.ram
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i, common_tokens(&e.text, prompt)))
-            .max_by_key(|&(_, n)| n)
+    /// The saved state to load into a slot holding `held` for `prompt`, as llama-server's
+    /// `server_prompt_cache::load` picks it: one that keeps at least a quarter of itself and beats
+    /// the best so far (the slot's own state first; an empty slot is beaten by anything) both on
+    /// the share of itself kept and on the share of the prompt covered. Ties go to the older.
+    fn better_in_ram(&self, held: &[u8], prompt: &[u8]) -> Option<usize> {
+        let share = |part: u64, whole: usize| part as f64 / tokens(whole).max(1) as f64;
+        let own = common_tokens(held, prompt);
+        let mut keep_best = if held.is_empty() {
+            -1.0
+        } else {
+            share(own, held.len())
+        };
+        let mut sim_best = share(own, prompt.len());
+        let mut best = None;
+        for (i, saved) in self.ram.iter().enumerate() {
+            let common = common_tokens(saved, prompt);
+            let (keep, sim) = (share(common, saved.len()), share(common, prompt.len()));
+            if keep >= MIN_KEEP && keep > keep_best && sim > sim_best {
+                (keep_best, sim_best, best) = (keep, sim, Some(i));
+            }
+        }
+        best
     }
 
-    /// Stores an evicted slot state, dropping entries it subsumes and the least recently used ones
-    /// beyond the token budget.
+    /// Saves a slot's state as `server_prompt_cache::alloc` does: not when a saved state already
+    /// holds it (nor is that one refreshed) or it is over the whole budget; states it holds are
+    /// dropped, then the oldest until it fits.
     fn save(&mut self, text: Vec<u8>) {
         let size = tokens(text.len());
-        if text.is_empty() || size > self.ram_limit {
+        if text.is_empty() || size > self.ram_limit || self.ram.iter().any(|e| e.starts_with(&text))
+        {
             return;
         }
-        self.tick += 1;
-        if let Some(e) = self.ram.iter_mut().find(|e| e.text.starts_with(&text)) {
-            e.last_used = self.tick;
-            return;
+        self.ram.retain(|e| !text.starts_with(e));
+        while !self.ram.is_empty()
+            && self.ram.iter().map(|e| tokens(e.len())).sum::<u64>() + size > self.ram_limit
+        {
+            self.ram.remove(0);
         }
-        self.ram.retain(|e| !text.starts_with(&e.text));
-        self.ram.push(Entry {
-            text,
-            last_used: self.tick,
-        });
-        while self.ram.iter().map(|e| tokens(e.text.len())).sum::<u64>() > self.ram_limit {
-            let Some(lru) = (0..self.ram.len()).min_by_key(|&i| self.ram[i].last_used) else {
-                break;
-            };
-            self.ram.remove(lru);
-        }
+        self.ram.push(text);
     }
 }
 

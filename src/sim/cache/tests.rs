@@ -55,8 +55,8 @@ fn ram_cache_restores_an_evicted_conversation() {
 }
 
 #[test]
-fn ram_cache_is_bounded_and_drops_the_least_recent() {
-    // Room for two prompts: saving C pushes out A, the least recently used.
+fn ram_cache_is_bounded_and_drops_the_oldest() {
+    // Room for two prompts: saving C pushes out A, the first saved.
     let room = tokens(A.len()) + tokens(B.len()) + 1;
     let mut pool = Pool::new(1, room);
     turn(&mut pool, A);
@@ -186,4 +186,43 @@ fn idle_slots_are_copied_to_ram_when_a_task_starts() {
     turn(&mut pool, C);
     turn(&mut pool, &format!("{C}{C}"));
     assert_eq!(turn(&mut pool, A).1, tokens(A.len()) - 1);
+}
+
+#[test]
+fn a_state_loaded_from_ram_leaves_it() {
+    let mut pool = Pool::new(1, 1000);
+    turn(&mut pool, A);
+    turn(&mut pool, B); // RAM: A
+    turn(&mut pool, A); // A loaded back into the slot, B saved
+    assert_eq!(pool.ram, vec![B.as_bytes().to_vec()]);
+}
+
+#[test]
+fn a_state_saved_again_is_not_made_newer() {
+    // Room for all three but one token: saving C drops the oldest, A, though A was saved again
+    // after B (it was held already), where a least-recently-used cache would drop B.
+    let room = tokens(A.len()) + tokens(B.len()) + tokens(C.len()) - 1;
+    let mut pool = Pool::new(1, room);
+    for text in [A, B, A, C] {
+        pool.save(text.as_bytes().to_vec());
+    }
+    assert_eq!(pool.ram, vec![B.as_bytes().to_vec(), C.as_bytes().to_vec()]);
+}
+
+#[test]
+fn a_saved_state_is_loaded_only_when_it_beats_the_slot_on_both_counts() {
+    let mut pool = Pool::new(1, 100_000);
+    let long = format!(
+        "{A}{}",
+        "assistant: a long answer about roads and legions\n".repeat(20)
+    );
+    turn(&mut pool, &long);
+    turn(&mut pool, B); // RAM: long
+                        // A prompt sharing only A with the saved state keeps under a quarter of it: not loaded, so
+                        // only the slot's own `user: ` is reused.
+    let (_, cache_n) = turn(&mut pool, &format!("{A}user: and the greeks?\n"));
+    assert_eq!(cache_n, FORGOTTEN);
+    // The whole saved state continued is loaded.
+    let (_, cache_n) = turn(&mut pool, &format!("{long}user: and then?\n"));
+    assert_eq!(cache_n, (long.len() / TOKEN_BYTES) as u64);
 }
