@@ -9,7 +9,6 @@
 //! so a client that has read a whole answer always finds the slot idle again.
 
 use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -127,7 +126,6 @@ pub(super) fn run(
     };
     let cache_n = lease.cache_n;
     let prompt_n = n_prompt - cache_n;
-    let us = |per: u64, n: u64| Duration::from_micros(per.saturating_mul(n));
     let Some(prefill) = sh.prefill(prompt_n) else {
         return false;
     };
@@ -156,7 +154,7 @@ pub(super) fn run(
         }
         let mut text = String::new();
         for i in 0..n_predict {
-            if !sh.pause(us(sh.cfg.decode_us_per_token, 1)) {
+            if !sh.decode_token() {
                 return false;
             }
             if http::peer_gone(sock) {
@@ -211,7 +209,7 @@ pub(super) fn run(
         }
         let mut text = String::new();
         for i in 0..n_predict {
-            if !sh.pause(us(sh.cfg.decode_us_per_token, 1)) {
+            if !sh.decode_token() {
                 return Err(End::Stopped);
             }
             let w = word(i);

@@ -285,6 +285,25 @@ impl Shared {
         (!stopped).then_some(took)
     }
 
+    /// Simulated decode of one token ([`Shared::decode_us`]). Returns false when stopping.
+    pub(super) fn decode_token(&self) -> bool {
+        self.pause(Duration::from_micros(self.decode_us()))
+    }
+
+    /// What decoding one token costs now, µs. With `prefill_shared`, while another slot
+    /// prefills, the token waits for that slot's batch: llama-server puts every generating slot's
+    /// next token and up to a batch of prompt tokens into one decode, so a slot answering beside a
+    /// long prefill makes a token a batch (measured on b11434: a slot's 1-token prompt took
+    /// 713 ms beside a neighbour's 14k-token prefill).
+    pub(super) fn decode_us(&self) -> u64 {
+        let alone = self.cfg.decode_us_per_token;
+        if self.cfg.prefill_shared && self.prefilling.load(Ordering::SeqCst) > 0 {
+            alone.max(self.cfg.prefill_us_per_token.saturating_mul(PREFILL_BATCH))
+        } else {
+            alone
+        }
+    }
+
     /// In lock-step mode, takes one permit (waiting for it). Returns false when stopping.
     pub(super) fn permit(&self) -> bool {
         let mut c = self.control.lock();

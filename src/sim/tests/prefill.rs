@@ -39,3 +39,21 @@ fn a_prefill_beside_another_takes_twice_as_long_when_slots_share_the_compute() {
     let (_, parallel) = prefilled(false, 1);
     assert_eq!(parallel, alone);
 }
+
+#[test]
+fn a_token_decoded_beside_a_prefill_waits_for_its_batch_when_slots_share_the_compute() {
+    let sim = |shared| {
+        Sim::start(SimConfig {
+            prefill_us_per_token: 10,
+            decode_us_per_token: 300,
+            prefill_shared: shared,
+            ..SimConfig::default()
+        })
+    };
+    let (shared, parallel) = (sim(true), sim(false));
+    assert_eq!(shared.shared.decode_us(), 300);
+    shared.shared.prefilling.store(1, Ordering::SeqCst);
+    assert_eq!(shared.shared.decode_us(), 10 * 2048);
+    parallel.shared.prefilling.store(1, Ordering::SeqCst);
+    assert_eq!(parallel.shared.decode_us(), 300);
+}
