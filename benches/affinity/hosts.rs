@@ -17,6 +17,13 @@ use parking_lot::Mutex;
 
 use crate::workload::MODEL;
 
+/// Bytes a token of a slot state takes in llama-server's RAM prompt cache with the test model
+/// (tiny-llama3: 2 layers, 2 KV heads of 16, f16, plus its cell metadata), measured on b11434:
+/// a 3,502-token prompt saved as 0.895 MiB. `--cache-ram` is sized from it so a real server holds
+/// as many tokens as a sim; until this stop the bench assumed 512 bytes, which gave the real
+/// servers 1.9x the sims' tokens.
+const STATE_BYTES_PER_TOKEN: u64 = 268;
+
 /// Where real servers come from.
 #[derive(Debug, Clone)]
 pub struct Real {
@@ -79,8 +86,10 @@ impl Host {
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
-        // The tiny test model's KV cache is ~512 bytes a token: scale the RAM cache to match.
-        let ram_mib = (setup.ram_cache_tokens / 2048).max(1);
+        // The same tokens as a sim's RAM cache, at the test model's size of a slot state (see
+        // `STATE_BYTES_PER_TOKEN`), rounded to llama-server's whole MiB.
+        let ram_mib = (setup.ram_cache_tokens * STATE_BYTES_PER_TOKEN + (1 << 19)) >> 20;
+        let ram_mib = ram_mib.max(1);
         let child = Command::new(&real.binary)
             .args([
                 "-m",

@@ -303,7 +303,7 @@ pub fn setup(scenario: Scenario, reply_tokens: u64, opts: &Options) -> Setup {
         decode_us: opts.decode_us,
         replies_kept: opts.replies_kept,
         prefill_shared: opts.prefill_shared,
-        ram_cache_tokens: scenario.ram_cache_tokens,
+        ram_cache_tokens: opts.ram_tokens.unwrap_or(scenario.ram_cache_tokens),
         similarity: scenario.similarity,
         reply_tokens,
     }

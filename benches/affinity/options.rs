@@ -76,6 +76,9 @@ pub struct Options {
     /// The front ends to run (`--fronts oracle,crossbar`); empty: all. The ratios need the
     /// oracle, which always runs.
     pub fronts: Vec<String>,
+    /// Every scenario's RAM prompt cache in tokens (`--ram-tokens`; the scenario's own by
+    /// default): the sims' budget, and the real servers' `--cache-ram` at the test model's size.
+    pub ram_tokens: Option<u64>,
 }
 
 /// The flags from the command line.
@@ -102,6 +105,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
         api: Api::Chat,
         sub_api: None,
         fronts: Vec::new(),
+        ram_tokens: None,
     };
     let (mut binary, mut model, mut slots, mut ctx) = (None, None, None, None);
     let (mut prefill_us, mut decode_us, mut replies_kept) = (None, None, None);
@@ -168,6 +172,7 @@ pub fn options() -> Result<Options, lexopt::Error> {
                 let list = parser.value()?.string()?;
                 o.fronts = list.split(',').map(|f| f.trim().to_string()).collect();
             }
+            Long("ram-tokens") => o.ram_tokens = Some(parser.value()?.parse()?),
             Long("llama-server") => binary = Some(PathBuf::from(parser.value()?)),
             Long("model") => model = Some(PathBuf::from(parser.value()?)),
             _ => return Err(arg.unexpected()),
