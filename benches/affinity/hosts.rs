@@ -20,8 +20,7 @@ use crate::workload::MODEL;
 /// Bytes a token of a slot state takes in llama-server's RAM prompt cache with the test model
 /// (tiny-llama3: 2 layers, 2 KV heads of 16, f16, plus its cell metadata), measured on b11434:
 /// a 3,502-token prompt saved as 0.895 MiB. `--cache-ram` is sized from it so a real server holds
-/// as many tokens as a sim; until this stop the bench assumed 512 bytes, which gave the real
-/// servers 1.9x the sims' tokens.
+/// as many tokens as a sim (an earlier guess of 512 bytes gave the real servers 1.9x the sims').
 const STATE_BYTES_PER_TOKEN: u64 = 268;
 
 /// Where real servers come from.

@@ -217,9 +217,9 @@ fn a_saved_state_is_loaded_only_when_it_beats_the_slot_on_both_counts() {
         "assistant: a long answer about roads and legions\n".repeat(20)
     );
     turn(&mut pool, &long);
-    turn(&mut pool, B); // RAM: long
-                        // A prompt sharing only A with the saved state keeps under a quarter of it: not loaded, so
-                        // only the slot's own `user: ` is reused.
+    // RAM: long. A prompt sharing only A with it keeps under a quarter of it: not loaded, so only
+    // the slot's own `user: ` is reused.
+    turn(&mut pool, B);
     let (_, cache_n) = turn(&mut pool, &format!("{A}user: and the greeks?\n"));
     assert_eq!(cache_n, FORGOTTEN);
     // The whole saved state continued is loaded.
