@@ -87,8 +87,7 @@ impl Host {
             .port();
         // The same tokens as a sim's RAM cache, at the test model's size of a slot state (see
         // `STATE_BYTES_PER_TOKEN`), rounded to llama-server's whole MiB.
-        let ram_mib = (setup.ram_cache_tokens * STATE_BYTES_PER_TOKEN + (1 << 19)) >> 20;
-        let ram_mib = ram_mib.max(1);
+        let ram_mib = ((setup.ram_cache_tokens * STATE_BYTES_PER_TOKEN + (1 << 19)) >> 20).max(1);
         let child = Command::new(&real.binary)
             .args([
                 "-m",
