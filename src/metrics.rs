@@ -71,6 +71,9 @@ struct SlotPins {
     settled: u64,
     timed_out: u64,
     waited_us: u64,
+    /// Slots saved to RAM before a returning conversation was pinned there, and saves that failed.
+    saved: u64,
+    save_failed: u64,
 }
 
 /// A map by (route, host), nested so that a request finds its entry by `&str`: a key is
@@ -255,6 +258,18 @@ impl Metrics {
         }
     }
 
+    /// A sibling's slot was saved to the host's RAM cache before a returning conversation was
+    /// pinned there (`ok`), or the save failed and the request went unpinned.
+    pub fn observe_slot_save(&self, host: &str, ok: bool) {
+        let mut inner = self.inner.lock();
+        let counts = at(&mut inner.slot_pins, host, SlotPins::default);
+        if ok {
+            counts.saved += 1;
+        } else {
+            counts.save_failed += 1;
+        }
+    }
+
     /// A request crossbar could not pin waited `waited` for the pinned ones sent before it to
     /// start (`settled`), or until its bound.
     pub fn observe_settle_wait(&self, host: &str, settled: bool, waited: Duration) {
@@ -275,6 +290,14 @@ impl Metrics {
         let inner = self.inner.lock();
         let c = inner.slot_pins.get(host).copied().unwrap_or_default();
         (c.settled, c.timed_out, Duration::from_micros(c.waited_us))
+    }
+
+    /// A pinning host's requests pinned and not, and its slots saved first and saves failed
+    /// (for the affinity benchmark's lines).
+    pub fn slot_pins(&self, host: &str) -> [u64; 4] {
+        let inner = self.inner.lock();
+        let c = inner.slot_pins.get(host).copied().unwrap_or_default();
+        [c.pinned, c.unpinned, c.saved, c.save_failed]
     }
 
     pub fn observe_row_lost(&self) {

@@ -15,6 +15,13 @@
 //! served, so it sends a returning conversation whose own slot is gone to a slot whose occupant
 //! gets saved — and its own history comes back from RAM.
 //!
+//! When only siblings' slots are free (three conversations of one family on two slots), a
+//! returning conversation pinned to one would keep it whole and reload nothing. If its own state
+//! is in RAM — crossbar remembers which conversations' states were copied or saved there — the
+//! slot is saved first ([`Taken::saves_first`]): a request of one newline pinned there shares
+//! only the start of text with the sibling's state, so llama-server saves that state and keeps
+//! three tokens, and the conversation then reloads its own (`proxy/pin.rs` sends it).
+//!
 //! The mirror is exact about which slot each pinned request took; what the slot holds is
 //! crossbar's belief: a request that went unpinned may have changed it. A wrong belief costs a
 //! prefill. Which slots are *busy* must never be wrong: on b11434 a request pinned to a busy slot
@@ -35,7 +42,7 @@
 //! unified KV (an explicit `-np`: with unified KV idle slots are cleared, and an empty slot asked
 //! for by id reloads nothing).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -50,7 +57,7 @@ mod shown;
 mod taken;
 
 pub use body::{insert_id, pinnable, remove_id};
-pub(crate) use pick::{choose, choose_own};
+pub(crate) use pick::{choose, choose_own, kept_whole};
 pub use seen::{parse_slots, Seen};
 pub use shown::{Mirror, Shown};
 pub use taken::{End, Pin, Taken};
@@ -60,6 +67,8 @@ pub use taken::{End, Pin, Taken};
 const MAX_PAIRS: usize = 1024;
 /// Most slots mirrored per host+model.
 pub const MAX_SLOTS: usize = 256;
+/// Most conversations remembered per host+model as having their state in its RAM cache.
+const MAX_IN_RAM: usize = 64;
 
 /// A monotonic clock in µs (from its first reading): what dates a slot's doubt and a `/slots`
 /// poll's start. Not the wall clock: stepped back between a poll's start and a request's early
@@ -112,6 +121,10 @@ struct Pair {
     /// The host runs with `slot_prompt_similarity = 0`: a slot asked for by id is neither saved
     /// nor reloaded there, so only a conversation's own slot is worth asking for (`pick.rs`).
     similarity_off: bool,
+    /// Conversations whose last state crossbar believes is in the host's RAM cache, oldest
+    /// first, at most [`MAX_IN_RAM`]: copied there while idle, or saved when their slot went to
+    /// another. A belief: the cache drops its oldest states unseen.
+    in_ram: VecDeque<u64>,
 }
 
 impl Pair {
@@ -121,6 +134,15 @@ impl Pair {
             return bytes / 4;
         }
         (u128::from(bytes) * u128::from(self.tokens) / u128::from(self.bytes)) as u64
+    }
+
+    /// `conversation`'s last state is in RAM now.
+    fn saved(&mut self, conversation: u64) {
+        self.in_ram.retain(|&c| c != conversation);
+        if self.in_ram.len() >= MAX_IN_RAM {
+            self.in_ram.pop_front();
+        }
+        self.in_ram.push_back(conversation);
     }
 
     /// The host counted `tokens` prompt tokens for a body of `bytes` bytes. Halved past a GiB,
@@ -234,11 +256,11 @@ impl Slots {
                 choose_own(&pair.slots, want)
             } else {
                 choose(&pair.slots, want, family_tokens)
-            };
-            Some((want, at?))
+            }?;
+            Some((want, at, kept_whole(&pair.slots[at], want, family_tokens)))
         });
         let end = End::new(self.shared.clone(), key);
-        let Some((want, at)) = at else {
+        let Some((want, at, kept)) = at else {
             pair.unpinned += 1;
             if pair.similarity_off {
                 // llama-server gives it its least recently used idle slot, saving what that held
@@ -250,10 +272,33 @@ impl Slots {
             }
             return Taken::Unpinned(end);
         };
-        // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
-        for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
-            slot.saved = true;
+        // A returning conversation whose state is in RAM, sent to a sibling's slot that would
+        // keep it whole: the slot is saved first (`Pin::saves_first`), so that the conversation
+        // reloads its own state rather than prefilling its history again.
+        let before = &pair.slots[at];
+        let save_first = kept
+            && !want.first_turn
+            && !pair.similarity_off
+            && before.holder != Some(want.conversation)
+            && pair.in_ram.contains(&want.conversation);
+        // What the slot held stays in RAM when it was copied there, or when llama-server saves it
+        // as this request takes it (less than half of it kept), or crossbar saves it first.
+        match before.holder {
+            Some(held) if before.saved || !kept || save_first => pair.saved(held),
+            Some(held) => pair.in_ram.retain(|&c| c != held),
+            None => {}
         }
+        // This conversation's state now lives in the slot (a state loaded from RAM leaves it).
+        pair.in_ram.retain(|&c| c != want.conversation);
+        // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
+        let copied: Vec<u64> = (pair.slots.iter_mut().enumerate())
+            .filter(|(i, s)| *i != at && !s.busy)
+            .filter_map(|(_, slot)| {
+                slot.saved = true;
+                slot.holder
+            })
+            .collect();
+        copied.into_iter().for_each(|held| pair.saved(held));
         pair.slots[at] = Slot {
             holder: Some(want.conversation),
             family: want.family,
@@ -265,7 +310,7 @@ impl Slots {
             foreign: false,
             last_used: tick,
         };
-        Taken::Pinned(Pin::new(end, at, want.bytes))
+        Taken::Pinned(Pin::new(end, at, want.bytes, save_first))
     }
 
     /// Makes the mirror of every pinning host's models that has none yet, every slot in doubt

@@ -153,6 +153,21 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_slot_saves_total",
+            "counter",
+            "Sibling's slots a host with pin_slots was asked to save to its RAM cache before a returning conversation was pinned there, so that it reloads its own state (saved=no: the save failed and the request went unpinned).",
+        );
+        for (host, counts) in &inner.slot_pins {
+            let name = "crossbar_slot_saves_total";
+            yes_no(
+                &mut out,
+                name,
+                (host, "saved"),
+                [counts.saved, counts.save_failed],
+            );
+        }
+        header(
+            &mut out,
             "crossbar_slot_settle_waits_total",
             "counter",
             "Requests crossbar could not pin held until the pinned ones sent before them to the same host had started (settled=yes), or sent at the wait's bound (settled=no).",

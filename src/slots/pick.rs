@@ -15,11 +15,13 @@ pub(crate) fn choose(slots: &[Slot], want: &Want, family_tokens: u64) -> Option<
     if let Some((at, _)) = free().find(|(_, s)| s.holder == Some(want.conversation)) {
         return Some(at);
     }
-    let sibling = |s: &Slot| want.family.is_some() && s.family == want.family;
-    // Pinned there, more than half of it survives: llama-server saves nothing, reloads nothing.
-    let kept_whole = |s: &Slot| sibling(s) && s.tokens < family_tokens.saturating_mul(2);
     let rank = |s: &Slot| -> u8 {
-        match (want.first_turn, sibling(s), kept_whole(s), s.saved) {
+        match (
+            want.first_turn,
+            sibling(s, want),
+            kept_whole(s, want, family_tokens),
+            s.saved,
+        ) {
             (_, true, true, false) => 3,
             (true, true, _, _) => 0,
             (true, false, _, _) => 1,
@@ -31,6 +33,18 @@ pub(crate) fn choose(slots: &[Slot], want: &Want, family_tokens: u64) -> Option<
     free()
         .min_by_key(|(_, s)| (rank(s), s.last_used))
         .map(|(at, _)| at)
+}
+
+/// Whether `s` last served a sibling of `want` (its family, when it has one).
+fn sibling(s: &Slot, want: &Want) -> bool {
+    want.family.is_some() && s.family == want.family
+}
+
+/// Whether `want`, pinned to `s`, keeps more than half of what `s` holds: a sibling's slot
+/// holding less than twice the family prefix (`family_tokens`). llama-server then saves nothing
+/// and reloads nothing: the request prefills whatever follows the prefix.
+pub(crate) fn kept_whole(s: &Slot, want: &Want, family_tokens: u64) -> bool {
+    sibling(s, want) && s.tokens < family_tokens.saturating_mul(2)
 }
 
 /// [`choose`] for a host with similarity off, where a slot asked for by id is neither saved nor
@@ -48,10 +62,9 @@ pub(crate) fn choose_own(slots: &[Slot], want: &Want) -> Option<usize> {
             .find(|(_, s)| !s.foreign && s.holder == Some(want.conversation))
             .map(|(at, _)| at);
     }
-    let sibling = |s: &Slot| want.family.is_some() && s.family == want.family;
     let rank = |s: &Slot| match (s.foreign, s.holder.is_none(), s.saved) {
         // The family's prefix is there to keep, and the sibling's state is in RAM.
-        (false, false, true) if sibling(s) => 0,
+        (false, false, true) if sibling(s, want) => 0,
         (false, true, _) => 1,
         (false, false, true) => 1,
         (true, _, _) => 2,

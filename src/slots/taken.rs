@@ -54,6 +54,13 @@ impl Taken {
             Taken::Unpinned(_) => None,
         }
     }
+
+    /// The slot must be saved to the host's RAM cache before the request is sent there: it holds
+    /// a sibling's state that the request would keep whole (so llama-server would neither save it
+    /// nor reload the request's own state), and the request's own state is in RAM.
+    pub fn saves_first(&self) -> bool {
+        matches!(self, Taken::Pinned(pin) if pin.save_first)
+    }
 }
 
 /// A slot held for one request.
@@ -63,11 +70,18 @@ pub struct Pin {
     at: usize,
     /// Its body's bytes.
     bytes: u64,
+    /// See [`Taken::saves_first`].
+    save_first: bool,
 }
 
 impl Pin {
-    pub(super) fn new(end: End, at: usize, bytes: u64) -> Pin {
-        Pin { end, at, bytes }
+    pub(super) fn new(end: End, at: usize, bytes: u64, save_first: bool) -> Pin {
+        Pin {
+            end,
+            at,
+            bytes,
+            save_first,
+        }
     }
 
     fn finish(&self, counted: Option<Counted>) {

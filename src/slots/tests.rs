@@ -397,4 +397,5 @@ fn with_similarity_off_an_unpinned_request_makes_every_free_slot_foreign() {
     assert_eq!(slots.of("h", "m").iter().filter(|s| !s.foreign).count(), 1);
 }
 
+mod save;
 mod settle;

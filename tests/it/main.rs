@@ -24,6 +24,7 @@ mod restart;
 mod router;
 mod rows;
 mod signals;
+mod slot_save;
 mod store;
 mod support;
 mod upstream;

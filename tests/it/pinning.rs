@@ -8,10 +8,10 @@ use crossbar::sim::SimConfig;
 
 use crate::support::{host, wait_until, Harness, HostSpec};
 
-const CHAT: &str = "/projA/v1/chat/completions";
+pub(crate) const CHAT: &str = "/projA/v1/chat/completions";
 
 /// A turn of a conversation on `system`: its task, then `turns` earlier exchanges.
-fn turn(system: &str, task: &str, turns: usize) -> Value {
+pub(crate) fn turn(system: &str, task: &str, turns: usize) -> Value {
     let mut messages = vec![
         json!({"role": "system", "content": system}),
         json!({"role": "user", "content": task}),
@@ -38,7 +38,7 @@ fn one_host(pin: bool) -> HostSpec {
 
 /// crossbar in front of [`one_host`], once its first `/slots` poll has cleared the doubt every
 /// slot starts in (a crossbar before it may have left a generation running).
-fn started(pin: bool) -> Harness {
+pub(crate) fn started(pin: bool) -> Harness {
     started_with(pin, "")
 }
 
@@ -51,7 +51,7 @@ fn started_with(pin: bool, extra: &str) -> Harness {
 }
 
 /// The host's `cache_n` for an answer: prompt tokens it did not prefill.
-fn cached(answer: &crate::support::Answer) -> u64 {
+pub(crate) fn cached(answer: &crate::support::Answer) -> u64 {
     answer.json()["timings"]["cache_n"]
         .as_u64()
         .expect("timings")
