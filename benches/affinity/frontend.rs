@@ -145,6 +145,17 @@ fn placements(server: &Server) -> String {
         let (settled, timed_out, time) = gateway.metrics.settle_waits(h);
         (held, bound, waited) = (held + settled + timed_out, bound + timed_out, waited + time);
     }
+    let mut pins = [0u64; 4];
+    for h in config.hosts.keys() {
+        let counts = gateway.metrics.slot_pins(h);
+        pins.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
+    }
+    let pinned = if pins[0] + pins[1] > 0 {
+        let [yes, no, saved, failed] = pins;
+        format!("; pinned {yes}, unpinned {no}, slots saved first {saved} ({failed} failed)")
+    } else {
+        String::new()
+    };
     let holds = if held > 0 {
         let mean = waited.as_secs_f64() * 1e3 / held as f64;
         format!("; unpinned held {held} (mean {mean:.1} ms, {bound} at the bound)")
@@ -152,7 +163,7 @@ fn placements(server: &Server) -> String {
         String::new()
     };
     format!(
-        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}{holds}",
+        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}{holds}{pinned}",
         speeds.join(", ")
     )
 }
