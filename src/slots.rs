@@ -273,7 +273,7 @@ impl Slots {
             return Taken::Unpinned(end);
         };
         // A returning conversation whose state is in RAM, sent to a sibling's slot that would
-        // keep it whole: the slot is saved first (`Pin::saves_first`), so that the conversation
+        // keep it whole: the slot is saved first (`Taken::saves_first`), so that the conversation
         // reloads its own state rather than prefilling its history again.
         let before = &pair.slots[at];
         let save_first = kept
