@@ -138,11 +138,16 @@ impl Pair {
 
     /// `conversation`'s last state is in RAM now.
     fn saved(&mut self, conversation: u64) {
-        self.in_ram.retain(|&c| c != conversation);
+        self.not_in_ram(conversation);
         if self.in_ram.len() >= MAX_IN_RAM {
             self.in_ram.pop_front();
         }
         self.in_ram.push_back(conversation);
+    }
+
+    /// `conversation`'s last state is not in RAM (overwritten unsaved, or loaded into a slot).
+    fn not_in_ram(&mut self, conversation: u64) {
+        self.in_ram.retain(|&c| c != conversation);
     }
 
     /// The host counted `tokens` prompt tokens for a body of `bytes` bytes. Halved past a GiB,
@@ -285,11 +290,11 @@ impl Slots {
         // as this request takes it (less than half of it kept), or crossbar saves it first.
         match before.holder {
             Some(held) if before.saved || !kept || save_first => pair.saved(held),
-            Some(held) => pair.in_ram.retain(|&c| c != held),
+            Some(held) => pair.not_in_ram(held),
             None => {}
         }
         // This conversation's state now lives in the slot (a state loaded from RAM leaves it).
-        pair.in_ram.retain(|&c| c != want.conversation);
+        pair.not_in_ram(want.conversation);
         // `--cache-idle-slots`: as this task starts, every other idle slot is copied to RAM.
         let copied: Vec<u64> = (pair.slots.iter_mut().enumerate())
             .filter(|(i, s)| *i != at && !s.busy)

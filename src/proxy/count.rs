@@ -219,18 +219,8 @@ impl Ask<'_> {
         if left.is_zero() {
             return Err(Failed::Transport);
         }
-        let mut request = self
-            .agent
-            .post(format!("{}{}", self.host.url, path))
-            .config()
-            // The whole exchange, answer body included, ends by the common deadline.
-            .timeout_global(Some(left))
-            .build()
-            .header("Content-Type", "application/json");
-        if let Some(key) = &self.host.api_key {
-            request = request.header("Authorization", format!("Bearer {key}"));
-        }
-        match request.send(body) {
+        // The whole exchange, answer body included, ends by the common deadline.
+        match post_json(self.agent, self.host, path, body, left) {
             Ok(answer) if answer.status() == 200 => Ok(answer),
             Ok(answer) => Err(Failed::Status(answer.status().as_u16())),
             Err(_) => Err(Failed::Transport),
@@ -246,8 +236,29 @@ impl Ask<'_> {
     }
 }
 
-/// A host's answer to a count call.
-type Answer = ureq::http::Response<ureq::Body>;
+/// A host's answer to a call crossbar makes on its own.
+pub(super) type Answer = ureq::http::Response<ureq::Body>;
+
+/// POSTs the JSON `body` to `path` on `host` with the host's key, the whole exchange (answer body
+/// included) bounded by `timeout`: crossbar's own calls to a host (counts, slot saves).
+pub(super) fn post_json(
+    agent: &ureq::Agent,
+    host: &Host,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Answer, ureq::Error> {
+    let mut request = agent
+        .post(format!("{}{}", host.url, path))
+        .config()
+        .timeout_global(Some(timeout))
+        .build()
+        .header("Content-Type", "application/json");
+    if let Some(key) = &host.api_key {
+        request = request.header("Authorization", format!("Bearer {key}"));
+    }
+    request.send(body)
+}
 
 /// `{"input_tokens": N, ...}`.
 fn input_tokens(answer: Answer) -> Option<u64> {

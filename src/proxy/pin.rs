@@ -101,16 +101,9 @@ const SAVE_ANSWER: u64 = 64 * 1024;
 /// the next task).
 fn save_slot(gw: &Gateway, host: &crate::config::Host, index: usize) -> Result<(), String> {
     let body = format!(r#"{{"prompt":"\n","n_predict":1,"id_slot":{index},"cache_prompt":true}}"#);
-    let mut request = (gw.counter().agent())
-        .post(format!("{}/completion", host.url))
-        .config()
-        .timeout_global(Some(SAVE_TIMEOUT))
-        .build()
-        .header("Content-Type", "application/json");
-    if let Some(key) = &host.api_key {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    let answer = request.send(body.as_bytes()).map_err(|e| e.to_string())?;
+    let agent = gw.counter().agent();
+    let answer = super::count::post_json(agent, host, "/completion", body.as_bytes(), SAVE_TIMEOUT)
+        .map_err(|e| e.to_string())?;
     let status = answer.status().as_u16();
     let read = (answer.into_body().into_with_config())
         .limit(SAVE_ANSWER)
