@@ -63,11 +63,61 @@ pub struct Counts {
 }
 
 /// A conversation's identity as the fingerprint hashes it: a kind (its own hash domain, so two
-/// APIs' bodies never collide) and the parts, in order.
+/// APIs' bodies never collide) and the parts, in order, each written straight into one buffer
+/// and ended by a NUL (parts are JSON texts or a prompt prefix, never a raw NUL). One buffer, not
+/// a string per part: a message was a string of its own, grown as it was written, twice a
+/// request (issue 26).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conversation {
     pub kind: &'static str,
-    pub parts: Vec<Vec<u8>>,
+    text: Vec<u8>,
+    parts: usize,
+    /// The first part's bytes (the model's name, when it leads), NUL not counted.
+    first: usize,
+}
+
+impl Conversation {
+    fn new(kind: &'static str) -> Conversation {
+        Conversation {
+            kind,
+            text: Vec::with_capacity(256),
+            parts: 0,
+            first: 0,
+        }
+    }
+
+    /// Appends `v`'s compact JSON as a part (serialising a `Value` or a `canon` view cannot
+    /// fail, and a `Vec` takes every byte).
+    fn json(&mut self, v: &impl serde::Serialize) {
+        let _ = serde_json::to_writer(&mut self.text, v);
+        self.end_part();
+    }
+
+    /// Appends `bytes` as they are as a part.
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.text.extend_from_slice(bytes);
+        self.end_part();
+    }
+
+    fn end_part(&mut self) {
+        if self.parts == 0 {
+            self.first = self.text.len();
+        }
+        self.text.push(0);
+        self.parts += 1;
+    }
+
+    /// The parts, each followed by a NUL: what is hashed after the kind.
+    pub fn text(&self) -> &[u8] {
+        &self.text
+    }
+
+    /// Bytes in the parts after the first, NULs not counted: a family's preamble without its
+    /// model's name.
+    pub fn bytes_after_first(&self) -> u64 {
+        let nuls = self.parts.saturating_sub(1);
+        (self.text.len() - self.first - 1).saturating_sub(nuls) as u64
+    }
 }
 
 impl Api {
@@ -214,18 +264,23 @@ fn normalise_content(content: &Value) -> Value {
 fn preamble(
     kind: &'static str,
     body: &Body,
-    pieces: impl IntoIterator<Item = Vec<u8>>,
+    pieces: impl FnOnce(&mut Conversation),
 ) -> Option<Conversation> {
-    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
-    let mut parts = vec![canon::json(&model)];
-    parts.extend(pieces);
+    let mut parts = Conversation::new(kind);
+    parts.json(&model(body));
+    pieces(&mut parts);
     if let Some(Value::Array(tools)) = &body.tools {
         if !tools.is_empty() {
-            parts.push(b"tools".to_vec());
-            parts.push(canon::json(&canon::Blocks(tools)));
+            parts.bytes(b"tools");
+            parts.json(&canon::Blocks(tools));
         }
     }
-    (parts.len() > 1).then_some(Conversation { kind, parts })
+    (parts.parts > 1).then_some(parts)
+}
+
+/// The body's model name, `""` when it names none: the first part of every conversation.
+fn model(body: &Body) -> &str {
+    body.model.as_ref().and_then(Value::as_str).unwrap_or("")
 }
 
 /// Roles that make up a preamble when they lead a conversation.

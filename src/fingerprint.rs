@@ -33,7 +33,7 @@ pub(crate) mod body;
 
 use sha2::{Digest, Sha256};
 
-use crate::api::{Api, Conversation};
+use crate::api::Api;
 use body::Body;
 
 #[cfg(test)]
@@ -135,20 +135,17 @@ pub fn peek_named(
 }
 
 fn family(api: Api, b: &Body) -> Option<Family> {
-    let Conversation { kind, parts } = api.family(b)?;
+    let parts = api.family(b)?;
     let mut h = Sha256::new();
     h.update(b"crossbar-family-v1\0");
-    h.update(kind.as_bytes());
+    h.update(parts.kind.as_bytes());
     h.update(b"\0");
-    for part in &parts {
-        h.update(part);
-        h.update(b"\0");
-    }
+    h.update(parts.text());
     let digest = h.finalize();
     Some(Family {
         id: u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]),
         // The model's name is not preamble.
-        bytes: parts.iter().skip(1).map(|p| p.len() as u64).sum(),
+        bytes: parts.bytes_after_first(),
     })
 }
 
@@ -164,11 +161,9 @@ fn body_fp(api: Api, b: &Body) -> String {
         }
     }
     match api.conversation(b) {
-        Some(Conversation { kind, parts }) => {
-            let mut h = Hasher::new(kind);
-            for part in &parts {
-                h.part(part);
-            }
+        Some(parts) => {
+            let mut h = Hasher::new(parts.kind);
+            h.0.update(parts.text());
             h.finish()
         }
         None => String::new(),

@@ -10,8 +10,9 @@
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
-/// The compact JSON of `v` (serialising a `Value` or these views cannot fail).
-pub(super) fn json(v: &impl Serialize) -> Vec<u8> {
+/// The compact JSON of `v`, as [`super::Conversation`] writes a part (the tests' comparison).
+#[cfg(test)]
+fn json(v: &impl Serialize) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 

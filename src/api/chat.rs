@@ -6,9 +6,9 @@
 //! leases are keyed by it). Family: the leading system/developer messages and `tools`. Streams end with `data: [DONE]` (the tee knows that one). Usage:
 //! `prompt_tokens` (cached included), `prompt_tokens_details.cached_tokens`, `completion_tokens`.
 
-use serde_json::Value;
-
-use super::{canon, completion, is_preamble_role, preamble, Conversation, Counts, UsageFields};
+use super::{
+    canon, completion, is_preamble_role, model, preamble, Conversation, Counts, UsageFields,
+};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &[
@@ -25,16 +25,14 @@ pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
         return completion::whole_prefix(body);
     };
-    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
-    let mut parts = Vec::with_capacity(messages.len() + 1);
-    parts.push(Value::from(model).to_string().into_bytes());
+    let mut parts = Conversation::new("chat");
+    parts.json(&model(body));
     // `Value`'s map is a BTreeMap (serde_json without `preserve_order`), so this text has sorted
     // keys and no insignificant whitespace; a fingerprint test guards that assumption.
-    parts.extend(messages.iter().map(|m| m.to_string().into_bytes()));
-    Some(Conversation {
-        kind: "chat",
-        parts,
-    })
+    for m in messages {
+        parts.json(m);
+    }
+    Some(parts)
 }
 
 /// Family (kind `chat-family`): the model, the leading `system`/`developer` messages (role and
@@ -43,10 +41,10 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
     let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
         return completion::family(body);
     };
-    let leading = (messages.iter())
-        .take_while(|m| is_preamble_role(m))
-        .map(|m| canon::json(&canon::Message(m)));
-    preamble("chat-family", body, leading)
+    let leading = (messages.iter()).take_while(|m| is_preamble_role(m));
+    preamble("chat-family", body, |parts| {
+        leading.for_each(|m| parts.json(&canon::Message(m)));
+    })
 }
 
 pub(super) fn counts(usage: &UsageFields<'_>) -> Counts {

@@ -90,7 +90,7 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
     if text.trim().len() < MIN_PREAMBLE {
         return None;
     }
-    super::preamble("prompt-family", body, [super::canon::json(&text)])
+    super::preamble("prompt-family", body, |parts| parts.json(&text))
 }
 
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
@@ -135,17 +135,15 @@ fn first_turn(prompt: &[u8]) -> usize {
 }
 
 fn prompt_part(bytes: &[u8]) -> Conversation {
-    Conversation {
-        kind: "prompt",
-        parts: vec![bytes.to_vec()],
-    }
+    let mut parts = Conversation::new("prompt");
+    parts.bytes(bytes);
+    parts
 }
 
 fn json_part(prompt: &Value) -> Conversation {
-    Conversation {
-        kind: "prompt-json",
-        parts: vec![json_prefix(prompt, PROMPT_PREFIX)],
-    }
+    let mut parts = Conversation::new("prompt-json");
+    parts.bytes(&json_prefix(prompt, PROMPT_PREFIX));
+    parts
 }
 
 /// The first `max` bytes of `v`'s compact JSON text, without serialising the rest.

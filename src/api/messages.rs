@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use super::{canon, normalise_content, preamble, Conversation, Counts, Ending, UsageFields};
+use super::{canon, model, normalise_content, preamble, Conversation, Counts, Ending, UsageFields};
 use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &["/v1/messages", COUNT];
@@ -23,30 +23,26 @@ pub(super) const COUNT: &str = "/v1/messages/count_tokens";
 
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let messages = body.messages.as_ref().filter(|m| !m.is_empty())?;
-    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
     let system = body.system.as_ref().map_or(Value::Null, normalise_content);
-    let mut parts = Vec::with_capacity(messages.len() + 2);
-    parts.push(Value::from(model).to_string().into_bytes());
-    parts.push(system.to_string().into_bytes());
+    let mut parts = Conversation::new("messages");
+    parts.json(&model(body));
+    parts.json(&system);
     for m in messages {
         let one = serde_json::json!({
             "role": m.get("role").cloned().unwrap_or(Value::Null),
             "content": m.get("content").map_or(Value::Null, normalise_content),
         });
-        parts.push(one.to_string().into_bytes());
+        parts.json(&one);
     }
-    Some(Conversation {
-        kind: "messages",
-        parts,
-    })
+    Some(parts)
 }
 
 /// Family (kind `messages-family`): the model, `system` (normalised as above) and `tools`.
 pub(super) fn family(body: &Body) -> Option<Conversation> {
-    let system = (body.system.as_ref())
-        .filter(|s| !s.is_null())
-        .map(|s| canon::json(&canon::Content(s)));
-    preamble("messages-family", body, system)
+    let system = (body.system.as_ref()).filter(|s| !s.is_null());
+    preamble("messages-family", body, |parts| {
+        system.inspect(|s| parts.json(&canon::Content(s)));
+    })
 }
 
 pub(super) fn ending(event: &str) -> Option<Ending> {

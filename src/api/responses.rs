@@ -15,7 +15,7 @@
 use serde_json::Value;
 
 use super::{
-    canon, is_preamble_role, normalise_content, preamble, Conversation, Counts, Ending, UsageFields,
+    is_preamble_role, model, normalise_content, preamble, Conversation, Counts, Ending, UsageFields,
 };
 use crate::fingerprint::body::{Body, Input};
 
@@ -29,16 +29,11 @@ pub(super) fn conversation(body: &Body) -> Option<Conversation> {
         Input::Items(items) if !items.is_empty() => items.iter().map(normalise_item).collect(),
         Input::Items(_) => return None,
     };
-    let model = body.model.as_ref().and_then(Value::as_str).unwrap_or("");
-    let instructions = body.instructions.clone().unwrap_or(Value::Null);
-    let mut parts = Vec::with_capacity(items.len() + 2);
-    parts.push(Value::from(model).to_string().into_bytes());
-    parts.push(instructions.to_string().into_bytes());
-    parts.extend(items.iter().map(|i| i.to_string().into_bytes()));
-    Some(Conversation {
-        kind: "responses",
-        parts,
-    })
+    let mut parts = Conversation::new("responses");
+    parts.json(&model(body));
+    parts.json(body.instructions.as_ref().unwrap_or(&Value::Null));
+    items.iter().for_each(|i| parts.json(i));
+    Some(parts)
 }
 
 /// Family (kind `responses-family`): the model, `instructions`, the leading system/developer
@@ -52,9 +47,11 @@ pub(super) fn family(body: &Body) -> Option<Conversation> {
         _ => Vec::new(),
     };
     let instructions = body.instructions.as_ref().filter(|i| !i.is_null());
-    let pieces = (instructions.into_iter().map(canon::json))
-        .chain(leading.iter().filter(|v| !v.is_null()).map(canon::json));
-    preamble("responses-family", body, pieces)
+    preamble("responses-family", body, |parts| {
+        (instructions.into_iter())
+            .chain(leading.iter().filter(|v| !v.is_null()))
+            .for_each(|v| parts.json(v));
+    })
 }
 
 /// Whether an `input` item is the user's message (the last item the fingerprint reads).

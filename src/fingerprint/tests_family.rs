@@ -51,8 +51,18 @@ fn chat_siblings_share_a_family_and_their_turns_keep_it() {
     let mut model = a.clone();
     model["model"] = json!("llama");
     assert_ne!(family_of(Api::Chat, &model), Some(fa));
-    // Its size is the preamble's bytes, never the conversation's.
-    assert!(fa.bytes > 20 && fa.bytes < 200, "{fa:?}");
+    // Its size is the preamble's bytes, never the conversation's: the system message as its
+    // family writes it, "tools" and the tools, and not the model's name.
+    let system =
+        r#"{"content":[{"text":"You are a coding agent.","type":"text"}],"role":"system"}"#;
+    let tools = serde_json::from_str::<Value>(TOOLS).unwrap().to_string();
+    assert_eq!(
+        fa.bytes,
+        (system.len() + "tools".len() + tools.len()) as u64
+    );
+    let mut long_model = a.clone();
+    long_model["model"] = json!("a much longer model name than qwen");
+    assert_eq!(family_of(Api::Chat, &long_model).unwrap().bytes, fa.bytes);
 }
 
 #[test]
