@@ -136,8 +136,8 @@ impl Store {
         conn.pragma_update(None, "journal_size_limit", wal_limit as i64)
             .map_err(|source| open_err(path, source))?;
         let health = Arc::new(StoreHealth::new(path));
-        let checkpointer = Checkpointer::start(path, bounds, health.clone(), reserve)?;
-        let writer = Writer::start(conn, health.clone());
+        let (checkpointer, nudge) = Checkpointer::start(path, bounds, health.clone(), reserve)?;
+        let writer = Writer::start(conn, health.clone(), nudge);
         Ok(Store {
             reader: Reader::open(path)?,
             writer,

@@ -1,6 +1,8 @@
 //! WAL checkpoints off the commit path: the writer's connection never checkpoints
 //! (`wal_autocheckpoint = 0`); this thread runs a passive checkpoint on its own connection every
-//! [`EVERY`], while the writer keeps committing (WAL lets both run at once).
+//! [`EVERY`], while the writer keeps committing (WAL lets both run at once). Once the WAL is all
+//! copied back it sleeps until the writer's next commit ([`Nudge`]), at most [`IDLE_MAX`]: an idle
+//! gateway's thread woke five times a second to copy nothing (issue 26's wake-ups).
 //!
 //! Before, SQLite's automatic checkpoint ran inside whichever commit crossed 1,000 WAL pages, and
 //! every worker waiting on that group commit waited for the copy and its fsync with it (the p99 of a
@@ -33,6 +35,27 @@ const EVERY: Duration = Duration::from_millis(200);
 const RESET_WAIT: Duration = Duration::from_millis(20);
 /// How long after a reserve could not be written (no room) it is tried again.
 const RETRY: Duration = Duration::from_secs(600);
+/// Longest the thread sleeps with the WAL all copied back and no commit since: a safety net, as
+/// every commit nudges it.
+const IDLE_MAX: Duration = Duration::from_secs(10);
+
+/// The writer's word to the checkpoint thread that a commit wrote to the WAL. One word is kept
+/// however many commits come, so a commit costs one look at a full channel while the thread
+/// already knows, and a wake-up only when it sleeps idle.
+#[derive(Debug, Clone)]
+pub(super) struct Nudge(Sender<()>);
+
+impl Nudge {
+    pub(super) fn wrote(&self) {
+        let _ = self.0.try_send(());
+    }
+
+    /// A nudge nobody hears, for a writer started without a checkpoint thread.
+    #[cfg(test)]
+    pub(super) fn nowhere() -> Nudge {
+        Nudge(bounded(1).0)
+    }
+}
 
 /// The checkpoint thread; dropping it stops and joins it.
 #[derive(Debug)]
@@ -61,7 +84,7 @@ impl Checkpointer {
         bounds: super::Bounds,
         health: Arc<StoreHealth>,
         reserve: Reserve,
-    ) -> Result<Checkpointer, StoreError> {
+    ) -> Result<(Checkpointer, Nudge), StoreError> {
         let conn = Connection::open(path).map_err(|e| open_err(path, e))?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
@@ -79,24 +102,38 @@ impl Checkpointer {
             take_at: Instant::now() + bounds.settle,
         };
         let (stop, stopped) = bounded::<()>(0);
+        let (nudge, wrote) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || loop {
-                match stopped.recv_timeout(EVERY) {
-                    Err(RecvTimeoutError::Timeout) => state.tick(Instant::now()),
-                    _ => return,
+                if let Err(RecvTimeoutError::Disconnected) = stopped.recv_timeout(EVERY) {
+                    return;
+                }
+                // A commit after this look leaves its word for the idle wait below.
+                let _ = wrote.try_recv();
+                let now = Instant::now();
+                if !state.tick(now) {
+                    continue;
+                }
+                crossbeam_channel::select! {
+                    recv(stopped) -> _ => return,
+                    recv(wrote) -> _ => {}
+                    default(state.idle_for(now)) => {}
                 }
             })
             .expect("the OS refused to start a thread");
-        Ok(Checkpointer {
+        let checkpointer = Checkpointer {
             stop: Some(stop),
             thread: Some(thread),
-        })
+        };
+        Ok((checkpointer, Nudge(nudge)))
     }
 }
 
 impl Wal {
-    fn tick(&mut self, now: Instant) {
+    /// One checkpoint and what follows it; true when nothing is left to do until the next
+    /// commit: the WAL all copied back, no disk full being dealt with.
+    fn tick(&mut self, now: Instant) -> bool {
         let copied = match self.checkpoint("PASSIVE") {
             Ok(copied) => copied,
             Err(err) => {
@@ -135,6 +172,14 @@ impl Wal {
                 }
             }
         }
+        copied && !reclaiming
+    }
+
+    /// How long an idle thread sleeps without a commit: until the reserve is due, if it is not
+    /// held, and never past [`IDLE_MAX`].
+    fn idle_for(&self, now: Instant) -> Duration {
+        let due = (!self.reserve.held()).then(|| self.take_at.saturating_duration_since(now));
+        due.map_or(IDLE_MAX, |due| due.min(IDLE_MAX))
     }
 
     /// Runs a checkpoint in `mode`: true when the whole WAL is now in the db.

@@ -197,3 +197,27 @@ fn the_wal_is_cut_back_under_its_limit_after_a_flood_of_rows() {
         "nothing lost"
     );
 }
+
+/// Issue 26's wake-ups: once the WAL is all copied back, the checkpoint thread sleeps until the
+/// next commit (idle, it woke five times a second to copy nothing). Each commit wakes it, so each
+/// row is still copied back and the WAL reset within a tick, not after the idle safety net.
+#[test]
+fn an_idle_checkpoint_thread_is_woken_by_each_commit() {
+    let db = TempDb::new("idle");
+    // A limit of one byte: every checkpoint that copies the whole WAL back also resets it.
+    let store = Store::open_with_wal_limit(&db.path, 1).unwrap();
+    let wal = std::path::PathBuf::from(format!("{}-wal", db.path.display()));
+    let wal_size = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+    for i in 0..3 {
+        store.record_request(&request(i, "projA", 200)).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while wal_size() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "row {i} was not copied back: the idle checkpoint thread was not woken"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    assert_eq!(store.recent_requests(10).unwrap().len(), 3, "nothing lost");
+}

@@ -37,8 +37,9 @@ fn a_full_disk_gives_the_reserve_up_until_the_wal_is_reset_then_takes_it_again()
         size(&reserve) == Some(64 << 10)
     });
     store.record_request(&request(1, "projA", 200)).unwrap();
-    // A commit fails on a full disk, as SQLite says it.
+    // A commit fails on a full disk, as SQLite says it, and the checkpoint thread hears of it.
     assert!(store.health.outcome(disk_full()).is_err());
+    store.writer.nudge_checkpoint();
     crate::testwait::until("the reserve is given up and the WAL reset", || {
         size(&reserve).is_none() && !store.health.reclaiming() && size(&wal) == Some(0)
     });
@@ -76,6 +77,7 @@ fn writes_wait_for_the_wal_to_be_reset_and_a_reader_left_open_delays_it() {
         .unwrap();
     store.record_request(&request(2, "projA", 200)).unwrap();
     assert!(store.health.outcome(disk_full()).is_err());
+    store.writer.nudge_checkpoint();
     crate::testwait::until("writes are held back", || store.health.reclaiming());
     let refused = store.record_request(&request(3, "projA", 200));
     assert!(refused.is_err(), "{refused:?}");

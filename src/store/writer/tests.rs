@@ -13,7 +13,8 @@ use crate::store::{health::StoreHealth, setup, RequestRow, Write};
 
 fn writer(db: &TempDb) -> Writer {
     let conn = setup(&db.path, Connection::open(&db.path).unwrap()).unwrap();
-    Writer::start(conn, Arc::new(StoreHealth::new(&db.path)))
+    let nudge = crate::store::checkpoint::Nudge::nowhere();
+    Writer::start(conn, Arc::new(StoreHealth::new(&db.path)), nudge)
 }
 
 fn row(started: i64) -> Vec<Write> {
