@@ -329,3 +329,27 @@ fn rows_from_before_the_api_column_survive_the_migration() {
         .collect();
     assert_eq!(apis, ["", "messages"]);
 }
+
+/// Issue 26: a db made before migration 6 loses its index on `started` (half of a lone row's WAL
+/// frames), and its rows read as before.
+#[test]
+fn a_db_from_before_migration_6_loses_the_index_on_started() {
+    let db = TempDb::new("no-index");
+    let index = |conn: &Connection| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'requests_started'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    {
+        let mut conn = Connection::open(&db.path).unwrap();
+        migrate_with(&db.path, &mut conn, &MIGRATIONS[..5]).unwrap();
+        assert_eq!(index(&conn), 1);
+    }
+    let store = Store::open(&db.path).unwrap();
+    store.record_request(&request(7, "projA", 200)).unwrap();
+    assert_eq!(index(&Connection::open(&db.path).unwrap()), 0);
+    assert_eq!(store.requests_since(5, None).unwrap().len(), 1);
+}

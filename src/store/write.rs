@@ -27,7 +27,8 @@ pub enum Write {
     Event(LeaseEvent),
     /// Appends an accounting row.
     Request(RequestRow),
-    /// Deletes up to `limit` of the oldest accounting rows that started before `before`.
+    /// Deletes up to `limit` of the first accounting rows recorded, as long as they started
+    /// before `before` ([`super::requests::prune`]).
     PruneRequests { before: i64, limit: usize },
     /// Deletes up to `limit` of the oldest lease events before `before`.
     PruneEvents { before: i64, limit: usize },
@@ -125,13 +126,7 @@ fn apply(conn: &Connection, write: &Write) -> rusqlite::Result<()> {
             ])?;
         }
         Write::Request(row) => super::requests::insert_request(conn, row)?,
-        Write::PruneRequests { before, limit } => {
-            let mut stmt = conn.prepare_cached(
-                "DELETE FROM requests WHERE id IN
-                   (SELECT id FROM requests WHERE started < ?1 ORDER BY started LIMIT ?2)",
-            )?;
-            stmt.execute(params![before, super::sql_limit(*limit)])?;
-        }
+        Write::PruneRequests { before, limit } => super::requests::prune(conn, *before, *limit)?,
         Write::PruneEvents { before, limit } => {
             let mut stmt = conn.prepare_cached(
                 "DELETE FROM lease_events WHERE id IN

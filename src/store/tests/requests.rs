@@ -82,22 +82,24 @@ fn requests_since_filters_by_time_and_route_oldest_first() {
 }
 
 /// Issue 12: `keep_requests` / `keep_events` prune in small batches: a round deletes at most its
-/// limit, oldest first, and never a row as recent as its cutoff.
+/// limit and never a row as recent as its cutoff. Events go oldest first; accounting rows in the
+/// order they were recorded (issue 26: no index on `started`), so an old row recorded after a
+/// recent one (a request that ran longer than the next) waits until the rows before it go.
 #[test]
 fn issue12_a_prune_round_deletes_at_most_its_limit_of_the_oldest_rows_before_the_cutoff() {
     let db = TempDb::new("prune");
     let store = Store::open(&db.path).unwrap();
-    for started in [50, 10, 40, 20, 30, 100, 200] {
+    for started in [50, 10, 40, 20, 30, 100, 60, 200] {
         store
             .record_request(&request(started, "projA", 200))
             .unwrap();
         let ev = event(started, Reason::New, "", "titan");
         store.record_event(&ev).unwrap();
     }
-    let prune = |limit| {
+    let prune = |before, limit| {
         let writes = vec![
-            Write::PruneRequests { before: 100, limit },
-            Write::PruneEvents { before: 100, limit },
+            Write::PruneRequests { before, limit },
+            Write::PruneEvents { before, limit },
         ];
         store.submit(writes).wait().unwrap();
         let rows: Vec<i64> = (store.requests_since(0, None).unwrap())
@@ -111,12 +113,27 @@ fn issue12_a_prune_round_deletes_at_most_its_limit_of_the_oldest_rows_before_the
         events.sort_unstable();
         (rows, events)
     };
-    let (rows, events) = prune(2);
-    assert_eq!(rows, [30, 40, 50, 100, 200], "the two oldest went first");
-    assert_eq!(rows, events);
-    let (rows, events) = prune(500);
-    assert_eq!(rows, [100, 200], "the cutoff's own row stays");
-    assert_eq!(rows, events);
+    let (rows, events) = prune(100, 2);
+    assert_eq!(
+        rows,
+        [20, 30, 40, 60, 100, 200],
+        "the first two recorded went"
+    );
+    assert_eq!(
+        events,
+        [30, 40, 50, 60, 100, 200],
+        "the two oldest events went"
+    );
+    let (rows, events) = prune(100, 500);
+    assert_eq!(
+        rows,
+        [60, 100, 200],
+        "the cutoff's own row stays, and 60 behind it"
+    );
+    assert_eq!(events, [100, 200]);
+    let (rows, events) = prune(150, 500);
+    assert_eq!(rows, [200], "60 goes with the row before it");
+    assert_eq!(events, [200]);
 }
 
 /// Issue 23: a restart rebuilds what hosts hold warm from the newest answered rows that name a
