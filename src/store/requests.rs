@@ -44,26 +44,17 @@ pub(super) fn insert_request(conn: &Connection, row: &RequestRow) -> rusqlite::R
     Ok(())
 }
 
-/// Deletes the first rows recorded, at most `limit`, up to the first that started at or after
-/// `before`: a round reads at most `limit` rows by id, with no index on `started` (issue 26).
-/// Rows go in as their answers end, so the oldest lead; a row that started before the cutoff but
-/// was recorded after a younger one (a request that ran longer) goes once the rows before it do,
-/// at most its own run time late.
+/// Deletes those of the first `limit` rows recorded that started before `before`: a round reads
+/// at most `limit` rows, by id, with no index on `started` (issue 26). Rows go in as their
+/// answers end, so the oldest lead; one that started before the cutoff but was recorded after
+/// younger ones (a request that ran longer) goes once it is among the first `limit`.
 pub(super) fn prune(conn: &Connection, before: i64, limit: usize) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached("SELECT id, started FROM requests ORDER BY id LIMIT ?1")?;
-    let mut last = None;
-    let mut rows = stmt.query(params![super::sql_limit(limit)])?;
-    while let Some(row) = rows.next()? {
-        if row.get::<_, i64>(1)? >= before {
-            break;
-        }
-        last = Some(row.get::<_, i64>(0)?);
-    }
-    drop(rows);
-    if let Some(last) = last {
-        let mut stmt = conn.prepare_cached("DELETE FROM requests WHERE id <= ?1")?;
-        stmt.execute(params![last])?;
-    }
+    let mut stmt = conn.prepare_cached(
+        "DELETE FROM requests WHERE id IN
+           (SELECT id FROM (SELECT id, started FROM requests ORDER BY id LIMIT ?2)
+            WHERE started < ?1)",
+    )?;
+    stmt.execute(params![before, super::sql_limit(limit)])?;
     Ok(())
 }
 

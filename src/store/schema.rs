@@ -67,9 +67,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     //    keys are off, or none was needed).
     "ALTER TABLE requests ADD COLUMN key TEXT NOT NULL DEFAULT '';",
     // 6: issue 26: no index on `started`. It was half of every row's WAL frames (two pages per
-    //    lone row instead of one) and a fifth of crossbar's CPU per request at one client; what
-    //    read by it (a report, the key budgets at start, the prune) reads by id instead, or reads
-    //    the whole table, about 0.1 s per million rows.
+    //    lone row instead of one) and a fifth of crossbar's CPU per request at one client. The
+    //    prune reads the first rows by id instead; a report and the key budgets at start read the
+    //    whole table, about 0.1 s per million rows.
     "DROP INDEX IF EXISTS requests_started;",
 ];
 

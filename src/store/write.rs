@@ -27,8 +27,8 @@ pub enum Write {
     Event(LeaseEvent),
     /// Appends an accounting row.
     Request(RequestRow),
-    /// Deletes up to `limit` of the first accounting rows recorded, as long as they started
-    /// before `before` ([`super::requests::prune`]).
+    /// Deletes those of the first `limit` accounting rows recorded that started before `before`
+    /// ([`super::requests::prune`]).
     PruneRequests { before: i64, limit: usize },
     /// Deletes up to `limit` of the oldest lease events before `before`.
     PruneEvents { before: i64, limit: usize },
