@@ -72,8 +72,8 @@ pub struct Conversation {
     pub kind: &'static str,
     text: Vec<u8>,
     parts: usize,
-    /// The first part's bytes (the model's name, when it leads), NUL not counted.
-    first: usize,
+    /// Bytes in the parts after the first (the model's name, when it leads), NULs not counted.
+    after_first: u64,
 }
 
 impl Conversation {
@@ -82,26 +82,28 @@ impl Conversation {
             kind,
             text: Vec::with_capacity(256),
             parts: 0,
-            first: 0,
+            after_first: 0,
         }
     }
 
     /// Appends `v`'s compact JSON as a part (serialising a `Value` or a `canon` view cannot
     /// fail, and a `Vec` takes every byte).
     fn json(&mut self, v: &impl serde::Serialize) {
+        let start = self.text.len();
         let _ = serde_json::to_writer(&mut self.text, v);
-        self.end_part();
+        self.end_part(start);
     }
 
     /// Appends `bytes` as they are as a part.
     fn bytes(&mut self, bytes: &[u8]) {
+        let start = self.text.len();
         self.text.extend_from_slice(bytes);
-        self.end_part();
+        self.end_part(start);
     }
 
-    fn end_part(&mut self) {
-        if self.parts == 0 {
-            self.first = self.text.len();
+    fn end_part(&mut self, start: usize) {
+        if self.parts > 0 {
+            self.after_first += (self.text.len() - start) as u64;
         }
         self.text.push(0);
         self.parts += 1;
@@ -115,8 +117,7 @@ impl Conversation {
     /// Bytes in the parts after the first, NULs not counted: a family's preamble without its
     /// model's name.
     pub fn bytes_after_first(&self) -> u64 {
-        let nuls = self.parts.saturating_sub(1);
-        (self.text.len() - self.first - 1).saturating_sub(nuls) as u64
+        self.after_first
     }
 }
 

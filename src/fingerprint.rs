@@ -163,7 +163,7 @@ fn body_fp(api: Api, b: &Body) -> String {
     match api.conversation(b) {
         Some(parts) => {
             let mut h = Hasher::new(parts.kind);
-            h.0.update(parts.text());
+            h.parts(parts.text());
             h.finish()
         }
         None => String::new(),
@@ -191,6 +191,11 @@ impl Hasher {
     fn part(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
         self.0.update(b"\0");
+    }
+
+    /// Parts already NUL-terminated, as a [`crate::api::Conversation`] holds them.
+    fn parts(&mut self, text: &[u8]) {
+        self.0.update(text);
     }
 
     fn finish(self) -> String {

@@ -263,7 +263,6 @@ impl Shared {
             let outcomes = catch_unwind(AssertUnwindSafe(|| {
                 commit_jobs(&mut self.conn.lock(), &batch, &self.health)
             }))
-            .inspect(|_| self.nudge.wrote())
             .unwrap_or_else(|_| {
                 log::error!("store commit panicked jobs={}", batch.len());
                 Vec::new()
@@ -280,6 +279,8 @@ impl Shared {
                     slot.set(outcome);
                 }
             }
+            // After the answers: a sleeping checkpoint thread's wake-up is not on their path.
+            self.nudge.wrote();
         });
         q.committing = false;
         q.wanted = !q.jobs.is_empty();
