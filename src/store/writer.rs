@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use lock::{Condvar, Mutex, MutexGuard};
 use rusqlite::Connection;
 
 use super::checkpoint::Nudge;
@@ -354,6 +354,7 @@ fn commit_jobs(conn: &mut Connection, batch: &[Job], health: &StoreHealth) -> Ve
 }
 
 mod coming;
+mod lock;
 #[cfg(test)]
 mod tests;
 mod ticket;
