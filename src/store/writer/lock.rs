@@ -4,11 +4,14 @@
 //! Every request takes this lock to leave its row, and on a busy CPU its holder is often off the
 //! CPU. parking_lot spins with `sched_yield` before it parks: at 32 clients on 2 cores that was
 //! 0.45 yields a request, 77 % of them here (issue 26). std's futex mutex spins without yielding,
-//! then sleeps until the holder lets go: yields 0.44 → 0.16 a request, context switches 2.86 →
-//! 2.56. Poisoning is ignored, as parking_lot has none: a panic under the lock (caught around
+//! then sleeps until the holder lets go. On an answer's tail (`conn/tail.rs`), where most of the
+//! other yields were, sleeping instead cost more switches than the yields it saved (2.62 → 2.88
+//! a request), so it keeps parking_lot, as do the lease, limiter and health state the design card
+//! names. Poisoning is ignored, as parking_lot has none: a panic under the lock (caught around
 //! each commit) must not fail every later request.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
@@ -71,20 +74,31 @@ impl WaitTimeoutResult {
     }
 }
 
+/// std's condvar, told only when someone waits: std's makes a system call on every notify, where
+/// parking_lot's makes none without a waiter (a commit's notify cost every request a `futex`).
+/// A waiter is counted while it holds the lock, and the state it waits on changes under that
+/// lock, so a notifier that finds nobody counted has nobody to wake.
 #[derive(Debug, Default)]
-pub(super) struct Condvar(std::sync::Condvar);
+pub(super) struct Condvar {
+    cv: std::sync::Condvar,
+    waiters: AtomicUsize,
+}
 
 impl Condvar {
     pub(super) fn new() -> Condvar {
-        Condvar(std::sync::Condvar::new())
+        Condvar::default()
     }
 
     pub(super) fn notify_one(&self) {
-        self.0.notify_one();
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_one();
+        }
     }
 
     pub(super) fn notify_all(&self) {
-        self.0.notify_all();
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Waits at most `wait`, the lock released meanwhile; holds it again on return.
@@ -97,8 +111,10 @@ impl Condvar {
             .held
             .take()
             .expect("a guard is held outside `unlocked` and waits");
+        self.waiters.fetch_add(1, Ordering::SeqCst);
         let (held, result) =
-            (self.0.wait_timeout(held, wait)).unwrap_or_else(PoisonError::into_inner);
+            (self.cv.wait_timeout(held, wait)).unwrap_or_else(PoisonError::into_inner);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
         guard.held = Some(held);
         WaitTimeoutResult(result.timed_out())
     }
@@ -150,8 +166,14 @@ mod tests {
             *other.0.lock() = true;
             other.1.notify_one();
         });
+        // The waker changes the flag under the lock and notifies after letting it go: a waiter
+        // counted under the lock is woken, never left to its time.
         while !*guard {
-            let _ = pair.1.wait_for(&mut guard, Duration::from_secs(10));
+            let woken = !pair
+                .1
+                .wait_for(&mut guard, Duration::from_secs(10))
+                .timed_out();
+            assert!(woken, "the notify was lost");
         }
         waker.join().unwrap();
     }
