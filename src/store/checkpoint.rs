@@ -37,7 +37,7 @@ const RESET_WAIT: Duration = Duration::from_millis(20);
 const RETRY: Duration = Duration::from_secs(600);
 /// Longest the thread sleeps with the WAL all copied back and no commit since: a safety net, as
 /// every commit nudges it.
-const IDLE_MAX: Duration = Duration::from_secs(10);
+pub(super) const IDLE_MAX: Duration = Duration::from_secs(10);
 
 /// The writer's word to the checkpoint thread that a commit wrote to the WAL. One word is kept
 /// however many commits come, so a commit costs one look at a full channel while the thread
