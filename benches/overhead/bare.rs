@@ -5,19 +5,74 @@
 //! what any thread-per-connection proxy on std pays in system calls and context switches, so
 //! crossbar, built that way (a fixed worker pool, blocking reads), cannot add less.
 //!
+//! It runs in a child process of its own (the bench binary again, `--bare-relay UPSTREAM`), as
+//! crossbar and nginx do, so its CPU per request is read from `/proc` the same way and a profiler
+//! can attach to it alone (`--load CLIENTS SECS bare`).
+//!
 //! Bench-only: it trusts both peers (no limits, no timeouts) and its threads end with the process.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 
-/// A running relay.
+/// A running relay in its child process, killed on drop.
 pub struct Bare {
     pub addr: SocketAddr,
+    child: Child,
+}
+
+impl Bare {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Bare {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the relay to `upstream` in a child process and waits for its address.
+pub fn spawn(upstream: SocketAddr) -> Bare {
+    let exe = std::env::current_exe().expect("the bench binary's path");
+    let mut child = Command::new(exe)
+        .args(["--bench", "--bare-relay", &upstream.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the bare relay's process");
+    let out = child.stdout.take().expect("its stdout");
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("the bare relay says its address");
+    let addr = line
+        .trim()
+        .strip_prefix("addr=")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("the bare relay's first line is its address, not {line:?}"));
+    Bare { addr, child }
+}
+
+/// The child's side of [`spawn`]: relays until killed.
+pub fn serve(upstream: &str) -> ! {
+    let addr = start(
+        upstream
+            .parse()
+            .expect("--bare-relay UPSTREAM is an address"),
+    );
+    println!("addr={addr}");
+    let _ = io::stdout().flush();
+    loop {
+        thread::park();
+    }
 }
 
 /// Starts relaying every connection made to the returned address to `upstream`.
-pub fn start(upstream: SocketAddr) -> Bare {
+fn start(upstream: SocketAddr) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind the bare relay");
     let addr = listener.local_addr().expect("its address");
     thread::Builder::new()
@@ -28,7 +83,7 @@ pub fn start(upstream: SocketAddr) -> Bare {
             }
         })
         .expect("start the bare relay");
-    Bare { addr }
+    addr
 }
 
 /// Request, answer, request, answer... until either side closes.

@@ -22,7 +22,8 @@
 //! deadlines). The last line is machine-readable:
 //! `overhead added_p50_ms=.. added_p99_ms=.. event_added_p50_ms=.. rps_ratio=.. over_nginx_p50=..
 //! over_nginx_p50_c32=.. rps_ratio_c32=.. nginx_rps_ratio_c32=.. bare_rps_ratio_c32=..
-//! cpu_us_c32=.. nginx_cpu_us_c32=.. bare_added_p50_ms=.. bare_added_p99_ms=..`
+//! cpu_us_c32=.. nginx_cpu_us_c32=.. bare_cpu_us_c32=.. c1_added_p50_ms=.. c1_added_p99_ms=..
+//! c1_bare_added_p50_ms=.. c1_bare_added_p99_ms=..`
 //! (added/rps at 32 clients unless `_c1`; `over_nginx_*` = crossbar's added p50 / nginx's added
 //! p50, at 1 and 32 clients; `added_p50_ms`/`added_p99_ms` here are at 32 clients, `c1_*` at 1).
 //! The line before it is the `leases` line (see `leases.rs`).
@@ -101,11 +102,15 @@ fn main() {
         println!("{}", keys::run());
         return;
     }
+    if let Some(upstream) = std::env::args().skip_while(|a| a != "--bare-relay").nth(1) {
+        bare::serve(&upstream);
+    }
     let args: Vec<String> = std::env::args().skip_while(|a| a != "--load").collect();
     if let (Some(clients), Some(secs)) = (args.get(1), args.get(2)) {
         load::run(
             clients.parse().expect("CLIENTS"),
             secs.parse().expect("SECS"),
+            args.get(3).map_or("crossbar", String::as_str),
         );
         return;
     }
@@ -185,7 +190,8 @@ fn main() {
     if let Some(proxy) = proxy {
         run_phase(proxy, 32, WARMUP / 32 + 1);
     }
-    let bare = Target::plain(bare::start(up).addr, None);
+    let relay = bare::spawn(up);
+    let bare = Target::plain(relay.addr, Some(relay.pid()));
     run_phase(bare, 32, WARMUP / 32 + 1);
     println!(
         "{:<10} {:>8} {:>9} {:>9} {:>10} {:>9}   (medians of {ROUNDS} interleaved rounds; cpu: all rounds)",
@@ -268,8 +274,8 @@ fn main() {
     println!(
         "overhead added_p50_ms={:.3} added_p99_ms={:.3} event_added_p50_ms={:.3} rps_ratio={:.3} \
          over_nginx_p50={:.2} over_nginx_p50_c32={:.2} rps_ratio_c32={:.3} nginx_rps_ratio_c32={:.3} \
-         bare_rps_ratio_c32={:.3} cpu_us_c32={:.1} nginx_cpu_us_c32={:.1} c1_added_p50_ms={:.3} \
-         c1_added_p99_ms={:.3} c1_bare_added_p50_ms={:.3} c1_bare_added_p99_ms={:.3}",
+         bare_rps_ratio_c32={:.3} cpu_us_c32={:.1} nginx_cpu_us_c32={:.1} bare_cpu_us_c32={:.1} \
+         c1_added_p50_ms={:.3} c1_added_p99_ms={:.3} c1_bare_added_p50_ms={:.3} c1_bare_added_p99_ms={:.3}",
         via.p50 - direct.p50,
         via.p99 - direct.p99,
         events.added.p(50.0),
@@ -281,6 +287,7 @@ fn main() {
         bare32.rps / direct.rps,
         via.cpu_us,
         n32.as_ref().map_or(f64::NAN, |n| n.cpu_us),
+        bare32.cpu_us,
         v1.p50 - d1.p50,
         v1.p99 - d1.p99,
         b1.p50 - d1.p50,
