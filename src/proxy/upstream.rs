@@ -321,6 +321,7 @@ impl<T: Transport> Watched<T> {
     }
 }
 
+mod literal;
 mod pools;
 mod send;
 pub use pools::Pools;

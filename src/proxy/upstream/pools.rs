@@ -3,14 +3,14 @@
 //! agent for every host that was about 7 % of crossbar's CPU at 32 clients (docs/BENCHMARKS.md).
 //! Per host, a pool holds only that host's connections, and a purge is one pass over them.
 
-use std::collections::HashMap;
+use crate::fasthash::HashMap;
 
 use parking_lot::RwLock;
 use ureq::config::Config as AgentConfig;
-use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{Connector, TcpConnector};
 use ureq::Agent;
 
+use super::literal::Literal;
 use super::{settings, Watch};
 use crate::config::Config;
 
@@ -59,7 +59,7 @@ impl Pools {
         Agent::with_parts(
             self.settings.clone(),
             TcpConnector::default().chain(Watch),
-            DefaultResolver::default(),
+            Literal::default(),
         )
     }
 }
