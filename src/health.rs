@@ -11,7 +11,9 @@
 //! `now` as a parameter and log only transitions. The table itself does no I/O, and no lock is
 //! held while a host is polled: a poll result is computed first, then applied in one short step.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::fasthash::HashMap;
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
@@ -81,7 +83,7 @@ impl Health {
     pub fn new(hosts: &BTreeMap<String, config::Host>) -> Health {
         let health = Health {
             inner: Mutex::new(Inner {
-                hosts: HashMap::new(),
+                hosts: HashMap::default(),
                 fall: 1,
                 rise: 1,
                 transitions: BTreeMap::new(),

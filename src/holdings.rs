@@ -13,7 +13,9 @@
 //! limiter, then this), so a burst of new conversations is placed one after another, each seeing
 //! the ones before it as warm families and arrivals.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fasthash::HashMap;
 
 use parking_lot::Mutex;
 
@@ -300,7 +302,7 @@ impl Inner {
     fn pair(&mut self, host: &str, model: &str) -> &mut Pair {
         // Looked up before inserting so the common case allocates nothing.
         if !self.pairs.contains_key(host) {
-            self.pairs.insert(host.to_string(), HashMap::new());
+            self.pairs.insert(host.to_string(), HashMap::default());
         }
         let models = self.pairs.get_mut(host).expect("inserted above");
         if !models.contains_key(model) {

@@ -11,7 +11,9 @@
 //! (rebuilt from the rows at start, never a query per request), and at most [`PEERS`] addresses
 //! with recent failures. No I/O, no clock (`now` is a parameter).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fasthash::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -16,7 +16,9 @@
 //! choice come in through [`HostView`] and [`Chooser`], which must answer from memory and must
 //! never call back into the table (the table's lock is held while they run).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::fasthash::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,12 +208,12 @@ impl Table {
         idle: Duration,
     ) -> Result<Table, StoreError> {
         let mut inner = Inner {
-            leases: HashMap::new(),
+            leases: HashMap::default(),
             by_use: BTreeSet::new(),
-            counts: HashMap::new(),
-            held: HashMap::new(),
-            pending: HashMap::new(),
-            touched: HashSet::new(),
+            counts: HashMap::default(),
+            held: HashMap::default(),
+            pending: HashMap::default(),
+            touched: HashSet::default(),
             pins: BTreeMap::new(),
             seen: BTreeMap::new(),
             idle,

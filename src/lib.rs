@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod envelope;
+pub mod fasthash;
 pub mod fingerprint;
 pub mod health;
 pub mod holdings;

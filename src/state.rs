@@ -4,7 +4,9 @@
 //! the drain set, and adapts them to the lease table's `HostView` and `Chooser` traits. It holds no
 //! sockets and starts no threads (that is `server`); its locks are never held across network I/O.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::fasthash::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -155,7 +157,7 @@ impl Gateway {
             keys,
             sessions: crate::admin::Sessions::default(),
             slots: crate::slots::Slots::default(),
-            last_prompt: Mutex::new(HashMap::new()),
+            last_prompt: Mutex::new(HashMap::default()),
             upstream,
             counter,
         })

@@ -2,7 +2,9 @@
 //! reservations of pending writes, the touched set, pins and what hosts each route has seen. Pure
 //! bookkeeping under the table's lock: no I/O, no clock, no calls out.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::fasthash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 

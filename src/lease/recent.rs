@@ -10,7 +10,9 @@
 //! Route-level leases (no fingerprint: model listings) hold no conversation and are not listed.
 //! Bounded: one entry per lease (the table caps leases). Pure bookkeeping: no clock, no I/O.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::fasthash::HashMap;
 use std::sync::Arc;
 
 use super::Key;
