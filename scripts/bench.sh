@@ -13,7 +13,8 @@ if [[ ! -x "${NGINX:-/usr/sbin/nginx}" ]]; then
 fi
 if [[ -n "${BENCH_MUSL:-}" ]]; then
   # The binary users copy to their gateway is musl (`make static`): BENCH_MUSL=1 measures that
-  # build (crossbar and the sim beside it both on musl's allocator), needing what `make static` needs.
+  # build (crossbar on jemalloc as users run it, the sim beside it on musl's allocator), needing
+  # what `make static` needs.
   MUSL=x86_64-unknown-linux-musl
   if ! rustup target list --installed 2>/dev/null | grep -qx "$MUSL" || ! command -v musl-gcc >/dev/null; then
     echo "bench: BENCH_MUSL needs the rustup target $MUSL and musl-gcc (run make static once)" >&2
