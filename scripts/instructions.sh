@@ -8,7 +8,7 @@
 #
 # Counts are zeroed after a warm-up and dumped 20 s later; the requests in between are the rows
 # the db gained. What the gateway spends idle in 20 s (health polls, the sweeper: measured first,
-# with no load) is taken out. Valgrind hides SHA-NI, so SHA-256 is counted in software (about 15 %
+# with no load) is taken out. Valgrind hides SHA-NI, so SHA-256 is counted in software (about 16 %
 # of the total; natively a few hundred instructions a hash). Valgrind runs one thread at a time:
 # at 32 clients the count is right, the contention is not there. Needs valgrind (installed when
 # missing) and nginx (`make bench` installs it); about two minutes.
