@@ -13,12 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::fasthash::HashMap;
-
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use crate::config;
+use crate::fasthash::HashMap;
 use crate::logfmt::val;
 use entry::{shown_loaded, Entry};
 

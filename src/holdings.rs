@@ -15,10 +15,9 @@
 
 use std::collections::VecDeque;
 
-use crate::fasthash::HashMap;
-
 use parking_lot::Mutex;
 
+use crate::fasthash::HashMap;
 use crate::fingerprint::Family;
 
 /// Most families remembered warm per host+model.

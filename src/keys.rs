@@ -12,8 +12,6 @@
 //! with recent failures. No I/O, no clock (`now` is a parameter).
 
 use std::collections::VecDeque;
-
-use crate::fasthash::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,6 +22,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Config;
 use crate::conn::Headers;
+use crate::fasthash::HashMap;
 use crate::logfmt::val;
 
 /// Failed keys from one address within [`WINDOW_MS`] past which it is refused for a minute.

@@ -17,14 +17,13 @@
 //! never call back into the table (the table's lock is held while they run).
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use crate::fasthash::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::fasthash::{HashMap, HashSet};
 use crate::logfmt::val;
 use crate::store::{LeaseRow, LeaseState, Reason, Store, StoreError, Ticket, Write};
 use index::Inner;

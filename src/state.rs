@@ -5,14 +5,13 @@
 //! sockets and starts no threads (that is `server`); its locks are never held across network I/O.
 
 use std::collections::BTreeSet;
-
-use crate::fasthash::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
+use crate::fasthash::HashMap;
 use crate::health::Health;
 use crate::holdings::Holdings;
 use crate::lease::{self, Key};

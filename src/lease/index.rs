@@ -3,13 +3,12 @@
 //! bookkeeping under the table's lock: no I/O, no clock, no calls out.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use crate::fasthash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::recent::Recent;
 use super::Key;
+use crate::fasthash::{HashMap, HashSet};
 
 /// One lease as the table keeps it (the key is the map's).
 #[derive(Debug, Clone)]

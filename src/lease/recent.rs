@@ -11,11 +11,10 @@
 //! Bounded: one entry per lease (the table caps leases). Pure bookkeeping: no clock, no I/O.
 
 use std::collections::BTreeSet;
-
-use crate::fasthash::HashMap;
 use std::sync::Arc;
 
 use super::Key;
+use crate::fasthash::HashMap;
 
 type Uses = BTreeSet<(i64, Arc<Key>)>;
 

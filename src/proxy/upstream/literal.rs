@@ -13,7 +13,9 @@ use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver
 use ureq::unversioned::transport::NextTimeout;
 use ureq::Error;
 
-/// Addresses in a URL read in place; names resolved by ureq's [`DefaultResolver`].
+/// Addresses in a URL read in place; names resolved by ureq's [`DefaultResolver`]. ureq's
+/// `ip_family` filter is not applied to an address read in place: crossbar never sets it, and a
+/// URL that names an address has chosen its family.
 #[derive(Debug, Default)]
 pub struct Literal {
     names: DefaultResolver,

@@ -3,8 +3,6 @@
 //! agent for every host that was about 7 % of crossbar's CPU at 32 clients (docs/BENCHMARKS.md).
 //! Per host, a pool holds only that host's connections, and a purge is one pass over them.
 
-use crate::fasthash::HashMap;
-
 use parking_lot::RwLock;
 use ureq::config::Config as AgentConfig;
 use ureq::unversioned::transport::{Connector, TcpConnector};
@@ -13,6 +11,7 @@ use ureq::Agent;
 use super::literal::Literal;
 use super::{settings, Watch};
 use crate::config::Config;
+use crate::fasthash::HashMap;
 
 /// The agents of forwarded requests, one per configured host: [`super::agent_config`]'s settings
 /// plus a pool of at most one idle connection per worker, whose transports are watched for the
