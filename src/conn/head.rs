@@ -141,7 +141,7 @@ pub fn parse(bytes: &[u8]) -> Result<Head, HeadError> {
     }
     let mut headers = Headers::with_capacity(req.headers.len(), bytes.len());
     for h in req.headers.iter() {
-        headers.push(h.name, String::from_utf8_lossy(h.value).trim());
+        headers.push(h.name, crate::wire::text(h.value).trim());
     }
     let mut head = Head {
         method: method.to_string(),

@@ -15,7 +15,7 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
-use crate::wire::{BodyWriter, Framing, HeadOut};
+use crate::wire::{self, BodyWriter, Framing, HeadOut};
 
 use super::headers::response_headers;
 use super::record::{client_gone, finish_row, record_then_send};
@@ -229,7 +229,7 @@ pub(super) fn relay(
     let content_type = response
         .headers()
         .get("content-type")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .map(|v| wire::text(v.as_bytes()).into_owned())
         .unwrap_or_default();
     row.streamed = content_type.starts_with("text/event-stream");
     // llama-server closes a connection after a streamed answer (shared/llama-server.md).

@@ -18,17 +18,14 @@ pub(super) fn response_headers<'a>(
     plan: &'a Plan<'_>,
 ) -> Vec<Line<'a>> {
     // Borrowed unless the value is not UTF-8 (a hostile host's odd bytes still name tokens).
-    let connection = (upstream.get("connection")).map(|v| String::from_utf8_lossy(v.as_bytes()));
+    let connection = (upstream.get("connection")).map(|v| wire::text(v.as_bytes()));
     let tokens = wire::connection_tokens(connection.as_deref());
     let mut headers = Vec::with_capacity(upstream.len() + 4);
     for (name, value) in upstream {
         if wire::is_hop_by_hop(name.as_str(), &tokens) {
             continue;
         }
-        headers.push((
-            canonical(name.as_str()),
-            String::from_utf8_lossy(value.as_bytes()),
-        ));
+        headers.push((canonical(name.as_str()), wire::text(value.as_bytes())));
     }
     let own = |name: &'static str, value: &'a str| (Cow::Borrowed(name), Cow::Borrowed(value));
     headers.push(own(HOST_HEADER, &plan.host.name));

@@ -10,7 +10,7 @@ use crate::conn::{Request, Tail};
 use crate::envelope::Shape;
 use crate::fingerprint;
 use crate::lease::Key;
-use crate::logfmt::val;
+use crate::logfmt::{val, Fields};
 use crate::metrics::Metrics;
 use crate::state::Gateway;
 use crate::store::{Coming, RequestRow, StoreError};
@@ -76,50 +76,35 @@ pub(super) fn log_request(row: &RequestRow, lease: &str) {
     if !log::log_enabled!(log::Level::Info) {
         return;
     }
-    // One string, written field by field (a `format!` per optional field and per token count
-    // was seven allocations more per request, issue 26).
-    use std::fmt::Write as _;
-    struct Tokens(Option<i64>);
-    impl std::fmt::Display for Tokens {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            match self.0 {
-                Some(n) => write!(f, "{n}"),
-                None => f.write_str("-"),
-            }
-        }
-    }
-    let mut line = String::with_capacity(320);
-    let _ = write!(
-        line,
-        "route={} api={} host={} lease={lease} placed={} family={} model={} fp={} status={} queued_ms={} ttfb_ms={} total_ms={} prompt={} cached={} completion={}",
-        val(or_dash(&row.route)),
-        or_dash(&row.api),
-        val(or_dash(&row.host)),
-        or_dash(&row.placed),
-        or_dash(&row.family),
-        val(or_dash(&row.model)),
-        val(or_dash(fingerprint::short(&row.fp))),
-        row.status,
-        row.queued_ms,
-        row.ttfb_ms,
-        row.total_ms,
-        Tokens(row.prompt_tokens),
-        Tokens(row.cached_tokens),
-        Tokens(row.completion_tokens),
-    );
+    let mut line = Fields::with_capacity(320);
+    line.val("route", or_dash(&row.route))
+        .token("api", or_dash(&row.api))
+        .val("host", or_dash(&row.host))
+        .token("lease", lease)
+        .token("placed", or_dash(&row.placed))
+        .token("family", or_dash(&row.family))
+        .val("model", or_dash(&row.model))
+        .val("fp", or_dash(fingerprint::short(&row.fp)))
+        .number("status", row.status)
+        .number("queued_ms", row.queued_ms)
+        .number("ttfb_ms", row.ttfb_ms)
+        .number("total_ms", row.total_ms)
+        .count("prompt", row.prompt_tokens)
+        .count("cached", row.cached_tokens)
+        .count("completion", row.completion_tokens);
     if let Some(est) = row.ctx_est {
-        let _ = write!(line, " ctx_est={est}");
+        line.number("ctx_est", est);
     }
     if let Some(exact) = row.ctx_exact {
-        let _ = write!(line, " ctx_exact={exact}");
+        line.number("ctx_exact", exact);
     }
     if !row.key.is_empty() {
-        let _ = write!(line, " key={}", val(&row.key));
+        line.val("key", &row.key);
     }
     if !row.err.is_empty() {
-        let _ = write!(line, " err={}", val(&row.err));
+        line.val("err", &row.err);
     }
-    log::info!("{line}");
+    log::info!("{}", line.as_str());
 }
 
 /// Warns when a reused lease's answer shows a cold cache (cached tokens far below the previous

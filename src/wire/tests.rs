@@ -231,3 +231,15 @@ fn issue12_an_abort_sends_what_was_held_then_the_break() {
     assert!(!all.contains("0\r\n\r\n"), "{all}");
     assert!(broken.load(Ordering::Relaxed));
 }
+
+#[test]
+fn header_text_is_borrowed_when_utf8_and_marks_odd_bytes_otherwise() {
+    for valid in ["text/event-stream", "", "naïve 🦙"] {
+        assert!(
+            matches!(text(valid.as_bytes()), Cow::Borrowed(t) if t == valid),
+            "{valid}"
+        );
+    }
+    assert_eq!(text(b"caf\xe9 ok"), "caf\u{fffd} ok");
+    assert_eq!(text(b"\xff\xfe"), "\u{fffd}\u{fffd}");
+}
