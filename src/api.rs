@@ -10,6 +10,7 @@
 mod canon;
 mod chat;
 mod completion;
+mod lenient;
 mod messages;
 mod responses;
 mod stateless;
@@ -22,6 +23,7 @@ use crate::fingerprint::body::Body;
 #[cfg(test)]
 pub(crate) use completion::json_prefix;
 pub use completion::{PROMPT_PREFIX, TURN_MARKERS};
+pub use lenient::{Count, Key, Lenient, Number, Shape};
 pub(crate) use responses::is_user_item;
 pub use usage::UsageFields;
 

@@ -1,103 +1,75 @@
-//! A `usage` object read without building it (issue 26): its members borrowed unparsed, each
-//! count parsed alone when an API asks for it. Every answer carries one (a stream, several), and
-//! building it as a `Value` cost a map node and a key string per member.
+//! A `usage` object read in the answer's one pass (`lenient`, issue 26): its members kept with
+//! their counts, so each API asks for its own names. Every answer carries one (a stream,
+//! several); building it as a `Value` cost a map node and a key string per member.
 
-use std::fmt;
+use serde::de::MapAccess;
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::value::RawValue;
+use super::lenient::{members, Count, Lenient, Shape};
 
-/// Most members kept; the rest of a bigger object is skipped (real ones have four to eight).
-const MEMBERS: usize = 32;
-
-/// One `usage` object's members, in order, borrowed from the payload. A member whose key has
-/// escapes is skipped (no API names its counts that way); the last of two equal keys wins, as in
-/// a `Value`.
+/// One `usage` object's members, in order, borrowed from the payload: at most
+/// [`super::lenient::MEMBERS`], a key with escapes skipped (no API names its counts that way).
+/// The last of two equal keys wins, as in a `Value`.
 #[derive(Debug, Default)]
-pub struct UsageFields<'a>(Vec<(&'a str, &'a RawValue)>);
+pub struct UsageFields<'a>(Vec<(&'a str, Member<'a>)>);
+
+/// A member's value as the counts read it: a count (unknown for a value of any other shape), or
+/// an object one level down (`prompt_tokens_details`) whose members are read as counts.
+#[derive(Debug)]
+enum Member<'a> {
+    Count(Count),
+    Object(Vec<(&'a str, Count)>),
+}
+
+impl Default for Member<'_> {
+    fn default() -> Self {
+        Member::Count(Count(None))
+    }
+}
 
 impl<'a> UsageFields<'a> {
     /// The members of `json` when it is an object; `None` otherwise (`null` included).
     pub fn parse(json: &'a str) -> Option<UsageFields<'a>> {
-        serde_json::from_str(json).ok()
+        serde_json::from_str::<Lenient<Option<UsageFields<'a>>>>(json)
+            .ok()?
+            .0
     }
 
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
+    fn get(&self, key: &str) -> Option<&Member<'a>> {
+        self.0.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The member `key` as a token count: a non-negative integer, anything else unknown.
     pub(super) fn count(&self, key: &str) -> Option<i64> {
-        let n: i64 = serde_json::from_str(self.get(key)?.get()).ok()?;
-        (n >= 0).then_some(n)
+        match self.get(key)? {
+            Member::Count(n) => n.0,
+            Member::Object(_) => None,
+        }
     }
 
     /// The count `key` inside the object member `outer` (`prompt_tokens_details.cached_tokens`).
     pub(super) fn nested_count(&self, outer: &str, key: &str) -> Option<i64> {
-        UsageFields::parse(self.get(outer)?.get())?.count(key)
+        let Member::Object(inner) = self.get(outer)? else {
+            return None;
+        };
+        inner.iter().rev().find(|(k, _)| *k == key)?.1 .0
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for UsageFields<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(Members)
+impl<'de> Shape<'de> for Option<UsageFields<'de>> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        Ok(Some(UsageFields(members(map)?)))
     }
 }
 
-struct Members;
-
-impl<'de> Visitor<'de> for Members {
-    type Value = UsageFields<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a usage object")
+impl<'de> Shape<'de> for Member<'de> {
+    fn from_u64(n: u64) -> Self {
+        Member::Count(Count::from_u64(n))
     }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members = Vec::with_capacity(8);
-        while let Some(key) = map.next_key::<Key<'de>>()? {
-            match key {
-                Key(Some(key)) if members.len() < MEMBERS => {
-                    members.push((key, map.next_value::<&'de RawValue>()?));
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(UsageFields(members))
+    fn from_i64(n: i64) -> Self {
+        Member::Count(Count::from_i64(n))
     }
-}
-
-/// A member's key borrowed from the payload, `None` when it had escapes (serde's `Cow` always
-/// copies, so it cannot tell).
-struct Key<'a>(Option<&'a str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(KeyVisitor)
-    }
-}
-
-struct KeyVisitor;
-
-impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a key")
-    }
-
-    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
-        Ok(Key(Some(key)))
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Key<'de>, E> {
-        Ok(Key(None))
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
+        Ok(Member::Object(members(map)?))
     }
 }
 

@@ -1,63 +1,113 @@
 //! What one JSON payload (an SSE event's data, or a whole non-streamed body) says about tokens,
 //! completion and errors, and the running "last seen" record built from them.
 //!
-//! Only the keys below are read, borrowed raw and parsed one by one (a `usage` object's members
-//! too, `api::UsageFields`); everything else (`choices`, `content`...) is skipped unbuilt. A payload that is not a
-//! JSON object is ignored whole; a field of the wrong shape reads as absent.
+//! Only the keys below are read, in the payload's one pass (`api::Lenient`; a `usage` object's
+//! members too, `api::UsageFields`); everything else (`choices`, `content`...) is skipped unbuilt.
+//! A payload that is not a JSON object is ignored whole; a field of the wrong shape reads as
+//! absent.
 
-use serde::Deserialize;
+use serde::de::{IgnoredAny, MapAccess};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::Usage;
-use crate::api::{Api, Counts, UsageFields};
+use crate::api::{Api, Count, Counts, Key, Lenient, Number, Shape, UsageFields};
 
 /// Longest error message kept, in bytes; the rest is cut at a character boundary.
 const MAX_ERROR: usize = 1024;
 
-/// The keys of a payload that matter here, borrowed unparsed; `null` counts as absent. Every other
-/// key (`choices`, a Responses answer's whole `output`...) is skipped by the parser, never built.
-#[derive(Deserialize)]
+/// The keys of a payload that matter here, read in the payload's one pass ([`Lenient`]): a
+/// value of the wrong shape reads as absent, and `null` too. Every other key (`choices`, a
+/// Responses answer's whole `output`...) is skipped by the parser, never built. Of two equal keys
+/// the last wins.
+#[derive(Default)]
 struct Payload<'a> {
-    #[serde(borrow)]
-    usage: Option<&'a RawValue>,
-    #[serde(borrow)]
-    timings: Option<&'a RawValue>,
-    #[serde(borrow)]
-    stop: Option<&'a RawValue>,
-    #[serde(borrow)]
+    usage: Option<UsageFields<'a>>,
+    timings: Option<Timings>,
+    /// `"stop": true`.
+    stop: bool,
+    /// Borrowed raw: read only when there is one.
     error: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tokens_evaluated: Option<&'a RawValue>,
-    #[serde(borrow)]
-    tokens_predicted: Option<&'a RawValue>,
-    /// Anthropic `message_start`'s message, with its `usage` (any other type is no message: an
-    /// error object's `message` string must not spoil the payload).
-    #[serde(borrow)]
-    message: Option<&'a RawValue>,
-    /// OpenAI Responses' `response.completed` response, with its `usage`.
-    #[serde(borrow)]
-    response: Option<&'a RawValue>,
+    /// Native `/completion`'s counters; `Some` when the key is there and not `null`.
+    tokens_evaluated: Option<Count>,
+    tokens_predicted: Option<Count>,
+    /// The `usage` of an Anthropic `message_start`'s message, or of an OpenAI Responses
+    /// `response.completed`'s response. Any other type is no carrier: an error object's
+    /// `message` string must not spoil the payload.
+    message: Option<UsageFields<'a>>,
+    response: Option<UsageFields<'a>>,
 }
 
-/// An object that carries a `usage` (a Messages `message`, a Responses `response`).
-#[derive(Deserialize)]
-struct Carrier<'a> {
-    #[serde(borrow)]
-    usage: Option<&'a RawValue>,
+impl<'de> Shape<'de> for Option<Payload<'de>> {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut p = Payload::default();
+        while let Some(Key(key)) = map.next_key()? {
+            match key.unwrap_or_default() {
+                "usage" => p.usage = map.next_value::<Lenient<_>>()?.0,
+                "timings" => p.timings = map.next_value::<Lenient<_>>()?.0,
+                "stop" => p.stop = map.next_value::<Lenient<_>>()?.0,
+                "error" => p.error = map.next_value()?,
+                "tokens_evaluated" => p.tokens_evaluated = present(map.next_value()?),
+                "tokens_predicted" => p.tokens_predicted = present(map.next_value()?),
+                "message" => p.message = map.next_value::<Lenient<Carrier>>()?.0 .0,
+                "response" => p.response = map.next_value::<Lenient<Carrier>>()?.0 .0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Some(p))
+    }
+}
+
+/// A value read as `T` when it is not `null`.
+fn present<T>(value: Option<Lenient<T>>) -> Option<T> {
+    value.map(|v| v.0)
+}
+
+/// An object that carries a `usage` (a Messages `message`, a Responses `response`): that usage.
+#[derive(Default)]
+struct Carrier<'a>(Option<UsageFields<'a>>);
+
+impl<'de> Shape<'de> for Carrier<'de> {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut usage = None;
+        while let Some(Key(key)) = map.next_key()? {
+            if key == Some("usage") {
+                usage = map.next_value::<Lenient<_>>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Carrier(usage))
+    }
 }
 
 /// llama-server's `timings`, each counter read alone (a mistyped one is unknown, not fatal).
-#[derive(Deserialize)]
-struct Timings<'a> {
-    #[serde(borrow)]
-    prompt_n: Option<&'a RawValue>,
-    #[serde(borrow)]
-    prompt_ms: Option<&'a RawValue>,
-    #[serde(borrow)]
-    cache_n: Option<&'a RawValue>,
-    #[serde(borrow)]
-    predicted_n: Option<&'a RawValue>,
+#[derive(Default)]
+struct Timings {
+    prompt_n: Count,
+    prompt_ms: Number,
+    cache_n: Count,
+    predicted_n: Count,
+}
+
+impl<'de> Shape<'de> for Option<Timings> {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut t = Timings::default();
+        while let Some(Key(key)) = map.next_key()? {
+            match key.unwrap_or_default() {
+                "prompt_n" => t.prompt_n = map.next_value::<Lenient<_>>()?.0,
+                "prompt_ms" => t.prompt_ms = map.next_value::<Lenient<_>>()?.0,
+                "cache_n" => t.cache_n = map.next_value::<Lenient<_>>()?.0,
+                "predicted_n" => t.predicted_n = map.next_value::<Lenient<_>>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Some(t))
+    }
 }
 
 /// The counters of the last `timings` object seen.
@@ -106,45 +156,39 @@ impl Seen {
 
     /// Learns from one JSON payload; anything that is not a well-formed object is ignored.
     pub fn absorb(&mut self, json: &[u8]) {
-        // Guard: serde would also read a JSON array positionally into `Payload`.
+        // Only an object is a payload: anything else is not even scanned.
         if json.trim_ascii_start().first() != Some(&b'{') {
             return;
         }
-        let Ok(p) = serde_json::from_slice::<Payload<'_>>(json) else {
+        let Ok(Lenient(Some(p))) = serde_json::from_slice::<Lenient<Option<Payload>>>(json) else {
             return;
         };
-        let nested = [p.message, p.response].map(|n| object::<Carrier<'_>>(n)?.usage);
-        for u in [p.usage].into_iter().chain(nested).flatten() {
-            // Read in place, for the API's own field names.
-            if let Some(u) = UsageFields::parse(u.get()) {
-                let new = self.api.counts(&u);
-                let old = self.usage.unwrap_or_default();
-                self.usage = Some(Counts {
-                    prompt: new.prompt.or(old.prompt),
-                    cached: new.cached.or(old.cached),
-                    completion: new.completion.or(old.completion),
-                });
-            }
+        for u in [p.usage, p.message, p.response].into_iter().flatten() {
+            let new = self.api.counts(&u);
+            let old = self.usage.unwrap_or_default();
+            self.usage = Some(Counts {
+                prompt: new.prompt.or(old.prompt),
+                cached: new.cached.or(old.cached),
+                completion: new.completion.or(old.completion),
+            });
         }
-        if let Some(t) = object::<Timings<'_>>(p.timings) {
+        if let Some(t) = p.timings {
             self.timings = Some(TimingsSeen {
-                prompt_n: count(t.prompt_n),
-                prompt_us: t
-                    .prompt_ms
-                    .and_then(|ms| serde_json::from_str::<f64>(ms.get()).ok())
+                prompt_n: t.prompt_n.0,
+                prompt_us: (t.prompt_ms.0)
                     .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
                     .map(|ms| (ms * 1000.0) as i64),
-                cache_n: count(t.cache_n),
-                predicted_n: count(t.predicted_n),
+                cache_n: t.cache_n.0,
+                predicted_n: t.predicted_n.0,
             });
         }
         if p.tokens_evaluated.is_some() || p.tokens_predicted.is_some() {
             self.native = Some(NativeSeen {
-                evaluated: count(p.tokens_evaluated),
-                predicted: count(p.tokens_predicted),
+                evaluated: p.tokens_evaluated.and_then(|c| c.0),
+                predicted: p.tokens_predicted.and_then(|c| c.0),
             });
         }
-        if p.stop.is_some_and(|s| s.get() == "true") {
+        if p.stop {
             self.stopped = true;
         }
         if let Some(e) = p
@@ -220,19 +264,4 @@ impl Seen {
                 .or(n.and_then(|n| n.predicted)),
         }
     }
-}
-
-/// A token count: a non-negative integer, anything else is unknown.
-fn count(v: Option<&RawValue>) -> Option<i64> {
-    v.and_then(|v| serde_json::from_str::<i64>(v.get()).ok())
-        .filter(|n| *n >= 0)
-}
-
-/// `raw` read as `T` when it is a JSON object; anything else (or a wrong shape) is absent.
-fn object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
-    let raw = raw?.get();
-    if !raw.starts_with('{') {
-        return None;
-    }
-    serde_json::from_str(raw).ok()
 }

@@ -265,7 +265,6 @@ fn garbage_is_ignored_and_earlier_counts_survive_it() {
         "data: {\"usage\": oops}\n\n",
         "data: [\"usage\", {\"prompt_tokens\": 99}]\n\n",
         "data: {\"usage\":7,\"timings\":\"soon\"}\n\n",
-        "data: {\"usage\":{\"prompt_tokens\":1},\"usage\":{\"prompt_tokens\":2}}\n\n",
         "data: \u{1}\u{2}\"usage\"\u{3}\n\n",
         "what: {\"usage\":{\"prompt_tokens\":3}}\n\n",
         "data: {\"timings\":{\"cache_n\":-1,\"prompt_n\":1.5,\"predicted_n\":\"4\"}}\n\n",
@@ -278,6 +277,21 @@ fn garbage_is_ignored_and_earlier_counts_survive_it() {
         completion_tokens: Some(2),
     };
     assert_eq!((got.usage, got.finished, got.error), (want, false, None));
+}
+
+#[test]
+fn a_key_given_twice_reads_as_its_last_one_as_everywhere_else() {
+    // A body's fields and a `usage` object's members already read so; the payload's own keys
+    // did not (a derived reader refused the payload) until its one-pass reader (issue 26).
+    let stream = concat!(
+        "data: {\"usage\":{\"prompt_tokens\":1},\"usage\":{\"prompt_tokens\":2}}\n\n",
+        "data: {\"timings\":{\"cache_n\":3,\"cache_n\":4}}\n\n",
+    );
+    let got = check_every_split(&sse, stream.as_bytes());
+    assert_eq!(
+        (got.usage.prompt_tokens, got.usage.cached_tokens),
+        (Some(2), Some(4))
+    );
 }
 
 #[test]
