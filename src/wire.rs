@@ -1,9 +1,9 @@
 //! Writing HTTP answers to a socket: the status line and headers, then the body framed by crossbar
 //! itself and flushed after every piece (a buffered writer would hold SSE events back). The
-//! connection layer (`conn`) and the simulator both answer through here. It owns framing and hop-by-hop headers; it knows nothing about routes,
-//! leases or upstreams. Only chunked and close-delimited bodies can end visibly broken
-//! ([`BodyWriter::abort`]); a body with a `Content-Length` cannot, so it is used for bodies crossbar
-//! holds whole.
+//! connection layer (`conn`) and the simulator both answer through here. It owns framing and
+//! hop-by-hop headers; it knows nothing about routes, leases or upstreams. Only chunked and
+//! close-delimited bodies can end visibly broken ([`BodyWriter::abort`]); a body with a
+//! `Content-Length` cannot, so it is used for bodies crossbar holds whole.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
