@@ -94,6 +94,7 @@ impl Fields {
         if is_bare(value) {
             out.push_str(value);
         } else {
+            // Quoted and escaped, rarely: writing into a `String` cannot fail.
             let _ = fmt::Write::write_fmt(out, format_args!("{}", Val(value)));
         }
         self
@@ -105,6 +106,7 @@ impl Fields {
         self
     }
 
+    /// `key=n`.
     pub fn number(&mut self, key: &str, n: impl itoa::Integer) -> &mut Fields {
         self.key(key).push_str(itoa::Buffer::new().format(n));
         self

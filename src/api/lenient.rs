@@ -11,8 +11,8 @@ use std::marker::PhantomData;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-/// Most members of one object kept; the rest are skipped (real `usage` objects have four to
-/// eight, `timings` nine).
+/// Most members of one object kept by [`members`]; the rest are skipped (real `usage` objects
+/// have four to eight).
 pub const MEMBERS: usize = 32;
 
 /// What a value of each JSON kind reads as; every kind a shape does not take reads as
