@@ -180,3 +180,41 @@ fn a_real_batch_of_embeddings_over_a_mebibyte_keeps_its_prompt_tokens_issue_18()
     tee.feed(both.as_bytes());
     assert_eq!(tee.usage().prompt_tokens, Some(5));
 }
+
+#[test]
+fn a_hostile_hosts_answer_costs_only_itself_issue_26() {
+    // Nested a hundred thousand deep, in a skipped field and inside `usage`: skipped values are
+    // walked without recursion, so the stack holds and the counts beside them are still read.
+    let deep = |inner: &str| format!("{}{inner}{}", "[".repeat(100_000), "]".repeat(100_000));
+    for body in [
+        format!(
+            r#"{{"choices":{},"usage":{{"prompt_tokens":5}}}}"#,
+            deep("1")
+        ),
+        format!(
+            r#"{{"usage":{{"prompt_tokens":5,"prompt_tokens_details":{}}}}}"#,
+            deep("{}")
+        ),
+    ] {
+        let mut tee = Tee::new("application/json");
+        tee.feed(body.as_bytes());
+        let prompt_only = Usage {
+            prompt_tokens: Some(5),
+            ..Usage::default()
+        };
+        assert_eq!(tee.usage(), prompt_only);
+    }
+    // A usage of forty thousand members, each an object, keeps the first 32 and reads on past
+    // the rest; the counts among them are read.
+    let members: Vec<String> = (0..40_000)
+        .map(|i| format!(r#""k{i}":{{"n":{i}}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"usage":{{"prompt_tokens":70,"completion_tokens":2,{}}},"timings":{{"cache_n":53}}}}"#,
+        members.join(",")
+    );
+    assert!(body.len() < MAX_BODY, "read whole, not at its ends");
+    let mut tee = Tee::new("application/json");
+    tee.feed(body.as_bytes());
+    assert_eq!(tee.usage(), usage(70, 53, 2));
+}
