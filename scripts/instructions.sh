@@ -19,7 +19,10 @@ if ! command -v valgrind >/dev/null; then
   echo "instructions: installing valgrind"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind
 fi
-BENCH=$(cargo bench --bench overhead --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))/\1/p' | tail -1)
+NAME=instructions
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+BENCH=$(overhead_bench)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/crossbar" <<WRAP

@@ -13,7 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 A=$(realpath "$1"); B=$(realpath "$2")
 CLIENTS=${3:-16}; SECS=${4:-8}; ROUNDS=${5:-4}
-BENCH=$(cargo bench --bench overhead --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))/\1/p' | tail -1)
+NAME=side-by-side
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+BENCH=$(overhead_bench)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 field() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }

@@ -23,7 +23,7 @@ use crate::fingerprint::body::Body;
 #[cfg(test)]
 pub(crate) use completion::json_prefix;
 pub use completion::{PROMPT_PREFIX, TURN_MARKERS};
-pub use lenient::{Count, Key, Lenient, Number, Shape};
+pub use lenient::{each_member, Count, Lenient, Number, Shape};
 pub(crate) use responses::is_user_item;
 pub use usage::UsageFields;
 

@@ -125,29 +125,45 @@ impl Shape<'_> for bool {
     }
 }
 
-/// An object's members, at most [`MEMBERS`], each read as `T`, in order, their keys borrowed from
-/// the payload. A member whose key has escapes is skipped: no API names a field that way.
-pub fn members<'de, A: MapAccess<'de>, T: Shape<'de>>(
+/// Walks an object's members: `read` is given each key and the map, and reads the value of a key
+/// it knows (returning `true`); every other value is skipped unbuilt. A key written with escapes
+/// is skipped too: no API names a field that way. Of two equal keys a reader sees both, in order.
+pub fn each_member<'de, A: MapAccess<'de>>(
     mut map: A,
-) -> Result<Vec<(&'de str, T)>, A::Error> {
-    let mut members = Vec::with_capacity(8);
-    while let Some(key) = map.next_key::<Key<'de>>()? {
-        match key {
-            Key(Some(key)) if members.len() < MEMBERS => {
-                members.push((key, map.next_value::<Lenient<T>>()?.0));
-            }
-            _ => {
-                map.next_value::<IgnoredAny>()?;
-            }
+    mut read: impl FnMut(&'de str, &mut A) -> Result<bool, A::Error>,
+) -> Result<(), A::Error> {
+    while let Some(Key(key)) = map.next_key()? {
+        let taken = match key {
+            Some(key) => read(key, &mut map)?,
+            None => false,
+        };
+        if !taken {
+            map.next_value::<IgnoredAny>()?;
         }
     }
+    Ok(())
+}
+
+/// An object's members, at most [`MEMBERS`], each read as `T`, in order, their keys borrowed from
+/// the payload.
+pub fn members<'de, A: MapAccess<'de>, T: Shape<'de>>(
+    map: A,
+) -> Result<Vec<(&'de str, T)>, A::Error> {
+    let mut members = Vec::with_capacity(8);
+    each_member(map, |key, map| {
+        if members.len() == MEMBERS {
+            return Ok(false);
+        }
+        members.push((key, map.next_value::<Lenient<T>>()?.0));
+        Ok(true)
+    })?;
     Ok(members)
 }
 
 /// An object's key borrowed from the payload, `None` when it had escapes (serde's `Cow` always
 /// copies, so it cannot tell).
 #[derive(Debug)]
-pub struct Key<'a>(pub Option<&'a str>);
+struct Key<'a>(Option<&'a str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

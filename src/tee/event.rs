@@ -6,12 +6,12 @@
 //! A payload that is not a JSON object is ignored whole; a field of the wrong shape reads as
 //! absent.
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::Usage;
-use crate::api::{Api, Count, Counts, Key, Lenient, Number, Shape, UsageFields};
+use crate::api::{each_member, Api, Count, Counts, Lenient, Number, Shape, UsageFields};
 
 /// Longest error message kept, in bytes; the rest is cut at a character boundary.
 const MAX_ERROR: usize = 1024;
@@ -39,10 +39,10 @@ struct Payload<'a> {
 }
 
 impl<'de> Shape<'de> for Option<Payload<'de>> {
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
         let mut p = Payload::default();
-        while let Some(Key(key)) = map.next_key()? {
-            match key.unwrap_or_default() {
+        each_member(map, |key, map| {
+            match key {
                 "usage" => p.usage = map.next_value::<Lenient<_>>()?.0,
                 "timings" => p.timings = map.next_value::<Lenient<_>>()?.0,
                 "stop" => p.stop = map.next_value::<Lenient<_>>()?.0,
@@ -51,11 +51,10 @@ impl<'de> Shape<'de> for Option<Payload<'de>> {
                 "tokens_predicted" => p.tokens_predicted = present(map.next_value()?),
                 "message" => p.message = map.next_value::<Lenient<Carrier>>()?.0 .0,
                 "response" => p.response = map.next_value::<Lenient<Carrier>>()?.0 .0,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(Some(p))
     }
 }
@@ -70,15 +69,15 @@ fn present<T>(value: Option<Lenient<T>>) -> Option<T> {
 struct Carrier<'a>(Option<UsageFields<'a>>);
 
 impl<'de> Shape<'de> for Carrier<'de> {
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
         let mut usage = None;
-        while let Some(Key(key)) = map.next_key()? {
-            if key == Some("usage") {
-                usage = map.next_value::<Lenient<_>>()?.0;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+        each_member(map, |key, map| {
+            if key != "usage" {
+                return Ok(false);
             }
-        }
+            usage = map.next_value::<Lenient<_>>()?.0;
+            Ok(true)
+        })?;
         Ok(Carrier(usage))
     }
 }
@@ -93,19 +92,18 @@ struct Timings {
 }
 
 impl<'de> Shape<'de> for Option<Timings> {
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
         let mut t = Timings::default();
-        while let Some(Key(key)) = map.next_key()? {
-            match key.unwrap_or_default() {
+        each_member(map, |key, map| {
+            match key {
                 "prompt_n" => t.prompt_n = map.next_value::<Lenient<_>>()?.0,
                 "prompt_ms" => t.prompt_ms = map.next_value::<Lenient<_>>()?.0,
                 "cache_n" => t.cache_n = map.next_value::<Lenient<_>>()?.0,
                 "predicted_n" => t.predicted_n = map.next_value::<Lenient<_>>()?.0,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(Some(t))
     }
 }
