@@ -12,7 +12,20 @@ fn main() {
             .map_or(1, |d| d.as_secs())
     });
     let started = Instant::now();
-    let report = crossbar::conn::fuzz::run(cases, seed);
+    // Routing's promise about any path a head carries: canonical once accepted, no dot segment.
+    let report = crossbar::conn::fuzz::run(cases, seed, |input, path| {
+        if let Ok(normal) = crossbar::proxy::normalize(path) {
+            assert_eq!(
+                crossbar::proxy::normalize(&normal).as_deref(),
+                Ok(normal.as_str()),
+                "{input:?}"
+            );
+            assert!(
+                !normal.split('/').any(|s| s == "." || s == ".."),
+                "{input:?}"
+            );
+        }
+    });
     println!(
         "fuzz_conn seed={seed} cases={} heads_accepted={} bodies_read={} secs={:.1}",
         report.cases,

@@ -11,11 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 mod guard;
-mod session;
 mod signin;
 mod verbs;
-
-pub use session::{strip_cookie, Sessions, COOKIE, LIFETIME, MAX_SESSIONS};
 
 use crate::conn::{BodyError, Request};
 use crate::logfmt::val;

@@ -27,7 +27,7 @@ mod poll;
 mod reason;
 mod router;
 
-pub use poll::{agent, parse_models, parse_props, poll_host, ParseError, Poller};
+pub use poll::{parse_models, parse_props, poll_host, ParseError, Poller};
 pub use reason::{error_chain, DownReason};
 pub use router::RouterModel;
 

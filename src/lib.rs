@@ -24,6 +24,7 @@ pub mod page;
 pub mod proxy;
 pub mod report;
 pub mod server;
+pub mod sessions;
 pub mod sim;
 pub mod slots;
 pub mod state;
@@ -33,4 +34,5 @@ pub mod tee;
 mod testlog;
 #[cfg(test)]
 mod testwait;
+pub mod upstream;
 pub mod wire;

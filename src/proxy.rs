@@ -19,7 +19,7 @@ mod pin;
 mod place;
 mod record;
 mod route;
-mod upstream;
+mod send;
 
 use std::time::Instant;
 
@@ -32,12 +32,10 @@ use crate::lease::{Key, Placed};
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 
-pub use count::{Counter, PER_HOST as COUNTS_PER_HOST};
 pub use error::ProxyError;
 use incoming::Incoming;
 use record::{log_request, record, refuse, warn_on_cold_cache};
 pub use route::{normalize, resolve};
-pub use upstream::{agent_config as upstream_config, Pools as UpstreamPools};
 
 /// Largest request body crossbar reads (it must see the body to fingerprint it).
 pub const MAX_BODY: usize = 16 << 20;

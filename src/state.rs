@@ -19,6 +19,7 @@ use crate::limiter::Limiter;
 use crate::logfmt::val;
 use crate::metrics::Metrics;
 use crate::store::{unix_ms, LeaseRow, Store, StoreError, Ticket, Write};
+use crate::upstream::Upstream;
 
 mod view;
 use view::View;
@@ -37,15 +38,13 @@ pub struct Gateway {
     /// Client keys' requests in flight, tokens today, failed attempts (issue 25).
     pub keys: Arc<crate::keys::Keys>,
     /// The status page's sign-in sessions (issue 27).
-    pub sessions: crate::admin::Sessions,
+    pub sessions: crate::sessions::Sessions,
     /// What each pinning host's slots hold (`pin_slots`).
     pub slots: crate::slots::Slots,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
-    /// The pooled agents forwarded requests go through, one per host.
-    upstream: crate::proxy::UpstreamPools,
-    /// crossbar's own small upstream calls (the context guard's exact counts), bounded per host.
-    counter: crate::proxy::Counter,
+    /// The llama-server client: forwarding pools and crossbar's own side calls.
+    pub upstream: Upstream,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -87,12 +86,7 @@ impl Gateway {
             }
         }
         let drains = Arc::new(Drains::default());
-        let upstream = crate::proxy::UpstreamPools::new(&config);
-        // The same settings (no redirects, connect and per-read timeouts) without the pool,
-        // nothing watched: no client waits at the socket for a count.
-        let counter = crate::proxy::Counter::new(ureq::Agent::new_with_config(
-            crate::proxy::upstream_config(&config),
-        ));
+        let upstream = Upstream::new(&config);
         let idle = config.lease_idle;
         let config = Arc::new(RwLock::new(Arc::new(config)));
         let holdings = Arc::new(Holdings::default());
@@ -154,11 +148,10 @@ impl Gateway {
             metrics,
             holdings,
             keys,
-            sessions: crate::admin::Sessions::default(),
+            sessions: crate::sessions::Sessions::default(),
             slots: crate::slots::Slots::default(),
             last_prompt: Mutex::new(HashMap::default()),
             upstream,
-            counter,
         })
     }
 
@@ -198,16 +191,6 @@ impl Gateway {
             self.sessions.clear();
         }
         *self.config.write() = Arc::new(new);
-    }
-
-    /// crossbar's own small upstream calls (exact token counts) and how many are in flight.
-    pub fn counter(&self) -> &crate::proxy::Counter {
-        &self.counter
-    }
-
-    /// The pooled agent of `host`'s forwarded requests.
-    pub fn upstream(&self, host: &str) -> ureq::Agent {
-        self.upstream.get(host)
     }
 
     /// Remembers this turn's prompt size and returns the previous turn's, if any.

@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use subtle::ConstantTimeEq;
 
-use super::{session, Answer};
+use super::Answer;
 use crate::conn::Request;
+use crate::sessions as session;
 use crate::state::Gateway;
 
 /// Who may use the admin API. With a token: whoever presents it (constant-time compare), or a

@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use subtle::ConstantTimeEq;
 
-use super::{guard, session, Answer};
+use super::{guard, Answer};
 use crate::conn::{BodyError, Request};
+use crate::sessions as session;
 use crate::state::Gateway;
 
 /// A sign-in form's body is one field.

@@ -18,6 +18,7 @@ use super::{answers, error_chain, DownReason, Health, Poll, RouterModel};
 use crate::config;
 use crate::logfmt::val;
 use crate::slots::{parse_slots, Slots};
+use crate::upstream::side;
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
 #[derive(Debug)]
@@ -43,24 +44,6 @@ impl std::error::Error for ParseError {
             ParseError::Shape(_) => None,
         }
     }
-}
-
-/// The agent polls use: `timeout` bounds the connect, each read and each whole request; no
-/// redirects; no pooled connections (a poll every few seconds gains nothing from reuse, and a
-/// connection the host closed meanwhile must not read as "unreachable"); statuses are answers.
-pub fn agent(timeout: Duration) -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_connect(Some(timeout))
-        .timeout_per_read(Some(timeout))
-        .timeout_per_write(Some(timeout))
-        .timeout_global(Some(timeout))
-        .max_idle_connections(0)
-        .max_idle_connections_per_host(0)
-        .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
-        .build();
-    ureq::Agent::new_with_config(config)
 }
 
 /// The largest poll answer read (what ureq 2's `into_string` allowed): a router's `/models` lists
@@ -108,7 +91,7 @@ impl Poller {
         timeout: Duration,
     ) -> Poller {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let agent = agent(timeout);
+        let agent = side::poll_agent(timeout);
         let threads = hosts
             .into_iter()
             .map(|host| {
@@ -242,28 +225,20 @@ fn bad_answer(path: &str, err: &ParseError) -> DownReason {
 /// GETs `path` and returns the body of a 200 answer (at most [`MAX_ANSWER`] bytes); anything else
 /// as the reason it is down.
 fn fetch(agent: &ureq::Agent, host: &config::Host, path: &str) -> Result<String, DownReason> {
-    let mut request = agent.get(format!("{}{}", host.url, path));
-    if let Some(key) = &host.api_key {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
+    use crate::upstream::side::GetError;
     let path = path.to_string();
-    let answer = request.call().map_err(|err| DownReason::Unreachable {
-        path: path.clone(),
-        error: error_chain(&err),
-    })?;
-    match answer.status().as_u16() {
-        200 => answer
-            .into_body()
-            .into_with_config()
-            .limit(MAX_ANSWER)
-            .read_to_string()
-            .map_err(|err| DownReason::Unreachable {
-                path,
-                error: format!("reading the body: {}", error_chain(&err)),
-            }),
-        503 => Err(DownReason::Loading { path }),
-        status => Err(DownReason::Status { path, status }),
-    }
+    side::get(agent, host, &path, MAX_ANSWER).map_err(|err| match err {
+        GetError::Unreachable(err) => DownReason::Unreachable {
+            path,
+            error: error_chain(&err),
+        },
+        GetError::Body(err) => DownReason::Unreachable {
+            path,
+            error: format!("reading the body: {}", error_chain(&err)),
+        },
+        GetError::Status(503) => DownReason::Loading { path },
+        GetError::Status(status) => DownReason::Status { path, status },
+    })
 }
 
 /// A models list: what is loaded, whether any entry carried a router `status`, and the router's

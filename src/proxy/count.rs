@@ -6,23 +6,20 @@
 //! These calls take no slot (llama-server answers them while every slot generates) and one
 //! deadline bounds them all. Every answer is read with a size bound; a host that cannot answer
 //! (an old build, an error, the deadline) gives `None`, and the guard falls back to the estimate.
-//! A [`Counter`] lets at most [`PER_HOST`] requests count on one host at once: a client sending
-//! many large bodies cannot turn each into tokenizer work on a host. The others wait their turn
-//! within the same deadline (a count takes milliseconds), and only a request whose deadline passes
-//! while it waits is judged on the estimate. Nothing here marks a host
-//! down or decides where a request goes.
+//! The calls go through the side client (`upstream::Side`), which lets at most
+//! `upstream::side::PER_HOST` requests count on one host at once: a client sending many large
+//! bodies cannot turn each into tokenizer work on a host. Nothing here marks a host down or decides
+//! where a request goes.
 
-use std::collections::HashMap;
 use std::io::Read;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::api::Api;
 use crate::config::Host;
+use crate::upstream::{Answer, Side};
 
 use super::MAX_BODY;
 
@@ -30,97 +27,6 @@ mod prompt;
 
 /// The longest all the count calls of one request may take together.
 pub(super) const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Requests whose count calls may be in flight to one host at once. Counting is the rare path
-/// (only prompts the estimate says do not fit); a request that finds its host at the bound waits
-/// for a turn until its count deadline, then is judged on the estimate.
-pub const PER_HOST: usize = 2;
-
-/// The agent count calls go through and the count calls in flight per host.
-#[derive(Debug)]
-pub struct Counter {
-    agent: ureq::Agent,
-    /// Invariant: a host is here only while it has calls in flight, at most [`PER_HOST`]; its
-    /// name is a configured host's (the guard looks it up in the config first).
-    in_flight: Mutex<HashMap<String, usize>>,
-    /// Requests waiting for a turn, over all hosts (at most one per worker); changed only with
-    /// `in_flight` locked, read without.
-    waiting: AtomicUsize,
-    /// Signalled whenever a permit comes back.
-    returned: Condvar,
-}
-
-/// One request's right to ask `host` for counts; gives it back on drop.
-#[derive(Debug)]
-pub(super) struct CountPermit<'a> {
-    counter: &'a Counter,
-    host: String,
-}
-
-impl Counter {
-    pub fn new(agent: ureq::Agent) -> Counter {
-        Counter {
-            agent,
-            in_flight: Mutex::new(HashMap::new()),
-            waiting: AtomicUsize::new(0),
-            returned: Condvar::new(),
-        }
-    }
-
-    /// A permit to count on `host`, waiting for one until `deadline`; `None` when none came back
-    /// in time.
-    pub(super) fn start(&self, host: &str, deadline: Instant) -> Option<CountPermit<'_>> {
-        let mut in_flight = self.in_flight.lock();
-        let full = |in_flight: &HashMap<String, usize>| {
-            in_flight.get(host).is_some_and(|n| *n >= PER_HOST)
-        };
-        if full(&in_flight) && Instant::now() < deadline {
-            self.waiting.fetch_add(1, Ordering::Relaxed);
-            while full(&in_flight) {
-                if self
-                    .returned
-                    .wait_until(&mut in_flight, deadline)
-                    .timed_out()
-                {
-                    break;
-                }
-            }
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-        }
-        let n = in_flight.entry(host.to_string()).or_insert(0);
-        if *n >= PER_HOST {
-            return None;
-        }
-        *n += 1;
-        Some(CountPermit {
-            counter: self,
-            host: host.to_string(),
-        })
-    }
-
-    /// Requests waiting for a turn to count, on any host.
-    pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn agent(&self) -> &ureq::Agent {
-        &self.agent
-    }
-}
-
-impl Drop for CountPermit<'_> {
-    fn drop(&mut self) {
-        let mut in_flight = self.counter.in_flight.lock();
-        if let Some(n) = in_flight.get_mut(&self.host) {
-            *n -= 1;
-            if *n == 0 {
-                in_flight.remove(&self.host);
-            }
-        }
-        drop(in_flight);
-        self.counter.returned.notify_all();
-    }
-}
 
 /// How a host counts the prompt of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +67,7 @@ const TOKENS_ANSWER: u64 = 8 * MAX_BODY as u64;
 /// `deadline` ([`COUNT_TIMEOUT`] from now, for the guard). `model`, when given, is the name the
 /// body must carry (a router needs one). `None` when the host cannot say in time.
 pub(super) fn exact(
-    agent: &ureq::Agent,
+    side: &Side,
     host: &Host,
     rest: &str,
     body: &[u8],
@@ -170,7 +76,7 @@ pub(super) fn exact(
 ) -> Option<u64> {
     let call = count_call(rest)?;
     let ask = Ask {
-        agent,
+        side,
         host,
         deadline,
     };
@@ -202,7 +108,7 @@ pub(super) fn exact(
 
 /// One request's count calls: the host and what is left of their common deadline.
 struct Ask<'a> {
-    agent: &'a ureq::Agent,
+    side: &'a Side,
     host: &'a Host,
     deadline: Instant,
 }
@@ -220,7 +126,7 @@ impl Ask<'_> {
             return Err(Failed::Transport);
         }
         // The whole exchange, answer body included, ends by the common deadline.
-        match post_json(self.agent, self.host, path, body, left) {
+        match self.side.post_json(self.host, path, body, left) {
             Ok(answer) if answer.status() == 200 => Ok(answer),
             Ok(answer) => Err(Failed::Status(answer.status().as_u16())),
             Err(_) => Err(Failed::Transport),
@@ -234,30 +140,6 @@ impl Ask<'_> {
         let answer = self.post("/tokenize", body.as_bytes()).ok()?;
         count_tokens(answer.into_body().into_reader().take(TOKENS_ANSWER))
     }
-}
-
-/// A host's answer to a call crossbar makes on its own.
-pub(super) type Answer = ureq::http::Response<ureq::Body>;
-
-/// POSTs the JSON `body` to `path` on `host` with the host's key, the whole exchange (answer body
-/// included) bounded by `timeout`: crossbar's own calls to a host (counts, slot saves).
-pub(super) fn post_json(
-    agent: &ureq::Agent,
-    host: &Host,
-    path: &str,
-    body: &[u8],
-    timeout: Duration,
-) -> Result<Answer, ureq::Error> {
-    let mut request = agent
-        .post(format!("{}{}", host.url, path))
-        .config()
-        .timeout_global(Some(timeout))
-        .build()
-        .header("Content-Type", "application/json");
-    if let Some(key) = &host.api_key {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    request.send(body)
 }
 
 /// `{"input_tokens": N, ...}`.

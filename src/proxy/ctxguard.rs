@@ -131,25 +131,18 @@ fn ask(gw: &Gateway, config: &Config, key: &Key, host: &str, prompt: &Prompt<'_>
     let upstream = conf.upstream_name(&key.model);
     let router = gw.health.get(host).is_some_and(|s| s.router);
     let model = (router || upstream != key.model).then_some(upstream);
-    let counter = gw.counter();
+    let side = gw.upstream.side();
     let deadline = std::time::Instant::now() + count::COUNT_TIMEOUT;
-    let Some(_counting) = counter.start(host, deadline) else {
+    let Some(_counting) = side.turn(host, deadline) else {
         log::debug!(
             "ctx count host={} estimate={} exact=- busy={}",
             crate::logfmt::val(host),
             prompt.estimate,
-            count::PER_HOST
+            crate::upstream::side::PER_HOST
         );
         return None;
     };
-    let counted = count::exact(
-        counter.agent(),
-        conf,
-        prompt.rest,
-        prompt.body,
-        model,
-        deadline,
-    );
+    let counted = count::exact(side, conf, prompt.rest, prompt.body, model, deadline);
     log::debug!(
         "ctx count host={} estimate={} exact={}",
         crate::logfmt::val(host),

@@ -15,11 +15,13 @@ use crate::logfmt::val;
 use crate::state::Gateway;
 use crate::store::{unix_ms, RequestRow};
 use crate::tee::Tee;
+use crate::upstream::Exchange;
 use crate::wire::{self, BodyWriter, Framing, HeadOut};
 
 use super::headers::response_headers;
 use super::record::{client_gone, finish_row, record_then_send};
-use super::{record, upstream, Incoming, Plan, ProxyError};
+use super::send::send;
+use super::{record, Incoming, Plan, ProxyError};
 
 /// Upstream reads are copied in pieces of at most this size; each piece is flushed at once.
 const READ_BUF: usize = 16 * 1024;
@@ -52,7 +54,7 @@ pub(super) struct Answer {
     pub(super) response: http::Response<Body>,
     permit: Option<Permit>,
     /// The watch over the upstream connection, kept until the answer has been relayed.
-    exchange: upstream::Exchange,
+    exchange: Exchange,
 }
 
 /// Sends the request upstream and waits for the response head. A connection or read failure before
@@ -68,19 +70,19 @@ pub(super) fn exchange(
     row: &mut RequestRow,
     clock: Instant,
 ) -> Result<Answer, ProxyError> {
-    let exchange = upstream::Exchange::start(client);
-    let agent = &gw.upstream(&plan.host.name);
+    let exchange = Exchange::start(client);
+    let agent = &gw.upstream.forwarding(&plan.host.name);
     let bodyless = plan.body.is_empty() && incoming.bodyless();
     // A listing crossbar renames is read whole before it is sent: a bound on its head and one on
     // its whole body, so a host trickling it cannot hold the worker read by read (issue 15).
     let whole = super::listing::renames(incoming, plan)
         .then(|| super::listing::deadline(gw.config().first_byte_timeout));
-    let mut result = upstream::send(agent, &exchange, incoming, plan, bodyless, whole, false)?;
+    let mut result = send(agent, &exchange, incoming, plan, bodyless, whole, false)?;
     // A pooled connection the host had closed (pooled connections are not probed: the request's
     // own write or first read finds it): once more on a fresh one.
     if result.is_err() && exchange.retryable() {
         log::debug!("retry on a fresh connection host={}", val(&plan.host.name));
-        result = upstream::send(agent, &exchange, incoming, plan, bodyless, whole, true)?;
+        result = send(agent, &exchange, incoming, plan, bodyless, whole, true)?;
     }
     row.ttfb_ms = clock.elapsed().as_millis() as i64;
     match result {

@@ -51,7 +51,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let pair = (host.name.as_str(), plan.model.as_str());
     let mut taken = (gw.slots).take(pair, mirrored, want.as_ref(), now);
     if let (true, Some(index)) = (taken.saves_first(), taken.index()) {
-        let saved = save_slot(gw, host, index);
+        let saved = gw.upstream.side().save_slot(host, index);
         gw.metrics.observe_slot_save(&host.name, saved.is_ok());
         match saved {
             Ok(()) => log::debug!("saved slot={index} host={}", host.name),
@@ -84,34 +84,6 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     plan.pin = Some(Pinned { taken, at });
     if unpinned {
         settle(gw, (&host.name, &plan.model));
-    }
-}
-
-/// Longest saving a slot may take (a three-token request): past it the slot is in doubt.
-const SAVE_TIMEOUT: Duration = Duration::from_secs(4);
-/// Most bytes of a save's answer read.
-const SAVE_ANSWER: u64 = 64 * 1024;
-
-/// Has `host` save slot `index` to its RAM cache, before a returning conversation is pinned
-/// there (`slots::Taken::saves_first`): a newline of one token shares only the start of text with
-/// any conversation, so llama-server saves what the slot held (less than half of it kept) and
-/// finds nothing in RAM worth loading for it. The slot then holds three tokens, and the
-/// conversation pinned next reloads its own state from RAM instead of prefilling its history
-/// again. Its whole answer read means the host has freed the slot (it does so before it takes
-/// the next task).
-fn save_slot(gw: &Gateway, host: &crate::config::Host, index: usize) -> Result<(), String> {
-    let body = format!(r#"{{"prompt":"\n","n_predict":1,"id_slot":{index},"cache_prompt":true}}"#);
-    let agent = gw.counter().agent();
-    let answer = super::count::post_json(agent, host, "/completion", body.as_bytes(), SAVE_TIMEOUT)
-        .map_err(|e| e.to_string())?;
-    let status = answer.status().as_u16();
-    let read = (answer.into_body().into_with_config())
-        .limit(SAVE_ANSWER)
-        .read_to_vec();
-    match (status, read) {
-        (200, Ok(_)) => Ok(()),
-        (200, Err(e)) => Err(e.to_string()),
-        (status, _) => Err(format!("status {status}")),
     }
 }
 

@@ -3,8 +3,8 @@
 //! charge; metadata takes the route-level lease that new conversations inherit; a host's down
 //! reason says what is wrong with it.
 
-use crossbar::proxy::COUNTS_PER_HOST;
 use crossbar::sim::{Counts, SimConfig, SimEvent};
+use crossbar::upstream::side::PER_HOST as COUNTS_PER_HOST;
 use serde_json::{json, Value};
 
 use crate::guard::{chats, sim_count};
@@ -287,7 +287,7 @@ fn a_flood_of_oversized_prompts_asks_a_host_for_at_most_a_few_counts_at_once_iss
             |e| matches!(e, SimEvent::Request { path } if path == COUNT),
         );
     }
-    let counter = h.server().gateway().counter();
+    let counter = h.server().gateway().upstream.side();
     let waiting = tags.len() - COUNTS_PER_HOST;
     wait_until("the others wait for a turn", || {
         counter.waiting() == waiting

@@ -13,6 +13,7 @@ mod front;
 mod fuzz;
 mod guard;
 mod keys;
+mod layering;
 mod limits;
 mod listing;
 mod models;

@@ -158,7 +158,7 @@ fn host(name: &str, url: &str) -> config::Host {
 #[track_caller]
 fn check_poll(url: &str, want: Poll) {
     assert_eq!(
-        poll_host(&agent(Duration::from_secs(5)), &host("h", url)),
+        poll_host(&side::poll_agent(Duration::from_secs(5)), &host("h", url)),
         want,
         "{url}"
     );
@@ -171,7 +171,7 @@ fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
     let server = fake(good);
     let mut with_key = host("titan", &server.url);
     with_key.api_key = Some("sekrit".into());
-    let poll = poll_host(&agent(Duration::from_secs(5)), &with_key);
+    let poll = poll_host(&side::poll_agent(Duration::from_secs(5)), &with_key);
     let want = Poll::Up {
         per_slot_ctx: Some(2048),
         total_slots: Some(2),
@@ -231,7 +231,10 @@ fn a_router_tells_on_models_which_are_loaded() {
 #[track_caller]
 fn reason_of(answer: Answer) -> String {
     let server = fake(answer);
-    match poll_host(&agent(Duration::from_secs(5)), &host("h", &server.url)) {
+    match poll_host(
+        &side::poll_agent(Duration::from_secs(5)),
+        &host("h", &server.url),
+    ) {
         Poll::Down(reason) => reason.to_string(),
         up => panic!("expected the host down, got {up:?}"),
     }
@@ -239,7 +242,10 @@ fn reason_of(answer: Answer) -> String {
 
 #[test]
 fn each_failure_names_its_path_and_what_came_back_issue_11() {
-    let refused = poll_host(&agent(Duration::from_secs(5)), &host("h", &refusing_url()));
+    let refused = poll_host(
+        &side::poll_agent(Duration::from_secs(5)),
+        &host("h", &refusing_url()),
+    );
     let Poll::Down(reason @ DownReason::Unreachable { .. }) = refused else {
         panic!("{refused:?}");
     };
@@ -298,7 +304,10 @@ fn a_host_without_props_is_up_with_its_context_unknown_issue_11() {
     ];
     for (status, answer) in missing {
         let server = fake(answer);
-        let poll = poll_host(&agent(Duration::from_secs(5)), &host("h", &server.url));
+        let poll = poll_host(
+            &side::poll_agent(Duration::from_secs(5)),
+            &host("h", &server.url),
+        );
         let Poll::Up {
             per_slot_ctx,
             total_slots,
@@ -316,7 +325,7 @@ fn a_host_that_never_answers_is_unreachable_after_the_timeout() {
     let server = hung();
     let timeout = Duration::from_millis(200);
     let started = Instant::now();
-    let poll = poll_host(&agent(timeout), &host("h", &server.url));
+    let poll = poll_host(&side::poll_agent(timeout), &host("h", &server.url));
     assert!(
         matches!(&poll, Poll::Down(DownReason::Unreachable { path, .. }) if path == "/health"),
         "{poll:?}"

@@ -74,9 +74,9 @@ mod tests {
     #[track_caller]
     fn counted_without_a_host(body: &[u8]) -> Option<u64> {
         let (_listener, host) = super::super::tests::silent_host("quiet");
-        let agent = ureq::Agent::new_with_defaults();
+        let side = crate::upstream::Side::new(ureq::Agent::new_with_defaults());
         let deadline = Instant::now() + Duration::from_millis(50);
-        exact(&agent, &host, "/completion", body, None, deadline)
+        exact(&side, &host, "/completion", body, None, deadline)
     }
 
     /// Issue 11 (review): `CountCall::Prompt` parsed the whole body into a `Value`. Beside the

@@ -2,11 +2,6 @@
 
 use super::*;
 
-impl Counter {
-    fn start_now(&self, host: &str) -> Option<CountPermit<'_>> {
-        self.start(host, Instant::now())
-    }
-}
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -33,11 +28,11 @@ pub(super) fn silent_host(name: &str) -> (TcpListener, Host) {
 fn a_host_that_does_not_answer_in_time_cannot_count() {
     let (listener, host) = silent_host("hung");
     // Accepts (the kernel's backlog does) and never answers.
-    let agent = ureq::Agent::new_with_defaults();
+    let side = Side::new(ureq::Agent::new_with_defaults());
     let started = Instant::now();
     let deadline = started + Duration::from_millis(200);
     let body = br#"{"messages":[{"role":"user","content":"hi"}]}"#;
-    let counted = exact(&agent, &host, "/v1/chat/completions", body, None, deadline);
+    let counted = exact(&side, &host, "/v1/chat/completions", body, None, deadline);
     assert_eq!(counted, None);
     let took = started.elapsed();
     // It waited for the host until the deadline: ureq's timers count whole milliseconds from its
@@ -48,56 +43,6 @@ fn a_host_that_does_not_answer_in_time_cannot_count() {
         "the deadline bounds the wait: {took:?}"
     );
     drop(listener);
-}
-
-#[test]
-fn a_request_waits_for_a_turn_until_its_deadline_then_goes_without() {
-    let counter = Counter::new(ureq::Agent::new_with_defaults());
-    let held: Vec<_> = (0..PER_HOST)
-        .map(|_| counter.start_now("a").unwrap())
-        .collect();
-    let started = Instant::now();
-    assert!(counter
-        .start("a", started + Duration::from_millis(20))
-        .is_none());
-    assert!(started.elapsed() >= Duration::from_millis(20));
-    assert_eq!(counter.waiting(), 0);
-    std::thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            counter
-                .start("a", Instant::now() + Duration::from_secs(30))
-                .is_some()
-        });
-        let give_up = Instant::now() + Duration::from_secs(10);
-        while counter.waiting() == 0 {
-            assert!(Instant::now() < give_up, "the waiter never started waiting");
-            std::thread::yield_now();
-        }
-        drop(held);
-        assert!(waiter.join().unwrap(), "a returned permit wakes the waiter");
-    });
-}
-
-#[test]
-fn each_host_counts_for_at_most_per_host_requests_and_a_permit_comes_back_on_drop() {
-    let counter = Counter::new(ureq::Agent::new_with_defaults());
-    let mut held: Vec<_> = (0..PER_HOST)
-        .map(|_| counter.start_now("a").expect("under the bound"))
-        .collect();
-    assert!(counter.start_now("a").is_none(), "at the bound");
-    let other = counter
-        .start_now("b")
-        .expect("another host has its own bound");
-    held.pop();
-    let again = counter.start_now("a").expect("a permit came back");
-    assert!(counter.start_now("a").is_none());
-    drop((again, other));
-    assert_eq!(counter.in_flight.lock().len(), 1, "b is gone, a holds one");
-    drop(held);
-    assert!(
-        counter.in_flight.lock().is_empty(),
-        "no host is left without a call"
-    );
 }
 
 #[test]

@@ -225,10 +225,10 @@ fn issue27_sessions_end_when_the_admin_token_changes_and_their_table_is_bounded(
     config.admin_token = Some(TOKEN.to_string());
     h.server().reload(config);
     let first = sign_in(&h);
-    let rest: Vec<String> = (0..crossbar::admin::MAX_SESSIONS)
+    let rest: Vec<String> = (0..crossbar::sessions::MAX_SESSIONS)
         .map(|_| sign_in(&h))
         .collect();
-    assert_eq!(gw.sessions.len(), crossbar::admin::MAX_SESSIONS);
+    assert_eq!(gw.sessions.len(), crossbar::sessions::MAX_SESSIONS);
     assert_eq!(page(&h, &first).status, 401, "the oldest session ended");
     assert_eq!(page(&h, &rest[0]).status, 200);
     assert_eq!(page(&h, rest.last().unwrap()).status, 200);

@@ -1,81 +1,25 @@
-//! The upstream client: a pooled ureq agent per host for forwarded requests ([`Pools`]), whose TCP
-//! transport is watched while it waits for upstream. A request can wait minutes for its first byte (prefill);
-//! if the client leaves meanwhile, the wait ends within [`GONE_CHECK`], the upstream connection
-//! closes (llama-server cancels the task and frees its slot) and the request is recorded as 499.
+//! The watched transport of forwarded requests. A request can wait minutes for its first byte
+//! (prefill); ureq 3's `Connector` lets crossbar wrap the transport it reads from, so the waiting
+//! worker itself looks at its client between waits of at most [`GONE_CHECK`] — no thread per
+//! request, no second thread reaching into a socket. The hook lives in ureq's `unversioned`
+//! module (hence `~3.5` in Cargo.toml). Which client to watch is the worker thread's
+//! [`Exchange`], a thread-local set for one request, because a pooled connection serves many
+//! requests, one at a time, always on the thread that runs ureq's call.
 //!
-//! How: ureq 3's `Connector` lets crossbar wrap the transport it reads from, so the waiting worker
-//! itself can look at its client between bounded waits — no thread per request, no second thread
-//! reaching into a socket (ureq 2 had no such hook). The hook lives in ureq's `unversioned`
-//! module, so the version is pinned to 3.5 in Cargo.toml. Which client to watch is the worker
-//! thread's [`Exchange`] (a thread-local set for one request), because a pooled connection serves
-//! many requests, one at a time, always on the thread that runs ureq's call.
-//!
-//! Connection reuse (issue 12): a connection goes back to the pool only after a complete answer
-//! that was not streamed (llama-server closes after a streamed one while advertising keep-alive,
-//! shared/llama-server.md) and idles at most [`IDLE_AGE`] (under llama-server's 5 s keep-alive).
-//! It is not probed before reuse: a request whose reused connection turns out closed before any
-//! byte of the answer is sent again, once, on a connection the pool does not give ([`send`] with
-//! `fresh`: every pooled one may be dead after a host restart). [`send`] builds each attempt: the
-//! forwarded headers, the host's key, and a listing's bounds. The context guard's count calls use
-//! [`agent_config`] on one shared agent without the watch and without pooling.
+//! It also notes what the connection did (reused, sent, answered, found closed), which decides
+//! whether a failed attempt may go again on a fresh connection, and holds a request's head to
+//! send it in one write with its body. It never reads or writes a byte of its own.
 
 use std::cell::RefCell;
 use std::io;
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ureq::config::Config as AgentConfig;
 use ureq::unversioned::transport::{Buffers, ConnectionDetails, Connector, NextTimeout, Transport};
-use ureq::{Agent, Error};
+use ureq::Error;
 
-use crate::config::Config;
-use crate::conn::MAX_HEAD;
-use crate::limiter::GONE_CHECK;
-
-/// Longest an upstream connection idles in the pool: under llama-server's keep-alive (5 s), so
-/// the server never closes one just as crossbar picks it up.
-pub const IDLE_AGE: Duration = Duration::from_secs(2);
-
-/// What crossbar may add to a client's head on its way upstream: the host's URL and key (each
-/// bounded by the config's checks, [`crate::config::MAX_URL`] and [`crate::config::MAX_API_KEY`]) and the headers
-/// the upstream client writes itself (Host, User-Agent, the body's length).
-const ADDED: usize = 8 << 10;
-
-/// The largest head crossbar writes upstream, and so the upstream client's output buffer (which
-/// must hold a whole head): every head the connection layer accepts ([`MAX_HEAD`]) fits with what
-/// crossbar adds. With ureq's 16 KiB buffer a 20 KB header failed as "output too small" and counted
-/// against the host (issue 24). The buffer is allocated once per connection, on first use.
-pub const HEAD_ROOM: usize = MAX_HEAD + ADDED;
-
-/// The agent settings every upstream call uses: no redirects, a connect timeout, a generous
-/// per-read timeout (the first byte waits for prefill), no overall timeout (so ureq resolves
-/// names on the calling thread, never on a thread of its own), no idle connections, status codes
-/// as answers. The count calls use these as they are; [`Pools`] adds a pool per host.
-pub fn agent_config(config: &Config) -> AgentConfig {
-    settings(config, 0)
-}
-
-/// [`agent_config`]'s settings with a pool of at most `idle` idle connections.
-fn settings(config: &Config, idle: usize) -> AgentConfig {
-    Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_connect(Some(config.connect_timeout))
-        .timeout_per_read(Some(config.first_byte_timeout))
-        .timeout_per_write(Some(config.first_byte_timeout))
-        .max_idle_connections(idle)
-        .max_idle_connections_per_host(idle)
-        .max_idle_age(IDLE_AGE)
-        .allow_non_standard_methods(true)
-        .no_delay(true)
-        // Buffers belong to a connection. Input: one relayed read (16 KiB, as `forward` reads)
-        // rather than ureq's 128 KiB. Output: any head crossbar accepted, whole.
-        .input_buffer_size(16 << 10)
-        .output_buffer_size(HEAD_ROOM)
-        .user_agent(concat!("crossbar/", env!("CARGO_PKG_VERSION")))
-        .build()
-}
+use super::GONE_CHECK;
 
 thread_local! {
     static EXCHANGE: RefCell<Option<State>> = const { RefCell::new(None) };
@@ -108,11 +52,11 @@ struct State {
 /// releases the client socket's handle). Its state is the thread's (`EXCHANGE`), as the
 /// transport that reads it runs on this thread.
 #[derive(Debug)]
-pub(super) struct Exchange(());
+pub struct Exchange(());
 
 impl Exchange {
     /// Starts watching `client` (when given) for the request about to run on this thread.
-    pub(super) fn start(client: Option<Arc<TcpStream>>) -> Exchange {
+    pub fn start(client: Option<Arc<TcpStream>>) -> Exchange {
         let state = State {
             client,
             left: false,
@@ -128,7 +72,7 @@ impl Exchange {
     }
 
     /// Whether the wait for upstream ended because the client left.
-    pub(super) fn client_left(&self) -> bool {
+    pub fn client_left(&self) -> bool {
         with_state(|s| s.left).unwrap_or(false)
     }
 
@@ -137,7 +81,7 @@ impl Exchange {
     /// other write failure before anything was written, or the connection ended or was reset
     /// before any byte of an answer), so the host acted on nothing of it
     /// (shared/llama-server.md). Resets the attempt.
-    pub(super) fn retryable(&self) -> bool {
+    pub fn retryable(&self) -> bool {
         with_state(|s| {
             let again = s.reused && s.found_closed && !s.received;
             s.reused = true;
@@ -151,18 +95,18 @@ impl Exchange {
 
     /// Says that the attempt about to run sends a body after its head, so the head may wait for
     /// it (set before each attempt: the first write of the attempt takes it).
-    pub(super) fn body_follows(&self, follows: bool) {
+    pub fn body_follows(&self, follows: bool) {
         with_state(|s| s.hold_head = follows);
     }
 
     /// Whether any byte of the last attempt reached the kernel: a failure before that never
     /// reached the host (a refused or timed-out connect).
-    pub(super) fn sent(&self) -> bool {
+    pub fn sent(&self) -> bool {
         with_state(|s| s.sent).unwrap_or(false)
     }
 
     /// Says whether the answer may leave its connection in the pool (not when streamed).
-    pub(super) fn set_poolable(&self, poolable: bool) {
+    pub fn set_poolable(&self, poolable: bool) {
         with_state(|s| s.poolable = Some(poolable));
     }
 }
@@ -179,7 +123,7 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
 
 /// Wraps the TCP transport in a [`Watched`] one.
 #[derive(Debug)]
-struct Watch;
+pub(super) struct Watch;
 
 impl<In: Transport> Connector<In> for Watch {
     type Out = Watched<In>;
@@ -200,7 +144,7 @@ impl<In: Transport> Connector<In> for Watch {
 /// A transport whose waits for input are cut into steps of at most [`GONE_CHECK`], with a look at
 /// the running exchange's client between them. Everything else is the inner transport's.
 #[derive(Debug)]
-struct Watched<T> {
+pub(super) struct Watched<T> {
     inner: T,
     /// A request head waiting for its body, to leave with it.
     held: Vec<u8>,
@@ -320,12 +264,6 @@ impl<T: Transport> Watched<T> {
         }
     }
 }
-
-mod literal;
-mod pools;
-mod send;
-pub use pools::Pools;
-pub(super) use send::send;
 
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,8 @@ use ureq::unversioned::transport::{Connector, TcpConnector};
 use ureq::Agent;
 
 use super::literal::Literal;
-use super::{settings, Watch};
+use super::settings;
+use super::watch::Watch;
 use crate::config::Config;
 use crate::fasthash::HashMap;
 
@@ -125,7 +126,7 @@ mod tests {
     }
 
     fn call(pools: &Pools, host: &str, addr: &str) {
-        let _exchange = super::super::Exchange::start(None);
+        let _exchange = crate::upstream::Exchange::start(None);
         let response = pools
             .get(host)
             .get(format!("http://{addr}/"))

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use ureq::{http, Body};
 
-use super::{Exchange, HEAD_ROOM};
-use crate::proxy::{Incoming, Plan, ProxyError};
+use super::{Incoming, Plan, ProxyError};
+use crate::upstream::{Exchange, HEAD_ROOM};
 use crate::wire;
 
 /// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
 /// connection. A request that cannot be written is the client's error, found before a byte is
 /// sent: a head over [`HEAD_ROOM`] (431), or one the HTTP library refuses (400).
-pub(in crate::proxy) fn send(
+pub(super) fn send(
     agent: &ureq::Agent,
     exchange: &Exchange,
     incoming: &Incoming,
@@ -48,7 +48,7 @@ pub(in crate::proxy) fn send(
         }
         // The status page's sign-in cookie stays home: cookies are not port-scoped (issue 27).
         let value = if name.eq_ignore_ascii_case("cookie") {
-            match crate::admin::strip_cookie(value) {
+            match crate::sessions::strip_cookie(value) {
                 Some(rest) => rest,
                 None => continue,
             }
