@@ -185,6 +185,25 @@ impl Api {
         }
     }
 
+    /// Whether llama-server keeps a body's `id_slot` on this API, so crossbar can pin the
+    /// request to a slot inside the host (`pin_slots`). Its Messages conversion drops the field;
+    /// stateless and other requests hold no conversation to pin.
+    pub fn keeps_id_slot(self) -> bool {
+        match self {
+            Api::Chat => chat::KEEPS_ID_SLOT,
+            Api::Messages => messages::KEEPS_ID_SLOT,
+            Api::Responses => responses::KEEPS_ID_SLOT,
+            Api::Completion => completion::KEEPS_ID_SLOT,
+            Api::Stateless | Api::Other => false,
+        }
+    }
+
+    /// Whether a body sent to `path` is counted by tokenizing its `prompt` alone (completion-style
+    /// bodies with no count endpoint of their own; a fill-in-the-middle body is more than that).
+    pub fn counts_by_prompt(self, path: &str) -> bool {
+        self == Api::Completion && completion::counts_by_prompt(path)
+    }
+
     /// Whether a request of this API holds a conversation lease. Stateless requests do not: each
     /// goes to the chooser's pick, with a slot.
     pub fn takes_lease(self) -> bool {

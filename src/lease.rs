@@ -332,9 +332,12 @@ impl Table {
             Some(lease) => lease.host.clone(),
             None => String::new(),
         };
-        self.put_reserved(inner, key, host, now, Reason::Ctx, &from, |inner| {
-            inner.see(&key.route, host)
-        })?;
+        let change = write::Change {
+            to: host,
+            reason: Reason::Ctx,
+            from: &from,
+        };
+        self.put_reserved(inner, key, change, now, |inner| inner.see(&key.route, host))?;
         Ok(())
     }
 

@@ -351,12 +351,25 @@ impl<'a> BodyWriter<'a> {
     /// best HTTP/1.0 allows: the cut shows as truncated JSON or a stream without its last event).
     /// A `Length` body cannot be marked; see [`Framing::Length`].
     pub fn abort(mut self) {
+        self.spoil();
+        let _ = self.send_framed();
+    }
+
+    /// [`BodyWriter::abort`], but returns the bytes it would write (whatever is held, and the
+    /// malformed chunk line) for someone else to send, as [`BodyWriter::into_end`] does for a
+    /// clean end. The connection is marked to close after them.
+    pub fn into_broken_end(mut self) -> Vec<u8> {
+        self.spoil();
+        std::mem::take(&mut self.piece)
+    }
+
+    /// Marks the body broken and adds its spoiled end to what is held: for chunked framing a
+    /// chunk line that is not hex, which the client's chunk parser fails on.
+    fn spoil(&mut self) {
         self.mark_broken();
         if self.framing == Framing::Chunked {
-            // Not hex: the client's chunk parser fails and it drops the connection.
             (self.piece).extend_from_slice(b"!crossbar: upstream failed mid-body\r\n\r\n");
         }
-        let _ = self.send_framed();
     }
 }
 

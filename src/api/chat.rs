@@ -21,6 +21,9 @@ pub(super) const COUNT: &str = "/v1/chat/completions/input_tokens";
 pub(super) const COUNT_UNVERSIONED: &str = "/chat/completions/input_tokens";
 pub(super) const COUNT_FALLBACK: (&str, &str) = ("/apply-template", "/tokenize");
 
+/// llama-server keeps a body's `id_slot` here.
+pub(super) const KEEPS_ID_SLOT: bool = true;
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
         return completion::whole_prefix(body);

@@ -76,6 +76,15 @@ const FAMILY_WINDOW: usize = 64 << 10;
 /// Family (kind `prompt-family`): the model and the prompt's text before its first user turn,
 /// when that turn starts within [`FAMILY_WINDOW`] bytes. Token-list prompts and prompts without a
 /// user marker have no family.
+/// llama-server keeps a body's `id_slot` here.
+pub(super) const KEEPS_ID_SLOT: bool = true;
+
+/// A body sent to `path` is counted by tokenizing its `prompt`: every completion path but
+/// `/infill`, whose body is more than its prompt (the text around the gap).
+pub(super) fn counts_by_prompt(path: &str) -> bool {
+    path != "/infill"
+}
+
 pub(super) fn family(body: &Body) -> Option<Conversation> {
     let prompt = first_prompt(body)?.as_str()?.as_bytes();
     let prompt = &prompt[..prompt.len().min(FAMILY_WINDOW)];

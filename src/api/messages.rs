@@ -21,6 +21,10 @@ use crate::fingerprint::body::Body;
 pub(super) const PATHS: &[&str] = &["/v1/messages", COUNT];
 pub(super) const COUNT: &str = "/v1/messages/count_tokens";
 
+/// llama-server's conversion of a Messages body to Chat Completions' drops `id_slot`: such a
+/// request cannot be pinned to a slot.
+pub(super) const KEEPS_ID_SLOT: bool = false;
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let messages = body.messages.as_ref().filter(|m| !m.is_empty())?;
     let system = body.system.as_ref().map_or(Value::Null, normalise_content);

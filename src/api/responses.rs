@@ -23,6 +23,10 @@ pub(super) const PATHS: &[&str] = &["/v1/responses", "/responses", COUNT, COUNT_
 pub(super) const COUNT: &str = "/v1/responses/input_tokens";
 pub(super) const COUNT_UNVERSIONED: &str = "/responses/input_tokens";
 
+/// llama-server keeps a body's `id_slot` here: it converts the body to Chat Completions'
+/// and carries the field over.
+pub(super) const KEEPS_ID_SLOT: bool = true;
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let items: Vec<Value> = match body.input.as_ref()? {
         Input::Text(text) => vec![message("user", &Value::from(text.as_str()))],

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::write::Change;
 use super::{Acquired, Ask, Candidate, Hold, Inner, Key, LeaseError, Placed, Table};
 use crate::logfmt::val;
 use crate::store::Reason;
@@ -57,7 +58,12 @@ impl Table {
                 placed,
             } => {
                 let mut held = None;
-                self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
+                let change = Change {
+                    to: &host,
+                    reason,
+                    from: &from,
+                };
+                self.put_reserved(inner, key, change, now, |inner| {
                     inner.see_all(&key.route, candidates);
                     if let Some(entry) = inner.leases.get_mut(key) {
                         entry.family = ask.family.map(|f| f.id).or(entry.family);
@@ -158,15 +164,11 @@ impl Table {
         // 3 and 4. Choose among usable candidates, the route-level lease's host (a new
         //    conversation's only) offered as inherited; nothing is created when there is none.
         let inherit = moving_from.is_none() && !key.fp.is_empty();
-        let (host, placed) = self.choose_locked(
-            inner,
-            key,
-            candidates,
-            moving_from.as_deref(),
+        let offer = Offer {
+            excluded: moving_from.as_deref(),
             inherit,
-            now,
-            ask,
-        )?;
+        };
+        let (host, placed) = self.choose_locked(inner, key, candidates, offer, now, ask)?;
         Ok(match moving_from {
             Some(from) => Step::Write {
                 host,
@@ -228,7 +230,7 @@ impl Table {
             _ => {
                 let ask = Ask::default();
                 Ok(self
-                    .choose_locked(inner, key, candidates, None, false, now, &ask)?
+                    .choose_locked(inner, key, candidates, Offer::default(), now, &ask)?
                     .0)
             }
         }
@@ -258,7 +260,7 @@ impl Table {
     ) -> Result<Acquired, LeaseError> {
         let (host, placed) = match self.pinned_locked(inner, &key.route) {
             Some(pinned) => (pinned?, Placed::Pinned),
-            None => self.choose_locked(inner, key, candidates, None, false, now, ask)?,
+            None => self.choose_locked(inner, key, candidates, Offer::default(), now, ask)?,
         };
         Ok(Acquired {
             host,
@@ -267,24 +269,23 @@ impl Table {
         })
     }
 
-    /// The chooser's pick among healthy, non-draining candidates other than `excluded`, each
-    /// offered with its lease count and held tokens for the model (reservations included), the
-    /// route-level lease's host marked inherited when `inherit`.
-    #[allow(clippy::too_many_arguments)]
+    /// The chooser's pick among healthy, non-draining candidates (as `offer` says), each
+    /// offered with its lease count and held tokens for the model (reservations included).
     fn choose_locked(
         &self,
         inner: &Inner,
         key: &Key,
         candidates: &[String],
-        excluded: Option<&str>,
-        inherit: bool,
+        offer: Offer<'_>,
         now: i64,
         ask: &Ask,
     ) -> Result<(String, Placed), LeaseError> {
-        let parent = inherit.then(|| route_lease_host(inner, key)).flatten();
+        let parent = (offer.inherit)
+            .then(|| route_lease_host(inner, key))
+            .flatten();
         let usable: Vec<Candidate> = candidates
             .iter()
-            .filter(|h| Some(h.as_str()) != excluded)
+            .filter(|h| Some(h.as_str()) != offer.excluded)
             .filter(|h| self.hosts.healthy(h) && !self.hosts.draining(h))
             .map(|h| candidate(inner, &key.model, h, parent))
             .collect();
@@ -300,6 +301,14 @@ impl Table {
             None => Err(LeaseError::NoHost),
         }
     }
+}
+
+/// Which candidates the chooser is offered: all but `excluded` (the host a conversation is
+/// leaving), the route-level lease's host marked inherited when `inherit` (a new conversation's).
+#[derive(Debug, Clone, Copy, Default)]
+struct Offer<'a> {
+    excluded: Option<&'a str>,
+    inherit: bool,
 }
 
 /// `host` as the chooser sees it for a lease of `model`; `parent`: the host of the route-level

@@ -53,21 +53,23 @@ impl Table {
         self.settle(inner, |inner| inner.pending.contains_key(key))
     }
 
-    /// Puts `key`'s lease on `host` (new or moved from `from`, "" if none) with its event: the
-    /// key reserved and counted on `host` while the lock is released for the commit, then in
-    /// memory, where `then` runs in the same turn of the lock once it is committed. The caller
-    /// has settled the key. Over `max_leases`, the oldest idle lease goes.
-    #[allow(clippy::too_many_arguments)]
+    /// Puts `key`'s lease where `change` says, with its event: the key reserved and counted on
+    /// the new host while the lock is released for the commit, then in memory, where `then` runs
+    /// in the same turn of the lock once it is committed. The caller has settled the key. Over
+    /// `max_leases`, the oldest idle lease goes.
     pub(super) fn put_reserved(
         &self,
         mut inner: Guard<'_>,
         key: &Key,
-        host: &str,
+        change: Change<'_>,
         now: i64,
-        reason: Reason,
-        from: &str,
         then: impl FnOnce(&mut Inner),
     ) -> Result<(), StoreError> {
+        let Change {
+            to: host,
+            reason,
+            from,
+        } = change;
         inner.pending.insert(key.clone(), host.to_string());
         inner.count(&key.model, host, 1);
         let ticket = self.persister.submit(vec![
@@ -198,6 +200,14 @@ impl Table {
             drop(self.persister.submit(writes));
         }
     }
+}
+
+/// A lease put on `to`, new (`from` is "") or moved from `from`, for `reason`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Change<'a> {
+    pub(super) to: &'a str,
+    pub(super) reason: Reason,
+    pub(super) from: &'a str,
 }
 
 pub(super) fn delete(key: &Key) -> Write {

@@ -21,7 +21,7 @@ use crate::api::Api;
 use crate::config::Host;
 use crate::upstream::{Answer, Side};
 
-use super::MAX_BODY;
+use super::plan::MAX_BODY;
 
 mod prompt;
 
@@ -50,8 +50,7 @@ pub(super) fn count_call(rest: &str) -> Option<CountCall> {
             path,
             template: api.count_fallback().is_some(),
         }),
-        // A fill-in-the-middle body is more than its `prompt`: not counted that way.
-        None if api == Api::Completion && rest != "/infill" => Some(CountCall::Prompt),
+        None if api.counts_by_prompt(rest) => Some(CountCall::Prompt),
         None => None,
     }
 }

@@ -10,9 +10,10 @@
 use crate::config::Config;
 use crate::lease::Key;
 use crate::state::Gateway;
-use crate::store::RequestRow;
 
-use super::{count, Incoming, ProxyError};
+use super::incoming::Incoming;
+use super::plan::Ctx;
+use super::{count, ProxyError};
 
 /// A move the guard made: the conversation's lease now points at `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,14 +51,13 @@ pub(super) fn exact_fits(tokens: u64, ctx: u64) -> bool {
 /// order) where it fits, preferring one with the model loaded, or refuses. A pinned route only
 /// ever fits on its pin. Records the exact count in `row` when the leased host gave one.
 pub(super) fn check(
-    gw: &Gateway,
+    ctx: &mut Ctx<'_>,
     config: &Config,
     key: &Key,
     leased: &str,
     prompt: &Prompt<'_>,
-    row: &mut RequestRow,
-    now: i64,
 ) -> Result<Option<Moved>, ProxyError> {
+    let (gw, now) = (ctx.gw, ctx.row.started);
     let estimate = prompt.estimate;
     let limit = match gw.health.ctx_for(leased, &key.model) {
         None => return Ok(None),
@@ -65,7 +65,7 @@ pub(super) fn check(
         Some(limit) => limit,
     };
     let exact = ask(gw, config, key, leased, prompt);
-    row.ctx_exact = exact.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    ctx.row.ctx_exact = exact.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
     if exact.is_some_and(|n| exact_fits(n, limit)) {
         return Ok(None);
     }

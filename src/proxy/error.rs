@@ -171,7 +171,7 @@ impl ProxyError {
             }
             ProxyError::BodyTooLarge => format!(
                 "the request body is over {} MiB, the most crossbar reads",
-                super::MAX_BODY >> 20
+                super::plan::MAX_BODY >> 20
             ),
             ProxyError::Unauthorized => {
                 "this gateway needs a client key: send it as Authorization: Bearer <key> (OpenAI \

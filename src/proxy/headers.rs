@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use ureq::http;
 
-use super::{Plan, CTX_HEADER, HOST_HEADER, LEASE_HEADER, PLACEMENT_HEADER};
+use super::plan::{Plan, CTX_HEADER, HOST_HEADER, LEASE_HEADER, PLACEMENT_HEADER};
 use crate::wire;
 
 /// One header line of an answer, borrowed where it can be.

@@ -2,10 +2,11 @@
 //! model by another name (`upstream = "..."`); its `/v1/models` (and `/models`) answer is read whole
 //! (4 MiB, one bound on its head and one on its body), each entry naming an upstream name is renamed
 //! to the configured one in place — every other byte as the host sent it, no `Value` built — and
-//! the result is sent with its length. Every other answer passes through byte for byte (`forward::relay`).
+//! the result is sent with its length. Every other answer passes through byte for byte
+//! (`forward::relay`).
 
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -17,12 +18,13 @@ use serde_json::value::RawValue;
 
 use crate::config::Host;
 use crate::conn::Request;
-use crate::state::Gateway;
-use crate::store::RequestRow;
 
-use super::forward::Answer;
+use super::end::Outcome;
+use super::exchange::Answer;
 use super::headers::response_headers;
-use super::{record, Incoming, Plan};
+use super::incoming::Incoming;
+use super::plan::{Ctx, Plan};
+use super::ProxyError;
 
 /// A listing answer is small; a host sending more than this gets the client a 502.
 const MAX_LISTING: u64 = 4 << 20;
@@ -31,66 +33,55 @@ const MAX_LISTING: u64 = 4 << 20;
 /// (a listing is answered from memory; unlike a stream it has no reason to be slow).
 const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The bound on a listing to rename, for its head and then for its whole body:
-/// `first_byte_timeout`, at most [`LISTING_TIMEOUT`]. Per-read timeouts alone let a host trickle it
-/// a byte at a time.
-pub(super) fn deadline(first_byte_timeout: Duration) -> Duration {
-    first_byte_timeout.min(LISTING_TIMEOUT)
+/// The bound on the answer to this request when it is a listing to rename — a `GET` of the models
+/// of a host that knows some configured model by another name —, for its head and then for its
+/// whole body: `first_byte_timeout`, at most [`LISTING_TIMEOUT`] (per-read timeouts alone let a
+/// host trickle it a byte at a time); `None` for every other request. Decided once, as the plan
+/// is made.
+pub(super) fn bound(
+    incoming: &Incoming,
+    host: &Host,
+    rest: &str,
+    first_byte_timeout: Duration,
+) -> Option<Duration> {
+    let renames = incoming.method == "GET"
+        && matches!(rest, "/v1/models" | "/models")
+        && !host.upstream.is_empty();
+    renames.then(|| first_byte_timeout.min(LISTING_TIMEOUT))
 }
 
-/// Whether the answer to this request is a listing to rename: a `GET` of the models of a host
-/// that knows some configured model by another name.
-pub(super) fn renames(incoming: &Incoming, plan: &Plan<'_>) -> bool {
-    incoming.method == "GET"
-        && matches!(plan.rest.as_str(), "/v1/models" | "/models")
-        && !plan.host.upstream.is_empty()
-}
-
-/// Reads the listing, renames it and sends it; the row is recorded before the answer goes out.
+/// Reads the listing and renames it; it goes out once its row is in (`end.rs`). A listing the
+/// host cannot give whole within its bounds is the client's 502.
 pub(super) fn relay(
-    gw: &Gateway,
+    ctx: &mut Ctx<'_>,
     request: &mut Request<'_>,
     plan: &Plan<'_>,
     answer: Answer,
-    row: &mut RequestRow,
-    clock: Instant,
-) {
+) -> Outcome {
     let (head, upstream) = answer.response.into_parts();
     let headers = response_headers(&head.headers, plan);
-    row.status = head.status.as_u16();
+    ctx.row.status = head.status.as_u16();
     let mut body = Vec::new();
     let read = (upstream.into_reader())
         .take(MAX_LISTING + 1)
         .read_to_end(&mut body);
     let failed = match read {
-        Err(err) => Some(format!("upstream failed mid-body: model listing: {err}")),
+        Err(err) => Some(format!("model listing broke off: {err}")),
         Ok(n) if n as u64 > MAX_LISTING => Some(format!("model listing over {MAX_LISTING} bytes")),
         Ok(_) => None,
     };
-    if let Some(err) = &failed {
-        row.err = err.clone();
-        row.status = 502;
-    }
-    row.total_ms = clock.elapsed().as_millis() as i64;
-    record(gw, row);
-    if failed.is_some() {
-        let err = super::ProxyError::Upstream {
+    if let Some(detail) = failed {
+        return Outcome::Refused(ProxyError::Upstream {
             host: plan.host.name.clone(),
-            detail: String::new(),
+            detail,
             refused: false,
-        };
-        let body = err.body(super::record::shape_of(request.target()));
-        let json = [("Content-Type".to_string(), "application/json".to_string())];
-        let _ = request.send(502, &json, body.to_string().as_bytes());
-        return;
+        });
     }
     let renamed = rename(&body, plan.host);
     let out = renamed.as_deref().unwrap_or(&body);
-    if let Err(err) = request.send(row.status, &headers, out) {
-        log::debug!(
-            "client gone before the model listing error={}",
-            crate::logfmt::val(&err.to_string())
-        );
+    match request.send_later(ctx.row.status, &headers, out) {
+        Ok(end) => Outcome::Answered { end, coming: None },
+        Err(err) => Outcome::Gone(format!("client gone before the model listing: {err}")),
     }
 }
 

@@ -5,14 +5,12 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::api::Api;
-use crate::lease::Key;
 use crate::logfmt::val;
 use crate::slots::{self, Counted, Taken, Want};
 use crate::state::Gateway;
 use crate::store::RequestRow;
 
-use super::{LeaseUse, Plan};
+use super::plan::{LeaseUse, Plan};
 
 /// A request's place on a pinning host, and where its `id_slot` sits in the body when pinned.
 #[derive(Debug)]
@@ -26,20 +24,22 @@ pub(super) struct Pinned {
 /// cannot be pinned: a host whose slots `/props` has not told (or a router), an API whose
 /// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body naming
 /// its own slot.
-pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
+pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
     let host = plan.host;
     if !host.pin_slots {
         return;
     }
     // Slot ids past the host's own wrap around onto busy slots: only those `/props` reports
     // (none for a router, whose model swaps empty its slots unseen).
-    let parallel = host.models.get(&plan.model).copied().unwrap_or(1);
+    let parallel = host.models.get(plan.model()).copied().unwrap_or(1);
     let own = gw.health.own_slots(&host.name).unwrap_or(0);
     let count = parallel.min(usize::try_from(own).unwrap_or(usize::MAX));
-    let api = matches!(plan.api, Api::Chat | Api::Completion | Api::Responses);
-    let pinnable = api && count > 0 && !key.fp.is_empty() && slots::pinnable(&plan.body);
+    let pinnable = plan.api.keeps_id_slot()
+        && count > 0
+        && !plan.key.fp.is_empty()
+        && slots::pinnable(&plan.body);
     let want = pinnable.then(|| Want {
-        conversation: slots::conversation(&key.fp),
+        conversation: slots::conversation(&plan.key.fp),
         family: plan.family.map(|f| f.id),
         family_bytes: plan.family.map_or(0, |f| f.bytes),
         first_turn: plan.lease == LeaseUse::New,
@@ -48,7 +48,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let now = slots::now_us();
     // (Until `/props` says, the mirror keeps the configured count: a request only counts there.)
     let mirrored = if count > 0 { count } else { parallel };
-    let pair = (host.name.as_str(), plan.model.as_str());
+    let pair = (host.name.as_str(), plan.key.model.as_str());
     let mut taken = (gw.slots).take(pair, mirrored, want.as_ref(), now);
     if let (true, Some(index)) = (taken.saves_first(), taken.index()) {
         let saved = gw.upstream.side().save_slot(host, index);
@@ -83,7 +83,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let unpinned = taken.index().is_none();
     plan.pin = Some(Pinned { taken, at });
     if unpinned {
-        settle(gw, (&host.name, &plan.model));
+        settle(gw, (&host.name, &plan.key.model));
     }
 }
 

@@ -6,17 +6,14 @@
 use crate::api::Api;
 use crate::config::Config;
 use crate::fingerprint::Family;
-use crate::holdings::Arrival;
 use crate::lease::{Ask, Key, Placed};
-use crate::state::Gateway;
-use crate::store::RequestRow;
 
+use super::ctxguard;
+use super::plan::{configured_host, outgoing, Ctx, LeaseUse, Plan};
 use super::ProxyError;
-use super::{arrival, configured_host, ctxguard, outgoing, plan, Incoming, LeaseUse, Plan};
 
 /// What placing needs to know of the request beyond its key and body.
-pub(super) struct What<'r> {
-    pub(super) incoming: &'r Incoming,
+pub(super) struct What {
     pub(super) api: Api,
     pub(super) rest: String,
     pub(super) family: Option<Family>,
@@ -27,16 +24,16 @@ pub(super) struct What<'r> {
 
 /// Places a request that takes a slot and fills in the row's host and context estimate.
 pub(super) fn place<'c>(
-    gw: &Gateway,
+    ctx: &mut Ctx<'_>,
     config: &'c Config,
-    key: &Key,
-    what: What<'_>,
+    key: Key,
+    what: What,
     body: Vec<u8>,
-    row: &mut RequestRow,
 ) -> Result<Plan<'c>, ProxyError> {
+    let gw = ctx.gw;
     let route = &config.routes[&key.route];
     // Lease events carry the request's start, as every placement of the request path does.
-    let now = row.started;
+    let now = ctx.row.started;
     let ask = Ask {
         family: what.family,
         // A quarter of the body's bytes: the same measure as a family's size before a host
@@ -47,35 +44,35 @@ pub(super) fn place<'c>(
     };
     if !what.api.takes_lease() {
         // Stateless (issue 18): no lease at all, the chooser's pick, a slot.
-        let placed = gw.leases.place(key, &route.hosts, now, &ask)?;
-        row.host = placed.host;
-        let host = configured_host(config, &row.host)?;
+        let placed = gw.leases.place(&key, &route.hosts, now, &ask)?;
+        ctx.row.host = placed.host;
+        let host = configured_host(config, &ctx.row.host)?;
         let body = outgoing(host, body, &key.model, what.named);
-        let lease = LeaseUse::Stateless;
-        let mut plan = plan(host, (what.api, what.rest, key), body, lease, placed.placed);
+        let lease = (LeaseUse::Stateless, placed.placed);
+        let mut plan = Plan::new(host, key, (what.api, what.rest), body, lease);
         plan.slot = true;
-        plan.arrival = arrival(gw, &plan, key);
+        plan.arrive(gw);
         return Ok(plan);
     }
-    let (acquired, hold) = gw.leases.acquire_held(key, &route.hosts, now, &ask)?;
-    row.host = acquired.host.clone();
+    let (acquired, hold) = gw.leases.acquire_held(&key, &route.hosts, now, &ask)?;
+    ctx.row.host = acquired.host.clone();
     let mut placed = acquired.placed;
     let prompt = ctxguard::Prompt {
         rest: &what.rest,
         body: &body,
-        estimate: ctxguard::estimate(what.incoming, body.len()),
+        estimate: ctxguard::estimate(&ctx.incoming, body.len()),
     };
-    row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
+    ctx.row.ctx_est = Some(i64::try_from(prompt.estimate).unwrap_or(i64::MAX));
     // Counted where the chooser placed it, until it has its slot (a ctx move below included).
     let chosen = placed
         .chosen()
-        .then(|| Arrival::of(&gw.holdings, &row.host, &key.model));
-    let moved = ctxguard::check(gw, config, key, &acquired.host, &prompt, row, now)?;
+        .then(|| crate::holdings::Arrival::of(&gw.holdings, &ctx.row.host, &key.model));
+    let moved = ctxguard::check(ctx, config, &key, &acquired.host, &prompt)?;
     if let Some(moved) = &moved {
-        row.host = moved.to.clone();
+        ctx.row.host = moved.to.clone();
         placed = Placed::Ctx;
     }
-    let host = configured_host(config, &row.host)?;
+    let host = configured_host(config, &ctx.row.host)?;
     // A move lands on a cold cache: that is a new lease, whatever the old one was.
     let lease = if acquired.reused && moved.is_none() {
         LeaseUse::Reused
@@ -83,12 +80,12 @@ pub(super) fn place<'c>(
         LeaseUse::New
     };
     let body = outgoing(host, body, &key.model, what.named);
-    let mut plan = plan(host, (what.api, what.rest, key), body, lease, placed);
+    let mut plan = Plan::new(host, key, (what.api, what.rest), body, (lease, placed));
     plan.slot = true;
     plan.family = what.family;
     plan.arrival = chosen;
     plan.ctx_moved = moved.map(|m| format!("moved:{}>{}", m.from, m.to));
-    plan._hold = hold;
+    plan.hold = hold;
     Ok(plan)
 }
 
@@ -96,25 +93,31 @@ pub(super) fn place<'c>(
 /// down now, so the lease moves with event `unhealthy` or the chooser picks another). The body
 /// goes out naming the new host's name for the model.
 pub(super) fn again<'c>(
-    gw: &Gateway,
+    ctx: &mut Ctx<'_>,
     config: &'c Config,
-    key: &Key,
-    what: What<'_>,
     mut old: Plan<'c>,
-    row: &mut RequestRow,
 ) -> Result<Plan<'c>, ProxyError> {
     // The slot it was pinned to is on the host that refused: its body goes without it.
     super::pin::unpin(&mut old);
+    let what = What {
+        api: old.api,
+        rest: std::mem::take(&mut old.rest),
+        family: old.family,
+        named: true,
+    };
     let Plan {
+        key,
         body,
-        _hold,
-        _key,
+        hold,
+        admitted,
         keyed,
+        permit,
         ..
     } = old;
-    // The old hold goes first: the lease it holds is about to move.
-    drop(_hold);
-    let mut plan = place(gw, config, key, what, body, row)?;
-    (plan._key, plan.keyed) = (_key, keyed);
+    // The old hold goes first: the lease it holds is about to move; and the slot on the host
+    // that refused is of no use now.
+    drop((hold, permit));
+    let mut plan = place(ctx, config, key, what, body)?;
+    (plan.admitted, plan.keyed) = (admitted, keyed);
     Ok(plan)
 }

@@ -1,8 +1,6 @@
-//! The end of every request: its accounting row (store and metrics), its one log line, and the
-//! answer when crossbar refuses it.
-
-use std::io::ErrorKind;
-use std::time::Instant;
+//! The row and the line of a request's end (`end.rs` decides when): the accounting row (store and
+//! metrics, the key's spending), the one log line, the cold-cache warning, and the answer when
+//! crossbar refuses a request.
 
 use std::sync::Arc;
 
@@ -16,7 +14,8 @@ use crate::state::Gateway;
 use crate::store::{Coming, RequestRow, StoreError};
 use crate::tee::Tee;
 
-use super::{ProxyError, HOST_HEADER};
+use super::plan::{Ctx, HOST_HEADER};
+use super::ProxyError;
 
 /// Writes the accounting row and waits for its commit (shared with concurrent requests), so it
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
@@ -142,50 +141,26 @@ fn or_dash(s: &str) -> &str {
     }
 }
 
-/// Fills the row from what the tee read of the answer, and its total time.
-pub(super) fn finish_row(gw: &Gateway, row: &mut RequestRow, clock: Instant, tee: &Tee) {
-    if let Some((tokens, us)) = tee.prefill() {
-        gw.metrics.observe_prefill(&row.host, tokens, us);
-        gw.holdings.prefilled(&row.host, tokens, us);
+impl Ctx<'_> {
+    /// Fills the row from what the tee read of the answer: its token counts, an upstream error
+    /// event, and the prefill the host reported (for its speed, learned at the end).
+    pub(super) fn read(&mut self, tee: &Tee) {
+        self.prefill = tee.prefill();
+        let usage = tee.usage();
+        let row = &mut self.row;
+        row.prompt_tokens = usage.prompt_tokens;
+        row.cached_tokens = usage.cached_tokens;
+        row.completion_tokens = usage.completion_tokens;
+        if let Some(err) = tee.upstream_error() {
+            row.err = format!("upstream error event: {err}");
+        }
     }
-    let usage = tee.usage();
-    row.prompt_tokens = usage.prompt_tokens;
-    row.cached_tokens = usage.cached_tokens;
-    row.completion_tokens = usage.completion_tokens;
-    row.total_ms = clock.elapsed().as_millis() as i64;
-    if let Some(err) = tee.upstream_error() {
-        row.err = format!("upstream error event: {err}");
-    }
-}
-
-/// The client stopped taking the answer: it left, or read nothing for `client_write_timeout`.
-/// Returning drops the upstream reader, which closes the upstream connection so llama-server
-/// cancels the generation; the slot's permit is dropped with it.
-pub(super) fn client_gone(
-    gw: &Gateway,
-    row: &mut RequestRow,
-    clock: Instant,
-    err: &std::io::Error,
-) {
-    row.total_ms = clock.elapsed().as_millis() as i64;
-    row.status = 499;
-    row.err = if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
-        "client stalled".to_string()
-    } else {
-        format!("client gone: {err}")
-    };
-    record(gw, row);
 }
 
 /// Answers with crossbar's own error, in the envelope of the API the request's path names
 /// (issue 27), recording the row before the client can see the answer.
-pub(super) fn refuse(
-    gw: &Gateway,
-    request: &mut Request<'_>,
-    mut err: ProxyError,
-    mut row: RequestRow,
-    clock: Instant,
-) {
+pub(super) fn refuse(ctx: &mut Ctx<'_>, request: &mut Request<'_>, mut err: ProxyError) {
+    let (gw, row) = (ctx.gw, &mut ctx.row);
     if let ProxyError::NoHealthyHost(hosts) = &mut err {
         *hosts = why_not(gw, &row.route);
     }
@@ -207,7 +182,7 @@ pub(super) fn refuse(
         row.err = err.to_string();
     }
     row.status = err.status();
-    row.total_ms = clock.elapsed().as_millis() as i64;
+    row.total_ms = ctx.clock.elapsed().as_millis() as i64;
     let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
     if let Some(secs) = err.retry_after(gw.config().health_interval.as_secs()) {
         headers.push(("Retry-After".to_string(), secs.to_string()));
@@ -223,7 +198,7 @@ pub(super) fn refuse(
     }
     if row.status == 499 {
         // Nobody to answer.
-        record(gw, &row);
+        record(gw, row);
         request.abandon();
     } else {
         // Sent once the row is in, by whoever commits it: a flood of refusals (a stranger's
@@ -231,14 +206,14 @@ pub(super) fn refuse(
         // refusal's commit (issue 26).
         let body = err.body(shape_of(request.target())).to_string();
         match request.send_later(row.status, &headers, body.as_bytes()) {
-            Ok(tail) => record_then_send(gw, &row, None, tail),
+            Ok(tail) => record_then_send(gw, row, None, tail),
             Err(err) => {
-                record(gw, &row);
+                record(gw, row);
                 log::debug!("error answer not sent error={}", val(&err.to_string()));
             }
         }
     }
-    log_request(&row, "-");
+    log_request(row, "-");
 }
 
 /// Why each candidate of `route` could not take a request (issue 24: a refusal says why): its

@@ -1,27 +1,40 @@
 //! One attempt at the upstream request: the forwarded headers (hop-by-hop, crossbar's own and the
 //! client's keys and cookie left home), the host's key, the head's size checked against what the
-//! upstream client can write, and a listing's bounds.
+//! upstream client can write, and a listing's bounds; and the check, made before a host is chosen,
+//! that every header the client sent can be forwarded at all.
 
 use std::time::Duration;
 
 use ureq::{http, Body};
 
-use super::{Incoming, Plan, ProxyError};
+use super::incoming::Incoming;
+use super::plan::Plan;
+use super::ProxyError;
 use crate::upstream::{Exchange, HEAD_ROOM};
 use crate::wire;
 
-/// One attempt: the request with its body; `fresh` for the retry, which takes no pooled
-/// connection. A request that cannot be written is the client's error, found before a byte is
-/// sent: a head over [`HEAD_ROOM`] (431), or one the HTTP library refuses (400).
+/// Which connection an attempt may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Attempt {
+    /// Any, a pooled one first.
+    Pooled,
+    /// The retry after a pooled connection turned out closed: none the pool gives (after a host
+    /// restart every pooled one is dead, not only the first one tried).
+    Fresh,
+}
+
+/// One attempt: the request of `plan` with its body. A request that cannot be written is the
+/// client's error, found before a byte is sent: a head over [`HEAD_ROOM`] (431), or one the HTTP
+/// library refuses (400). A model listing to rename is bounded as a whole (`plan.listing`).
 pub(super) fn send(
     agent: &ureq::Agent,
     exchange: &Exchange,
     incoming: &Incoming,
     plan: &Plan<'_>,
-    bodyless: bool,
-    whole: Option<Duration>,
-    fresh: bool,
+    attempt: Attempt,
 ) -> Result<Result<http::Response<Body>, ureq::Error>, ProxyError> {
+    let bodyless = plan.body.is_empty() && incoming.bodyless();
+    let (whole, fresh) = (plan.listing, attempt == Attempt::Fresh);
     let url = [plan.host.url.as_str(), &plan.rest, &incoming.query].concat();
     // "METHOD url HTTP/1.1\r\n", each "name: value\r\n", the blank line; ureq's own headers
     // are within `ADDED`.
@@ -105,4 +118,34 @@ fn configured<S: ureq::AsSendBody>(
         config = config.max_idle_age(Duration::ZERO);
     }
     config.build()
+}
+
+/// Every header of the request can be forwarded as is. Checked before a host is chosen (issue 24):
+/// an HTTP library refuses such a header only once it is asked to send, and that refusal must not
+/// look like the host's failure (issue 10), nor cost a lease or a slot.
+pub(super) fn check_headers(incoming: &Incoming) -> Result<(), ProxyError> {
+    for (name, value) in incoming.headers.iter() {
+        forwardable(name, value)?;
+    }
+    Ok(())
+}
+
+/// A header that can be sent as is: a token for a name, visible ASCII, space and tab for a value
+/// (RFC 9110 §5.5 without obs-text). Anything else is the client's 400.
+fn forwardable(name: &str, value: &str) -> Result<(), ProxyError> {
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if name.is_empty() || !name.as_bytes().iter().all(tchar) {
+        return Err(ProxyError::BadRequest(format!(
+            "header name {name:?} is not a token"
+        )));
+    }
+    if !value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        return Err(ProxyError::BadRequest(format!(
+            "header {name} holds a byte that cannot be forwarded"
+        )));
+    }
+    Ok(())
 }

@@ -119,8 +119,9 @@ impl View {
             .collect();
         let family = ask.family.map(|f| f.id);
         let live = live(offered.iter().map(|(_, c)| *c), &slots, family);
+        let asked = Asked { model, ask, now };
         let mut infos: Vec<choose::Info> = (offered.iter().zip(live))
-            .map(|((host, c), live)| self.info(&config, host, c, live, model, ask, now))
+            .map(|((host, c), live)| self.info(&config, (host, c), live, &asked))
             .collect();
         let pooled = (self.holdings).pooled_tps(offered.iter().map(|(h, _)| h.name.as_str()));
         settle_measures(&mut infos, pooled);
@@ -128,17 +129,14 @@ impl View {
     }
 
     /// One candidate; an unmeasured speed or hold is left at 0 for [`View::infos`] to fill.
-    #[allow(clippy::too_many_arguments)]
     fn info(
         &self,
         config: &Config,
-        host: &crate::config::Host,
-        c: &lease::Candidate,
+        (host, c): (&crate::config::Host, &lease::Candidate),
         live: Live,
-        model: &str,
-        ask: &lease::Ask,
-        now: i64,
+        asked: &Asked<'_>,
     ) -> choose::Info {
+        let Asked { model, ask, now } = *asked;
         let name = &host.name;
         // Read together: an arrival leaves the holdings in the limiter's turn that counts it in
         // line or in a slot, so each request is counted once (lock order: limiter, holdings).
@@ -184,6 +182,14 @@ impl View {
             failing: facts.failing,
         }
     }
+}
+
+/// What the request being placed asks: its model, its prompt and family, and when.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    model: &'a str,
+    ask: &'a lease::Ask,
+    now: i64,
 }
 
 /// One candidate's share of the conversations that are live across the candidates.

@@ -232,6 +232,24 @@ fn issue12_an_abort_sends_what_was_held_then_the_break() {
     assert!(broken.load(Ordering::Relaxed));
 }
 
+/// Issue 45: a break mid-body goes out as a tail too (once the row is in, by whoever commits it):
+/// the bytes are what `abort` would write — what was held, then the spoiled chunk line — and the
+/// connection is marked to close after them.
+#[test]
+fn a_broken_end_is_the_bytes_an_abort_would_write() {
+    let (out, broken) = (Writes::default(), AtomicBool::new(false));
+    let mut w = held(&out, &broken);
+    w.hold(b"ab").unwrap();
+    let end = String::from_utf8(w.into_broken_end()).unwrap();
+    assert!(end.contains("2\r\nab\r\n"), "{end}");
+    assert!(end.ends_with("!crossbar: upstream failed mid-body\r\n\r\n"));
+    assert!(!end.contains("0\r\n\r\n"), "{end}");
+    assert!(
+        broken.load(Ordering::Relaxed),
+        "the connection closes after it"
+    );
+}
+
 #[test]
 fn header_text_is_borrowed_when_utf8_and_marks_odd_bytes_otherwise() {
     for valid in ["text/event-stream", "", "naïve 🦙"] {

@@ -1,0 +1,135 @@
+//! Where every request ends, whatever happened to it. [`end`] takes the request's [`Outcome`] and,
+//! in one fixed order:
+//!
+//! 1. tells its pinned slot (finished with what the host counted, or abandoned: in doubt), before
+//!    the row, so a client that sees the row never finds its slot still pinnable;
+//! 2. teaches placement what the answer showed: the host's prefill speed, whether it is failing,
+//!    the family now warm there, what the conversation holds;
+//! 3. gives back the limiter slot and the key's turn, before the client can send its next turn;
+//! 4. fills in how it ended (status, error, total time) and records the row, sending what waited
+//!    for it (an answer's end, a refusal) once it is committed;
+//! 5. writes the request's one log line.
+//!
+//! `forward.rs` and `listing.rs` move bytes and return an outcome; nothing else records a row,
+//! frees a slot or learns from an answer.
+
+use std::sync::Arc;
+
+use crate::conn::{Request, Tail};
+use crate::lease::Placed;
+use crate::store::Coming;
+
+use super::blame::host_failed;
+use super::pin;
+use super::plan::{Ctx, LeaseUse, Plan};
+use super::record::{log_request, record, record_then_send, refuse, warn_on_cold_cache};
+use super::ProxyError;
+
+/// How a request ended.
+pub(super) enum Outcome {
+    /// The host's answer was relayed whole; its `end` goes out once the row is in. `coming` is
+    /// the row's announcement when the whole answer arrived with its length.
+    Answered {
+        end: Arc<Tail>,
+        coming: Option<Coming>,
+    },
+    /// The host's answer broke off mid-body: the host's failure. What the client has so far ends
+    /// visibly broken (`end`) once the row is in.
+    Broke {
+        detail: String,
+        end: Option<Arc<Tail>>,
+    },
+    /// The client left, or stopped reading: nobody to answer.
+    Gone(String),
+    /// crossbar answers with its own error; nothing of a host's answer went out.
+    Refused(ProxyError),
+}
+
+/// Ends the request: see the module's order. `plan` is `None` for a request refused before it
+/// had one (or whose second placement failed).
+pub(super) fn end(
+    ctx: &mut Ctx<'_>,
+    request: &mut Request<'_>,
+    mut plan: Option<Plan<'_>>,
+    outcome: Outcome,
+) {
+    let gw = ctx.gw;
+    if let Some(plan) = &plan {
+        match &outcome {
+            Outcome::Answered { .. } => pin::finish(plan, &ctx.row),
+            _ => pin::abandon(plan),
+        }
+    }
+    if let Some((tokens, us)) = ctx.prefill {
+        gw.metrics.observe_prefill(&ctx.row.host, tokens, us);
+        gw.holdings.prefilled(&ctx.row.host, tokens, us);
+    }
+    if let Some(plan) = &mut plan {
+        match &outcome {
+            Outcome::Answered { .. } => learn(ctx, plan),
+            Outcome::Broke { detail, .. } => {
+                let pair = (plan.host.name.as_str(), plan.model());
+                host_failed(gw, pair, &plan.rest, false, detail);
+            }
+            Outcome::Gone(_) | Outcome::Refused(_) => {}
+        }
+        drop(plan.permit.take());
+        if let Some(key) = &plan.admitted {
+            key.release();
+        }
+    }
+    let row = &mut ctx.row;
+    match outcome {
+        Outcome::Answered { end, coming } => {
+            row.total_ms = ctx.clock.elapsed().as_millis() as i64;
+            record_then_send(gw, row, coming, end);
+        }
+        Outcome::Broke { detail, end } => {
+            row.total_ms = ctx.clock.elapsed().as_millis() as i64;
+            row.err = format!("upstream failed mid-body: {detail}");
+            match end {
+                Some(end) => record_then_send(gw, row, None, end),
+                None => record(gw, row),
+            }
+        }
+        Outcome::Gone(why) => {
+            row.total_ms = ctx.clock.elapsed().as_millis() as i64;
+            row.status = 499;
+            row.err = why;
+            record(gw, row);
+            request.abandon();
+        }
+        // A refusal has its own log line, with no lease in play.
+        Outcome::Refused(err) => return refuse(ctx, request, err),
+    }
+    let Some(plan) = &plan else { return };
+    log_request(&ctx.row, plan.lease.as_str());
+    if plan.slot && plan.lease != LeaseUse::Stateless {
+        warn_on_cold_cache(gw, &plan.key, &ctx.row, plan.lease == LeaseUse::Reused);
+    }
+}
+
+/// What a request the host answered whole teaches placement, before the answer's end goes out (a
+/// client's next turn finds it learned): the host is not failing; after a 2xx, its family is warm
+/// there, a warm first turn sizes the family, and the conversation holds its prompt plus
+/// completion there.
+fn learn(ctx: &Ctx<'_>, plan: &Plan<'_>) {
+    if !plan.slot {
+        return;
+    }
+    let row = &ctx.row;
+    let ok = (200..300).contains(&row.status) && row.err.is_empty();
+    let served = crate::holdings::Served {
+        ok,
+        family: plan.family,
+        warm_first_turn: plan.placed == Placed::Family,
+        cached: row.cached_tokens.and_then(|c| u64::try_from(c).ok()),
+    };
+    ctx.gw
+        .holdings
+        .served(&plan.host.name, plan.model(), served);
+    if let (true, Some(hold)) = (ok, &plan.hold) {
+        let held = row.prompt_tokens.unwrap_or(0) + row.completion_tokens.unwrap_or(0);
+        hold.set_held(u64::try_from(held).unwrap_or(0), plan.family.map(|f| f.id));
+    }
+}
