@@ -7,6 +7,7 @@
 //! generic: they ask the request's `Api` and never name an endpoint themselves. Adding an API is
 //! adding a file and a variant. Pure: no I/O, no clock, no locks.
 
+pub(crate) mod body;
 mod canon;
 mod chat;
 mod completion;
@@ -18,7 +19,7 @@ mod usage;
 
 use serde_json::Value;
 
-use crate::fingerprint::body::Body;
+use body::Body;
 
 #[cfg(test)]
 pub(crate) use completion::json_prefix;

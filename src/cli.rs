@@ -10,8 +10,6 @@ mod help;
 mod ops;
 mod pinned;
 
-pub(crate) use ops::table;
-
 use std::ffi::OsString;
 use std::io::{ErrorKind, Write};
 use std::path::PathBuf;

@@ -27,14 +27,12 @@
 //! conversation it has never seen; it never keys a lease.
 //!
 //! Pure: no I/O, no clock, no locks. The body is parsed once; turns after the first user one and
-//! unknown fields are skipped without being built (see `body.rs`).
-
-pub(crate) mod body;
+//! unknown fields are skipped without being built (`api/body.rs`).
 
 use sha2::{Digest, Sha256};
 
+use crate::api::body::Body;
 use crate::api::Api;
-use body::Body;
 
 #[cfg(test)]
 use crate::api::json_prefix;

@@ -29,6 +29,7 @@ pub mod sim;
 pub mod slots;
 pub mod state;
 pub mod store;
+pub mod table;
 pub mod tee;
 #[cfg(test)]
 mod testlog;

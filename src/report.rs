@@ -163,7 +163,7 @@ fn render(lines: &[Line], since: Duration) -> String {
             ms(l.ttfb_p95_ms),
         ]);
     }
-    out.push_str(&crate::cli::table(&rows));
+    out.push_str(&crate::table::table(&rows));
     let turns: u64 = lines.iter().map(|l| l.family_first_turns).sum();
     if turns > 0 {
         let saved = (lines.iter()).fold(0i64, |t, l| t.saturating_add(l.family_saved_tokens));

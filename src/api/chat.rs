@@ -6,10 +6,10 @@
 //! leases are keyed by it). Family: the leading system/developer messages and `tools`. Streams end with `data: [DONE]` (the tee knows that one). Usage:
 //! `prompt_tokens` (cached included), `prompt_tokens_details.cached_tokens`, `completion_tokens`.
 
+use super::body::Body;
 use super::{
     canon, completion, is_preamble_role, model, preamble, Conversation, Counts, UsageFields,
 };
-use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &[
     "/v1/chat/completions",

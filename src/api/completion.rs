@@ -21,8 +21,8 @@
 
 use serde_json::Value;
 
+use super::body::Body;
 use super::Conversation;
-use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &["/completion", "/completions", "/v1/completions", "/infill"];
 

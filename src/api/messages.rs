@@ -15,8 +15,8 @@
 
 use serde_json::Value;
 
+use super::body::Body;
 use super::{canon, model, normalise_content, preamble, Conversation, Counts, Ending, UsageFields};
-use crate::fingerprint::body::Body;
 
 pub(super) const PATHS: &[&str] = &["/v1/messages", COUNT];
 pub(super) const COUNT: &str = "/v1/messages/count_tokens";

@@ -14,10 +14,10 @@
 
 use serde_json::Value;
 
+use super::body::{Body, Input};
 use super::{
     is_preamble_role, model, normalise_content, preamble, Conversation, Counts, Ending, UsageFields,
 };
-use crate::fingerprint::body::{Body, Input};
 
 pub(super) const PATHS: &[&str] = &["/v1/responses", "/responses", COUNT, COUNT_UNVERSIONED];
 pub(super) const COUNT: &str = "/v1/responses/input_tokens";

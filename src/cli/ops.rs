@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{emit, Args, CliError};
+use crate::table::{header, kilo, table, text};
 
 /// Where the admin API is and how to authenticate, from flags first, then the config.
 struct Admin {
@@ -143,15 +144,6 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], addr.port()))
     } else {
         addr
-    }
-}
-
-/// A token count as people read it: `950`, `12.3k`, `1.2M`.
-pub(super) fn kilo(n: u64) -> String {
-    match n {
-        0..=999 => n.to_string(),
-        1_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
-        _ => format!("{:.1}M", n as f64 / 1e6),
     }
 }
 
@@ -350,43 +342,4 @@ pub fn drain(args: &Args) -> Result<(), CliError> {
 /// One operator change: a POST to the admin API.
 fn post(args: &Args, path: &str, body: Value) -> Result<Value, CliError> {
     Admin::from(args)?.call("POST", path, Some(body))
-}
-
-pub(super) fn header(names: &[&str]) -> Vec<String> {
-    names.iter().map(|s| s.to_string()).collect()
-}
-
-/// A JSON scalar as a table cell; null is `-`.
-pub(super) fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_string(),
-        Value::String(s) if s.is_empty() => "-".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Left-aligned columns separated by two spaces.
-pub(crate) fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| format!("{cell:<width$}", width = widths[i]))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }

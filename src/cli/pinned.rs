@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::ops::{header, kilo, table, text};
+use crate::table::{header, kilo, table, text};
 
 /// The table, or `None` when no host pins.
 pub fn slots_table(status: &Value) -> Option<String> {

@@ -293,7 +293,7 @@ fn golden_fingerprints_never_change() {
 /// are still read.
 #[test]
 fn a_body_of_too_many_values_is_no_conversation_but_keeps_its_model() {
-    let many = vec!["0"; body::MAX_VALUES + 1].join(",");
+    let many = vec!["0"; crate::api::body::MAX_VALUES + 1].join(",");
     for field in ["messages", "prompt", "system"] {
         let text = format!(r#"{{"model":"m","stream":true,"{field}":[{many}]}}"#);
         let p = peek(text.as_bytes(), None);

@@ -66,7 +66,7 @@ pub fn render(lines: &[KeyLine], window: &str) -> String {
             l.completion_tokens.to_string(),
         ]);
     }
-    out.push_str(&crate::cli::table(&rows));
+    out.push_str(&crate::table::table(&rows));
     out
 }
 

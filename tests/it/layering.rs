@@ -148,6 +148,18 @@ fn no_import_circle_passes_through_the_shared_state_issue_45() {
     );
 }
 
+/// No module reaches itself through the modules it imports: the whole graph is layered, so each
+/// module can be read knowing only what is below it (issue 45 ended the last circles: api and
+/// fingerprint, cli and report).
+#[test]
+fn the_module_graph_has_no_circle_issue_45() {
+    let graph = graph();
+    let circular: Vec<&String> = (graph.keys())
+        .filter(|module| reach(&graph, module).contains(*module))
+        .collect();
+    assert!(circular.is_empty(), "modules on a circle: {circular:?}");
+}
+
 #[test]
 fn the_reader_sees_what_the_source_says() {
     let names = crate_paths(

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use crate::api::Api;
+use super::Api;
 
 /// Completion-style prompt fields, in order of precedence (`Body::prompts` follows this order).
 pub(crate) const PROMPT_FIELDS: [&str; 4] = ["prompt", "input_prefix", "content", "input"];
