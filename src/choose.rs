@@ -56,9 +56,10 @@ pub struct Info {
     pub room: bool,
     /// The host's config lists the model.
     pub serves: bool,
-    /// Slots of this host for this model (at least 1 when it serves it).
-    pub slots: usize,
-    /// Free slots for this model, new conversations on their way there counted as taken.
+    /// Limiter seats of this host for this model: the requests it runs at once, one per
+    /// llama-server slot (at least 1 when it serves the model).
+    pub seats: usize,
+    /// Free seats for this model, new conversations on their way there counted as taken.
     pub free: usize,
     /// Requests that would wait before this one (beyond the slots).
     pub queued: usize,
@@ -146,7 +147,7 @@ impl Info {
         if self.free > 0 {
             0.0
         } else {
-            (self.queued + 1) as f64 / self.slots.max(1) as f64 * self.hold_ms
+            (self.queued + 1) as f64 / self.seats.max(1) as f64 * self.hold_ms
         }
     }
 
@@ -204,11 +205,11 @@ fn tie_break(a: &Info, b: &Info) -> Ordering {
     // x / host.weight against the other's, without division: `n` times the other's weight.
     let per_weight = |n: usize, other: &Info| n as u64 * u64::from(other.weight);
     // The same per slot.
-    let per_slot = |n: usize, other: &Info| n as u64 * other.slots.max(1) as u64;
+    let per_seat = |n: usize, other: &Info| n as u64 * other.seats.max(1) as u64;
     a.inherited
         .cmp(&b.inherited)
         .then(per_weight(b.siblings, a).cmp(&per_weight(a.siblings, b)))
-        .then(per_slot(b.live, a).cmp(&per_slot(a.live, b)))
+        .then(per_seat(b.live, a).cmp(&per_seat(a.live, b)))
         .then(b.held_share().total_cmp(&a.held_share()))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))

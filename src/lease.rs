@@ -102,7 +102,7 @@ pub struct Candidate {
     pub leased: u64,
     /// What each of those conversations holds, most recently used first, at most
     /// [`HELD_NEWEST`]: the first `slots` of them are what the host's slots hold (`recent`).
-    pub held_newest: Vec<Held>,
+    pub held_newest: Vec<Resident>,
     /// Every model the host holds a lease of (a router evicting one of them loses its caches).
     pub leased_models: Vec<String>,
     /// The route-level lease of the model is on this host (seed 000's rule 3, a preference now).
@@ -111,7 +111,7 @@ pub struct Candidate {
 
 /// One conversation on its host, as a [`Candidate`] lists it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Held {
+pub struct Resident {
     /// Its last prompt plus completion (0 until answered).
     pub tokens: u64,
     /// The id of its prompt family, when known.

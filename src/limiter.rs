@@ -1,8 +1,8 @@
-//! Slots per host+model, with a bounded FIFO queue in front of each.
+//! Seats per host+model, with a bounded FIFO queue in front of each.
 //!
-//! A request takes a [`Permit`] for its host+model before it is forwarded; the permit frees its slot
+//! A request takes a [`Permit`] for its host+model before it is forwarded; the permit frees its seat
 //! and wakes the next waiter when dropped, so a `?`, a panic or a client hanging up mid-stream cannot
-//! leak a slot. Waiters are admitted strictly in arrival (ticket) order, each waits at most
+//! leak a seat. Waiters are admitted strictly in arrival (ticket) order, each waits at most
 //! `queue_timeout` (a deadline computed once), and [`Limiter::close`] wakes every waiter for
 //! shutdown. This module does no I/O and knows nothing about health, leases or HTTP.
 
@@ -16,16 +16,16 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 /// How often a waiter checks that its client is still there (seed 001 step 4: within a second).
 pub const GONE_CHECK: Duration = Duration::from_millis(500);
 
-/// Why [`Limiter::acquire`] gave no slot.
+/// Why [`Limiter::acquire`] gave no seat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitError {
     /// `queue_max` requests were already waiting for this host+model.
     QueueFull,
-    /// No slot came free within `queue_timeout`.
+    /// No seat came free within `queue_timeout`.
     Timeout,
     /// The limiter was closed for shutdown.
     Closed,
-    /// The config gives this host+model no slots: a request for it must not get here.
+    /// The config gives this host+model no seats: a request for it must not get here.
     NotConfigured,
     /// The waiter's `gone` check said its client left; it gave up its place in line.
     Gone,
@@ -45,13 +45,13 @@ impl fmt::Display for LimitError {
 
 impl std::error::Error for LimitError {}
 
-/// The slot table. Share it behind an `Arc`; every method takes `&self`.
+/// The seat table. Share it behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
 pub struct Limiter {
     shared: Arc<Shared>,
 }
 
-/// One taken slot. Dropping it frees the slot, folds how long it was held into the slot's mean
+/// One taken seat. Dropping it frees the seat, folds how long it was held into the seat's mean
 /// (placement's expected wait, issue 23) and wakes the next waiter.
 #[derive(Debug)]
 pub struct Permit {
@@ -61,7 +61,7 @@ pub struct Permit {
     since: Instant,
 }
 
-/// What one host+model's slots look like now, for placement (one turn of the lock).
+/// What one host+model's seats look like now, for placement (one turn of the lock).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Load {
     pub parallel: usize,
@@ -71,12 +71,12 @@ pub struct Load {
     pub hold_ms: Option<f64>,
 }
 
-/// Weight of the newest hold in the slot's mean: about the last ten holds count.
+/// Weight of the newest hold in the seat's mean: about the last ten holds count.
 const HOLD_WEIGHT: f64 = 0.2;
 
 /// What one host+model looks like right now, for the admin API and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotStats {
+pub struct SeatStats {
     pub host: String,
     pub model: String,
     pub parallel: usize,
@@ -90,7 +90,7 @@ impl Limiter {
             closed: false,
             queue_max,
             queue_timeout,
-            slots: BTreeMap::new(),
+            seats: BTreeMap::new(),
         };
         Limiter {
             shared: Arc::new(Shared {
@@ -99,26 +99,26 @@ impl Limiter {
         }
     }
 
-    /// Sets the slots of a host+model (from the config, also on reload). Raising it admits waiters
+    /// Sets the seats of a host+model (from the config, also on reload). Raising it admits waiters
     /// at once; lowering it lets the requests in flight finish and admits no one until below.
     pub fn set_capacity(&self, host: &str, model: &str, parallel: usize) {
         let mut inner = self.shared.inner.lock();
-        let slot = inner.slot_or_insert(host, model);
-        slot.parallel = parallel;
-        slot.wake_if_admissible();
+        let seat = inner.seats_or_insert(host, model);
+        seat.parallel = parallel;
+        seat.wake_if_admissible();
     }
 
     /// Forgets every idle host+model that `keep` rejects (a reload removed the host or model), so
-    /// its slot stats and gauges go. A pair with a request in flight or waiting stays until a
+    /// its seat stats and gauges go. A pair with a request in flight or waiting stays until a
     /// later call finds it idle.
     pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
         let mut inner = self.shared.inner.lock();
-        for (host, models) in inner.slots.iter_mut() {
-            models.retain(|model, slot| {
-                keep(host, model) || slot.in_flight > 0 || !slot.waiting.is_empty()
+        for (host, models) in inner.seats.iter_mut() {
+            models.retain(|model, seat| {
+                keep(host, model) || seat.in_flight > 0 || !seat.waiting.is_empty()
             });
         }
-        inner.slots.retain(|_, models| !models.is_empty());
+        inner.seats.retain(|_, models| !models.is_empty());
     }
 
     /// Changes the queue bound and timeout for requests that arrive from now on; requests already
@@ -129,7 +129,7 @@ impl Limiter {
         inner.queue_timeout = queue_timeout;
     }
 
-    /// Takes a slot for `host`+`model`, waiting in line when all are busy. Returns the permit and
+    /// Takes a seat for `host`+`model`, waiting in line when all are busy. Returns the permit and
     /// how long the caller waited for it. A pair [`Limiter::set_capacity`] never named is refused,
     /// so client-chosen model names cannot grow the table.
     pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
@@ -139,7 +139,7 @@ impl Limiter {
     /// [`Limiter::acquire`], but a waiter also asks `gone` at least every [`GONE_CHECK`] and
     /// leaves the line ([`LimitError::Gone`]) when it says yes. `gone` runs with the lock
     /// released (it may peek at a socket). `entered` runs with the lock held, in the turn that
-    /// gives the caller its slot or its place in line: a count kept elsewhere of requests on their
+    /// gives the caller its seat or its place in line: a count kept elsewhere of requests on their
     /// way here ([`crate::holdings::Arrival`]) hands over to this one with no moment in both or
     /// neither, for a reader that holds the lock ([`Limiter::load_with`]). It must take no lock
     /// that may be held while this one is taken.
@@ -156,43 +156,43 @@ impl Limiter {
             return Err(LimitError::Closed);
         }
         let (queue_max, wait_until) = (inner.queue_max, started + inner.queue_timeout);
-        let Some(slot) = inner.slot(host, model) else {
+        let Some(seat) = inner.seats(host, model) else {
             return Err(LimitError::NotConfigured);
         };
-        // A free slot with people in line belongs to the one in front, not to a newcomer.
-        if slot.waiting.is_empty() && slot.in_flight < slot.parallel {
-            slot.in_flight += 1;
+        // A free seat with people in line belongs to the one in front, not to a newcomer.
+        if seat.waiting.is_empty() && seat.in_flight < seat.parallel {
+            seat.in_flight += 1;
             entered();
             drop(inner);
             return Ok((self.permit(host, model), started.elapsed()));
         }
-        if slot.waiting.len() >= queue_max {
+        if seat.waiting.len() >= queue_max {
             return Err(LimitError::QueueFull);
         }
-        let ticket = slot.next_ticket;
-        slot.next_ticket += 1;
-        slot.waiting.push_back(ticket);
+        let ticket = seat.next_ticket;
+        seat.next_ticket += 1;
+        seat.waiting.push_back(ticket);
         entered();
-        let cond = Arc::clone(&slot.cond);
+        let cond = Arc::clone(&seat.cond);
         loop {
             let closed = inner.closed;
-            let slot = inner
-                .slot(host, model)
-                .expect("a slot with waiters is never removed");
+            let seat = inner
+                .seats(host, model)
+                .expect("a seat with waiters is never removed");
             if closed {
-                slot.leave(ticket);
+                seat.leave(ticket);
                 return Err(LimitError::Closed);
             }
-            if slot.waiting.front() == Some(&ticket) && slot.in_flight < slot.parallel {
-                slot.waiting.pop_front();
-                slot.in_flight += 1;
+            if seat.waiting.front() == Some(&ticket) && seat.in_flight < seat.parallel {
+                seat.waiting.pop_front();
+                seat.in_flight += 1;
                 // Capacity may have grown by more than one: let the next in line look too.
-                slot.wake_if_admissible();
+                seat.wake_if_admissible();
                 drop(inner);
                 return Ok((self.permit(host, model), started.elapsed()));
             }
             if Instant::now() >= wait_until {
-                slot.leave(ticket);
+                seat.leave(ticket);
                 return Err(LimitError::Timeout);
             }
             let step = wait_until.min(Instant::now() + GONE_CHECK);
@@ -200,15 +200,15 @@ impl Limiter {
                 && MutexGuard::unlocked(&mut inner, &mut gone)
             {
                 inner
-                    .slot(host, model)
-                    .expect("a slot with waiters is never removed")
+                    .seats(host, model)
+                    .expect("a seat with waiters is never removed")
                     .leave(ticket);
                 return Err(LimitError::Gone);
             }
         }
     }
 
-    /// Slots, requests in flight and queued, and the mean hold of `host`+`model` (all 0 when the
+    /// Seats, requests in flight and queued, and the mean hold of `host`+`model` (all 0 when the
     /// pair is not configured).
     pub fn load(&self, host: &str, model: &str) -> Load {
         self.load_with(host, model, |load| load)
@@ -219,7 +219,7 @@ impl Limiter {
     /// [`Limiter::acquire_unless`]). `f` must take no lock that may be held while this one is.
     pub fn load_with<T>(&self, host: &str, model: &str, f: impl FnOnce(Load) -> T) -> T {
         let inner = self.shared.inner.lock();
-        f(match inner.slots.get(host).and_then(|m| m.get(model)) {
+        f(match inner.seats.get(host).and_then(|m| m.get(model)) {
             Some(s) => Load {
                 parallel: s.parallel,
                 in_flight: s.in_flight,
@@ -235,28 +235,28 @@ impl Limiter {
         })
     }
 
-    /// Requests holding a slot of `host`+`model`.
+    /// Requests holding a seat of `host`+`model`.
     pub fn in_flight(&self, host: &str, model: &str) -> usize {
         self.read(host, model, |s| s.in_flight)
     }
 
-    /// Requests waiting for a slot of `host`+`model`.
+    /// Requests waiting for a seat of `host`+`model`.
     pub fn queued(&self, host: &str, model: &str) -> usize {
         self.read(host, model, |s| s.waiting.len())
     }
 
     /// Every host+model configured so far, sorted by host then model.
-    pub fn snapshot(&self) -> Vec<SlotStats> {
+    pub fn snapshot(&self) -> Vec<SeatStats> {
         let inner = self.shared.inner.lock();
         let mut out = Vec::new();
-        for (host, models) in &inner.slots {
-            for (model, slot) in models {
-                out.push(SlotStats {
+        for (host, models) in &inner.seats {
+            for (model, seat) in models {
+                out.push(SeatStats {
                     host: host.clone(),
                     model: model.clone(),
-                    parallel: slot.parallel,
-                    in_flight: slot.in_flight,
-                    queued: slot.waiting.len(),
+                    parallel: seat.parallel,
+                    in_flight: seat.in_flight,
+                    queued: seat.waiting.len(),
                 });
             }
         }
@@ -264,12 +264,12 @@ impl Limiter {
     }
 
     /// Shutdown: every waiter returns [`LimitError::Closed`], and so does every later acquire.
-    /// Permits already given out stay valid and free their slots as usual.
+    /// Permits already given out stay valid and free their seats as usual.
     pub fn close(&self) {
         let mut inner = self.shared.inner.lock();
         inner.closed = true;
-        for slot in inner.slots.values().flat_map(|m| m.values()) {
-            slot.cond.notify_all();
+        for seat in inner.seats.values().flat_map(|m| m.values()) {
+            seat.cond.notify_all();
         }
     }
 
@@ -282,10 +282,10 @@ impl Limiter {
         }
     }
 
-    fn read(&self, host: &str, model: &str, f: impl Fn(&Slot) -> usize) -> usize {
+    fn read(&self, host: &str, model: &str, f: impl Fn(&Seats) -> usize) -> usize {
         let inner = self.shared.inner.lock();
         inner
-            .slots
+            .seats
             .get(host)
             .and_then(|m| m.get(model))
             .map_or(0, f)
@@ -296,16 +296,16 @@ impl Drop for Permit {
     fn drop(&mut self) {
         let mut inner = self.shared.inner.lock();
         let held = self.since.elapsed().as_secs_f64() * 1000.0;
-        // A permit is only made for an existing slot, and a held slot is never removed.
-        if let Some(slot) = inner.slot(&self.host, &self.model) {
-            slot.in_flight = slot.in_flight.saturating_sub(1);
-            slot.hold_ms = Some(mean_hold(slot.hold_ms, held));
-            slot.wake_if_admissible();
+        // A permit is only made for an existing seat, and a held seat is never removed.
+        if let Some(seat) = inner.seats(&self.host, &self.model) {
+            seat.in_flight = seat.in_flight.saturating_sub(1);
+            seat.hold_ms = Some(mean_hold(seat.hold_ms, held));
+            seat.wake_if_admissible();
         }
     }
 }
 
-/// The slot's mean hold after one more of `held` ms: the first sets it, later ones move it
+/// The seat's mean hold after one more of `held` ms: the first sets it, later ones move it
 /// [`HOLD_WEIGHT`] of the way.
 fn mean_hold(mean: Option<f64>, held: f64) -> f64 {
     mean.map_or(held, |mean| mean + HOLD_WEIGHT * (held - mean))
@@ -317,24 +317,24 @@ struct Shared {
 }
 
 /// Invariants, all under the one mutex:
-/// - a `Slot` is created only by `set_capacity` (the config) and removed only by `retain` when
+/// - a `Seats` is created only by `set_capacity` (the config) and removed only by `retain` when
 ///   no permit holds it and no one waits for it, so a `Permit` or a waiter always finds its own;
 /// - `in_flight` counts exactly the live `Permit`s for that host+model (it may exceed `parallel`
 ///   after a lowering, until they drain);
 /// - `waiting` holds the tickets of the threads blocked in `acquire`, oldest first; only the front
-///   ticket may take a slot, and a waiter that gives up removes its own ticket before returning;
-/// - whenever the front waiter could take a slot, its `cond` has been notified;
-/// - every `Slot::cond` is only ever waited on with this mutex (no other lock is involved).
+///   ticket may take a seat, and a waiter that gives up removes its own ticket before returning;
+/// - whenever the front waiter could take a seat, its `cond` has been notified;
+/// - every `Seats::cond` is only ever waited on with this mutex (no other lock is involved).
 #[derive(Debug)]
 struct Inner {
     closed: bool,
     queue_max: usize,
     queue_timeout: Duration,
-    slots: BTreeMap<String, BTreeMap<String, Slot>>,
+    seats: BTreeMap<String, BTreeMap<String, Seats>>,
 }
 
 #[derive(Debug)]
-struct Slot {
+struct Seats {
     parallel: usize,
     in_flight: usize,
     next_ticket: u64,
@@ -345,26 +345,26 @@ struct Slot {
 }
 
 impl Inner {
-    fn slot(&mut self, host: &str, model: &str) -> Option<&mut Slot> {
-        self.slots.get_mut(host).and_then(|m| m.get_mut(model))
+    fn seats(&mut self, host: &str, model: &str) -> Option<&mut Seats> {
+        self.seats.get_mut(host).and_then(|m| m.get_mut(model))
     }
 
-    fn slot_or_insert(&mut self, host: &str, model: &str) -> &mut Slot {
+    fn seats_or_insert(&mut self, host: &str, model: &str) -> &mut Seats {
         // Looked up before inserting so the common case allocates nothing.
-        if !self.slots.contains_key(host) {
-            self.slots.insert(host.to_string(), BTreeMap::new());
+        if !self.seats.contains_key(host) {
+            self.seats.insert(host.to_string(), BTreeMap::new());
         }
-        let models = self.slots.get_mut(host).expect("inserted above");
+        let models = self.seats.get_mut(host).expect("inserted above");
         if !models.contains_key(model) {
-            models.insert(model.to_string(), Slot::new());
+            models.insert(model.to_string(), Seats::new());
         }
         models.get_mut(model).expect("inserted above")
     }
 }
 
-impl Slot {
-    fn new() -> Slot {
-        Slot {
+impl Seats {
+    fn new() -> Seats {
+        Seats {
             parallel: 0,
             in_flight: 0,
             next_ticket: 0,
@@ -374,7 +374,7 @@ impl Slot {
         }
     }
 
-    /// Wakes the waiters when the one in front could take a slot now. All wake, but only the
+    /// Wakes the waiters when the one in front could take a seat now. All wake, but only the
     /// front ticket proceeds, so the order stays FIFO.
     fn wake_if_admissible(&self) {
         if !self.waiting.is_empty() && self.in_flight < self.parallel {

@@ -166,7 +166,7 @@ pub enum SimEvent {
 
 /// A request as received.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub struct Received {
     pub method: String,
     /// Path and query.
     pub path: String,
@@ -174,7 +174,7 @@ pub struct Seen {
     pub body: Vec<u8>,
 }
 
-impl Seen {
+impl Received {
     /// First header with this name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         crate::wire::header(&self.headers, name)
@@ -319,7 +319,7 @@ impl Sim {
     }
 
     /// The most recent requests received (up to 4096), oldest first.
-    pub fn requests(&self) -> Vec<Seen> {
+    pub fn requests(&self) -> Vec<Received> {
         self.shared.record.lock().seen.iter().cloned().collect()
     }
 

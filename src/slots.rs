@@ -18,7 +18,7 @@
 //! When only siblings' slots are free (three conversations of one family on two slots), a
 //! returning conversation pinned to one would keep it whole and reload nothing. If its own state
 //! is in RAM — crossbar remembers which conversations' states were copied or saved there — the
-//! slot is saved first ([`Taken::saves_first`]): a request of one newline pinned there shares
+//! slot is saved first ([`Claim::saves_first`]): a request of one newline pinned there shares
 //! only the start of text with the sibling's state, so llama-server saves that state and keeps
 //! three tokens, and the conversation then reloads its own (`proxy/pin.rs` sends it).
 //!
@@ -50,17 +50,17 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 mod body;
+mod claim;
 mod pick;
-mod seen;
+mod polled;
 mod settle;
 mod shown;
-mod taken;
 
 pub use body::{insert_id, pinnable, remove_id};
+pub use claim::{Claim, End, Pin};
 pub(crate) use pick::{choose, choose_own, kept_whole};
-pub use seen::{parse_slots, Seen};
+pub use polled::{parse_slots, Polled};
 pub use shown::{Mirror, Shown};
-pub use taken::{End, Pin, Taken};
 
 /// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
 /// the mirror starts over, which costs nothing but a few better placements.
@@ -216,7 +216,7 @@ pub struct Want {
 
 /// What the host counted for a request answered whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Counted {
+pub struct Tokens {
     pub prompt: u64,
     pub completion: u64,
 }
@@ -231,7 +231,7 @@ pub fn conversation(fp: &str) -> u64 {
 impl Slots {
     /// The slot of `host`+`model` (which has `count` slots) for `want` — a request crossbar can
     /// pin — or, when it cannot (`None`) or no slot is surely free, its place among the
-    /// unpinned. Either way the request's end must be told ([`Taken::finish`]); dropped
+    /// unpinned. Either way the request's end must be told ([`Claim::finish`]); dropped
     /// without, it ended early. `now` is [`now_us`].
     pub fn take(
         &self,
@@ -239,7 +239,7 @@ impl Slots {
         count: usize,
         want: Option<&Want>,
         now: i64,
-    ) -> Taken {
+    ) -> Claim {
         let count = count.clamp(1, MAX_SLOTS);
         let mut table = self.shared.lock();
         let key = (host.to_string(), model.to_string());
@@ -275,10 +275,10 @@ impl Slots {
                     slot.foreign = true;
                 }
             }
-            return Taken::Unpinned(end);
+            return Claim::Unpinned(end);
         };
         // A returning conversation whose state is in RAM, sent to a sibling's slot that would
-        // keep it whole: the slot is saved first (`Taken::saves_first`), so that the conversation
+        // keep it whole: the slot is saved first (`Claim::saves_first`), so that the conversation
         // reloads its own state rather than prefilling its history again.
         let before = &pair.slots[at];
         let save_first = kept
@@ -315,7 +315,7 @@ impl Slots {
             foreign: false,
             last_used: tick,
         };
-        Taken::Pinned(Pin::new(end, at, want.bytes, save_first))
+        Claim::Pinned(Pin::new(end, at, want.bytes, save_first))
     }
 
     /// Makes the mirror of every pinning host's models that has none yet, every slot in doubt
@@ -353,7 +353,7 @@ impl Slots {
     /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw what `seen` says: the
     /// idle slots in doubt since before it are free again, and a pinned request taken before it
     /// whose slot is at work has started there (settled).
-    pub fn saw(&self, host: &str, started: i64, seen: &Seen) {
+    pub fn saw(&self, host: &str, started: i64, seen: &Polled) {
         let marks = |ids: &[usize]| {
             let mut marked = [false; MAX_SLOTS];
             ids.iter()

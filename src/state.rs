@@ -115,7 +115,7 @@ impl Gateway {
             holdings: holdings.clone(),
         });
         let metrics = Arc::new(Metrics::default());
-        let persister = Arc::new(Counted {
+        let persister = Arc::new(LeaseStore {
             store: store.clone(),
             metrics: metrics.clone(),
         });
@@ -243,12 +243,12 @@ impl Gateway {
 const RECENT_FAMILIES: usize = 20_000;
 
 /// The store as the lease table's persister, counting lease events for `/metrics` on the way.
-struct Counted {
+struct LeaseStore {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
 }
 
-impl lease::Persister for Counted {
+impl lease::Persister for LeaseStore {
     fn list_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         self.store.list_leases()
     }
@@ -259,7 +259,7 @@ impl lease::Persister for Counted {
     }
 }
 
-impl Counted {
+impl LeaseStore {
     /// Counts lease events as they are queued (a failed commit is counted as a store error).
     fn count(&self, writes: &[Write]) {
         for write in writes {

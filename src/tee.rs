@@ -41,7 +41,7 @@ mod json;
 
 use std::fmt;
 
-use event::Seen;
+use event::Learnt;
 use json::Json;
 
 use crate::api::{Api, Ending};
@@ -188,7 +188,7 @@ struct Sse {
     /// The current event's name has been acted on (its ending noted).
     name_seen: bool,
     done: bool,
-    seen: Seen,
+    seen: Learnt,
 }
 
 impl Sse {
@@ -204,7 +204,7 @@ impl Sse {
             name: Vec::new(),
             name_seen: false,
             done: false,
-            seen: Seen::new(api),
+            seen: Learnt::new(api),
         }
     }
 

@@ -16,7 +16,7 @@ pub(crate) fn host(name: &str) -> Info {
         loaded: false,
         room: true,
         serves: true,
-        slots: 1,
+        seats: 1,
         free: 0,
         queued: 0,
         leases: 0,
@@ -39,7 +39,7 @@ pub(crate) fn host(name: &str) -> Info {
 fn idle(name: &str, slots: usize) -> Info {
     Info {
         loaded: true,
-        slots,
+        seats: slots,
         free: slots,
         ..host(name)
     }
@@ -135,7 +135,7 @@ fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
                 },
                 Info {
                     live: 3,
-                    slots: 4,
+                    seats: 4,
                     free: 1,
                     ..host("four slots")
                 },

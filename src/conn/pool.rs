@@ -134,7 +134,7 @@ impl Conn {
 
 /// The connections the poller holds, by kind, as of its last look.
 #[derive(Debug, Default)]
-pub(super) struct Held {
+pub(super) struct PollerCounts {
     /// Part of a head received.
     pub(super) heads: AtomicUsize,
     /// Waiting for the first byte of a (next) head.
@@ -151,7 +151,7 @@ pub(super) struct Shared {
     pub(super) parked: parking_lot::Mutex<Vec<Parked>>,
     pub(super) wake_poller: Sender<()>,
     /// What the poller holds, as of its last look.
-    pub(super) held: Held,
+    pub(super) held: PollerCounts,
     pub(super) peers: Arc<Peers>,
     /// What the bodies being received may hold, all together (`client_body_buffer_mib`).
     pub(super) budget: Arc<Budget>,

@@ -128,10 +128,10 @@ impl Inner {
         &'a self,
         model: &str,
         host: &str,
-    ) -> impl Iterator<Item = super::Held> + 'a {
+    ) -> impl Iterator<Item = super::Resident> + 'a {
         (self.recent.newest_first(model, host)).map(|k| {
             let entry = self.leases.get(k);
-            super::Held {
+            super::Resident {
                 tokens: entry.map_or(0, |e| e.held),
                 family: entry.and_then(|e| e.family),
                 last_used: entry.map_or(0, |e| e.last_used),

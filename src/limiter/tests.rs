@@ -339,7 +339,7 @@ fn snapshot_is_sorted_and_counts_waiters() {
     let (handle, admitted) = waiter(&lim, 1, release_rx);
     crate::testwait::until("the waiter to queue", || lim.queued("mini", "qwen") == 1);
 
-    let stats = |host: &str, model: &str, parallel, in_flight, queued| SlotStats {
+    let stats = |host: &str, model: &str, parallel, in_flight, queued| SeatStats {
         host: host.into(),
         model: model.into(),
         parallel,

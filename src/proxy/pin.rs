@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use crate::logfmt::val;
-use crate::slots::{self, Counted, Taken, Want};
+use crate::slots::{self, Claim, Tokens, Want};
 use crate::state::Gateway;
 use crate::store::RequestRow;
 
@@ -15,7 +15,7 @@ use super::plan::{LeaseUse, Plan};
 /// A request's place on a pinning host, and where its `id_slot` sits in the body when pinned.
 #[derive(Debug)]
 pub(super) struct Pinned {
-    taken: Taken,
+    taken: Claim,
     at: Option<Range<usize>>,
 }
 
@@ -131,7 +131,7 @@ pub(super) fn finish(plan: &Plan<'_>, row: &RequestRow) {
     if let Some(pinned) = &plan.pin {
         let tokens = |t: Option<i64>| t.and_then(|t| u64::try_from(t).ok());
         let counted = match (tokens(row.prompt_tokens), tokens(row.completion_tokens)) {
-            (Some(prompt), completion) if row.err.is_empty() => Some(Counted {
+            (Some(prompt), completion) if row.err.is_empty() => Some(Tokens {
                 prompt,
                 completion: completion.unwrap_or(0),
             }),
@@ -142,7 +142,7 @@ pub(super) fn finish(plan: &Plan<'_>, row: &RequestRow) {
 }
 
 /// The request ended early: its slot is told now, before its row is written (see
-/// `slots::Taken::abandon`).
+/// `slots::Claim::abandon`).
 pub(super) fn abandon(plan: &Plan<'_>) {
     if let Some(pinned) = &plan.pin {
         pinned.taken.abandon();

@@ -32,7 +32,7 @@ const MIN_KEEP: f64 = 0.25;
 
 /// Where a request landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Taken {
+pub(super) struct Landed {
     pub slot: usize,
     /// Prompt tokens reused from the cache (never the whole prompt: one token is re-evaluated).
     pub cache_n: u64,
@@ -101,7 +101,7 @@ impl Pool {
         prompt: &[u8],
         use_cache: bool,
         pinned: Option<usize>,
-    ) -> Option<Taken> {
+    ) -> Option<Landed> {
         let (id, update_cache) = match pinned {
             Some(at) => self.pinned(at % self.slots.len(), prompt)?,
             None => self.chosen(prompt)?,
@@ -141,7 +141,7 @@ impl Pool {
         } else {
             0
         };
-        Some(Taken { slot: id, cache_n })
+        Some(Landed { slot: id, cache_n })
     }
 
     /// The slot llama-server chooses for `prompt` itself, and whether it saves and reloads.

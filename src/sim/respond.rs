@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use super::http::{self, HttpRequest};
-use super::{cache, generate, Counts, Fault, Seen, Shared, SimEvent};
+use super::{cache, generate, Counts, Fault, Received, Shared, SimEvent};
 
 /// `build_info` reported by `/props` and as `system_fingerprint`.
 pub(super) const BUILD: &str = "b11434-sim";
@@ -20,7 +20,7 @@ pub(super) const BUILD: &str = "b11434-sim";
 /// Answers one request. Returns whether the connection may carry another request.
 pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
     let path = req.path().to_string();
-    sh.record_request(Seen {
+    sh.record_request(Received {
         method: req.method.clone(),
         path: req.target.clone(),
         headers: req.headers.clone(),

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use super::{cache, http, respond, router, Fault, Seen, SimConfig, SimEvent, SimStats, SEEN_KEPT};
+use super::{
+    cache, http, respond, router, Fault, Received, SimConfig, SimEvent, SimStats, SEEN_KEPT,
+};
 
 /// State shared by the handle and the server threads. Locks are never nested.
 #[derive(Debug)]
@@ -83,7 +85,7 @@ impl PoolState {
 #[derive(Debug, Default)]
 pub(super) struct Record {
     pub(super) stats: SimStats,
-    pub(super) seen: VecDeque<Seen>,
+    pub(super) seen: VecDeque<Received>,
 }
 
 /// Invariant: every connection thread is in `threads` until joined; `open` holds a handle to each
@@ -183,7 +185,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn record_request(&self, seen: Seen) {
+    pub(super) fn record_request(&self, seen: Received) {
         let mut r = self.record.lock();
         r.stats.requests += 1;
         if r.seen.len() == SEEN_KEPT {

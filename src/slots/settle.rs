@@ -10,7 +10,7 @@
 //! but first saves and reloads that slot's state under the running generation, corrupting it.
 //!
 //! A pinned request settles when:
-//! - its answer's head comes ([`super::Taken::started`]): llama-server sends a stream's head
+//! - its answer's head comes ([`super::Claim::started`]): llama-server sends a stream's head
 //!   as the slot starts on the prompt, a whole answer's with its end, an error's before any task;
 //! - a `/slots` poll that started after it was taken shows its slot at work ([`Slots::saw`]);
 //! - its end is told, whole or early.

@@ -106,8 +106,8 @@ fn without_a_family_the_least_recently_used_free_slot_goes() {
 }
 
 /// A `/slots` answer showing the slots `ids` idle.
-pub(super) fn idle(ids: &[usize]) -> Seen {
-    Seen {
+pub(super) fn idle(ids: &[usize]) -> Polled {
+    Polled {
         idle: ids.to_vec(),
         busy: Vec::new(),
     }
@@ -145,7 +145,7 @@ fn a_pin_holds_its_slot_until_its_answer_ends_and_each_start_saves_the_free_ones
     let third = slots.take(HOST, 2, Some(&want(3, true)), 20);
     assert_eq!(third.index(), None, "both busy: unpinned");
     third.finish(None);
-    let counted = Counted {
+    let counted = Tokens {
         prompt: P + 700,
         completion: 100,
     };
@@ -216,7 +216,7 @@ fn a_family_is_sized_in_the_tokens_the_host_counted_for_bodies() {
     let taken = slots.take(HOST, 2, Some(&want(1, true)), 20);
     // The host counted 1.5 tokens per 4 bytes of body.
     let bytes = want(1, true).bytes;
-    let counted = Counted {
+    let counted = Tokens {
         prompt: bytes * 3 / 8,
         completion: 0,
     };
@@ -294,7 +294,7 @@ fn the_status_shows_each_slot_as_the_mirror_holds_it() {
     let e = early.index().unwrap();
     drop(early);
     let done = slots.take(HOST, 3, Some(&want(2, true)), 21);
-    done.finish(Some(Counted {
+    done.finish(Some(Tokens {
         prompt: P,
         completion: 10,
     }));

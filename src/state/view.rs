@@ -162,7 +162,7 @@ impl View {
             loaded: self.health.is_loaded(name, model),
             room,
             serves: parallel > 0,
-            slots: parallel,
+            seats: parallel,
             free: parallel.saturating_sub(busy),
             queued: busy.saturating_sub(parallel),
             leases: c.leases,
@@ -338,8 +338,8 @@ mod tests {
 
     /// A candidate holding conversations `(last used, family)`, newest first as the table lists.
     fn holding(host: &str, convs: &[(i64, Option<u32>)]) -> lease::Candidate {
-        let mut held_newest: Vec<lease::Held> = (convs.iter())
-            .map(|&(last_used, family)| lease::Held {
+        let mut held_newest: Vec<lease::Resident> = (convs.iter())
+            .map(|&(last_used, family)| lease::Resident {
                 tokens: 1_000,
                 family,
                 last_used,

@@ -127,7 +127,7 @@ struct NativeSeen {
 
 /// Everything learnt so far; each source is replaced whole by its next occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Seen {
+pub(super) struct Learnt {
     /// Whose field names `usage` objects use.
     pub api: Api,
     /// Each count from the last `usage` object that had it.
@@ -140,9 +140,9 @@ pub(super) struct Seen {
     pub stopped: bool,
 }
 
-impl Seen {
-    pub fn new(api: Api) -> Seen {
-        Seen {
+impl Learnt {
+    pub fn new(api: Api) -> Learnt {
+        Learnt {
             api,
             usage: None,
             timings: None,

@@ -11,7 +11,7 @@ use std::cell::OnceCell;
 
 use serde_json::value::RawValue;
 
-use super::event::Seen;
+use super::event::Learnt;
 use crate::api::Api;
 
 /// Non-streamed JSON body state. Invariant: `body.len() <= max_body`, and empty once
@@ -27,7 +27,7 @@ pub(super) struct Json {
     /// The last [`super::MAX_TAIL`] bytes (smaller in tests), fed once the body overflowed.
     tail: Tail,
     /// The parse of `body` (or of `tail`), made on first demand; reset by every feed.
-    parsed: OnceCell<Seen>,
+    parsed: OnceCell<Learnt>,
 }
 
 impl Json {
@@ -65,12 +65,12 @@ impl Json {
     }
 
     /// What the body says; past [`super::MAX_BODY`], what its ends say of `usage` and `timings`.
-    pub(super) fn seen(&self) -> &Seen {
+    pub(super) fn seen(&self) -> &Learnt {
         self.parsed.get_or_init(|| {
             if self.overflowed {
                 return seen(&self.head, self.tail.window(), self.api);
             }
-            let mut seen = Seen::new(self.api);
+            let mut seen = Learnt::new(self.api);
             seen.absorb(&self.body);
             seen
         })
@@ -115,9 +115,9 @@ impl Tail {
 
 /// What the ends of a body say of tokens: the first whole `"timings"` and `"usage"` objects in
 /// `head`, then the last ones in `tail`, read by the same rules as a whole body
-/// ([`Seen::absorb`]: a later count wins, as a later key would).
-fn seen(head: &[u8], tail: &[u8], api: Api) -> Seen {
-    let mut seen = Seen::new(api);
+/// ([`Learnt::absorb`]: a later count wins, as a later key would).
+fn seen(head: &[u8], tail: &[u8], api: Api) -> Learnt {
+    let mut seen = Learnt::new(api);
     for (window, from_end) in [(head, false), (tail, true)] {
         let parts: Vec<String> = ["timings", "usage"]
             .into_iter()

@@ -377,7 +377,7 @@ fn a_real_size_overlong_line_is_skipped_without_growing() {
 
 #[test]
 fn fields_are_read_one_by_one_whatever_the_spacing() {
-    let mut seen = event::Seen::new(Api::Completion);
+    let mut seen = event::Learnt::new(Api::Completion);
     seen.absorb(
         br#"{ "content":"x", "stop" :  true , "tokens_evaluated" : 12 , "tokens_predicted":"3",
              "timings" : { "prompt_n" : 5 , "prompt_ms" : 12.5 , "cache_n" : 7 } }"#,
@@ -396,7 +396,7 @@ fn fields_are_read_one_by_one_whatever_the_spacing() {
     );
     seen.absorb(br#"{"error": {"message": "boom"}, "message": "not a carrier"}"#);
     assert_eq!(seen.error.as_deref(), Some("boom"));
-    let mut fresh = event::Seen::new(Api::Completion);
+    let mut fresh = event::Learnt::new(Api::Completion);
     fresh.absorb(br#"{"stop": "true"}"#);
     assert!(!fresh.stopped, "a string is not true");
 }

@@ -113,7 +113,7 @@ impl Side {
 
     /// Has `host` save slot `index` to its RAM cache: a one-newline `/completion` pinned there
     /// (`id_slot`), so llama-server saves what the slot held before it takes the newline (see
-    /// `slots::Taken::saves_first` for why that is a save). Its whole answer read means the host
+    /// `slots::Claim::saves_first` for why that is a save). Its whole answer read means the host
     /// has freed the slot (it does so before it takes the next task). At most [`SAVE_TIMEOUT`].
     pub fn save_slot(&self, host: &Host, index: usize) -> Result<(), String> {
         let body =

@@ -102,7 +102,7 @@ fn a_conversation_is_offered_with_its_family_and_its_last_use() {
         .find(|c| c.host == "titan")
         .map(|c| c.held_newest.clone())
         .unwrap();
-    let held = |tokens, family, last_used| Held {
+    let held = |tokens, family, last_used| Resident {
         tokens,
         family,
         last_used,

@@ -1,12 +1,12 @@
 //! A returning conversation sent to a sibling's slot it would keep whole: the slot is saved to
-//! RAM first when the conversation's own state is there (`Taken::saves_first`).
+//! RAM first when the conversation's own state is there (`Claim::saves_first`).
 
 use super::super::*;
 use super::{polled, want, HOST, P};
 
 /// What the host counted for an answer: the family prefix and a short history, so that a sibling
 /// pinned to the slot keeps more than half of it.
-const SHORT: Counted = Counted {
+const SHORT: Tokens = Tokens {
     prompt: P + 700,
     completion: 100,
 };
@@ -61,7 +61,7 @@ fn with_similarity_off_or_a_slot_not_kept_whole_nothing_is_saved_first() {
     // A sibling's slot holding more than twice the prefix: llama-server saves it itself. (One
     // slot, so that the sibling's is the only one free.)
     let slots = polled(1);
-    let long = Counted {
+    let long = Tokens {
         prompt: P + 500,
         completion: 2 * P,
     };

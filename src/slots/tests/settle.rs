@@ -55,7 +55,7 @@ fn a_poll_started_after_the_pin_that_shows_its_slot_at_work_settles_it() {
     let pinned = slots.take(HOST, 2, Some(&want(1, true)), 20);
     let at = pinned.index().expect("pinned");
     let waiting = waiter(&slots, Instant::now() + NEVER);
-    let busy = |ids: &[usize]| Seen {
+    let busy = |ids: &[usize]| Polled {
         idle: Vec::new(),
         busy: ids.to_vec(),
     };

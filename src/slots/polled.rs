@@ -13,7 +13,7 @@ use super::MAX_SLOTS;
 
 /// What a `/slots` answer shows, by slot id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Seen {
+pub struct Polled {
     pub idle: Vec<usize>,
     /// At work (`is_processing`): a task was launched there.
     pub busy: Vec<usize>,
@@ -21,7 +21,7 @@ pub struct Seen {
 
 /// The slots a `/slots` answer shows idle and at work; `None` when it is not a JSON array.
 /// Entries that do not say both fields are skipped.
-pub fn parse_slots(body: &str) -> Option<Seen> {
+pub fn parse_slots(body: &str) -> Option<Polled> {
     let mut de = serde_json::Deserializer::from_str(body);
     de.deserialize_seq(SlotList).ok()
 }
@@ -35,14 +35,14 @@ struct Entry {
 struct SlotList;
 
 impl<'de> Visitor<'de> for SlotList {
-    type Value = Seen;
+    type Value = Polled;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of slots")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
-        let mut seen = Seen::default();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Polled, A::Error> {
+        let mut seen = Polled::default();
         while let Some(raw) = seq.next_element::<&RawValue>()? {
             // An entry of another shape is skipped, not a reason to drop the answer.
             let Ok(entry) = serde_json::from_str::<Entry>(raw.get()) else {

@@ -5,23 +5,23 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use super::{now_us, Counted, Pair, Shared};
+use super::{now_us, Pair, Shared, Tokens};
 
 /// What a request on a pinning host got: a slot, or a place among the unpinned.
 #[derive(Debug)]
-pub enum Taken {
+pub enum Claim {
     Pinned(Pin),
     Unpinned(End),
 }
 
-impl Taken {
+impl Claim {
     /// The request ended with its answer's end: its slot is free, holding what the host
     /// `counted` when the answer said. Only the first call counts; a drop without one is an
     /// early end.
-    pub fn finish(&self, counted: Option<Counted>) {
+    pub fn finish(&self, counted: Option<Tokens>) {
         match self {
-            Taken::Pinned(pin) => pin.finish(counted),
-            Taken::Unpinned(end) => end.close(|pair, _| pair.unpinned -= 1),
+            Claim::Pinned(pin) => pin.finish(counted),
+            Claim::Unpinned(end) => end.close(|pair, _| pair.unpinned -= 1),
         }
     }
 
@@ -29,15 +29,15 @@ impl Taken {
     /// is written, so a client that sees the row finds the slot in doubt. A drop tells the same.
     pub fn abandon(&self) {
         match self {
-            Taken::Pinned(pin) => pin.abandon(),
-            Taken::Unpinned(end) => end.abandon(),
+            Claim::Pinned(pin) => pin.abandon(),
+            Claim::Unpinned(end) => end.abandon(),
         }
     }
 
     /// The host answered (its answer's head came): a pinned request has started there, or was
     /// refused and never will (`settle.rs`).
     pub fn started(&self) {
-        if let Taken::Pinned(pin) = self {
+        if let Claim::Pinned(pin) = self {
             let at = pin.at;
             pin.end.settle(|pair| {
                 if let Some(slot) = pair.slots.get_mut(at) {
@@ -50,8 +50,8 @@ impl Taken {
     /// The slot's id, when pinned.
     pub fn index(&self) -> Option<usize> {
         match self {
-            Taken::Pinned(pin) => Some(pin.at),
-            Taken::Unpinned(_) => None,
+            Claim::Pinned(pin) => Some(pin.at),
+            Claim::Unpinned(_) => None,
         }
     }
 
@@ -59,7 +59,7 @@ impl Taken {
     /// a sibling's state that the request would keep whole (so llama-server would neither save it
     /// nor reload the request's own state), and the request's own state is in RAM.
     pub fn saves_first(&self) -> bool {
-        matches!(self, Taken::Pinned(pin) if pin.save_first)
+        matches!(self, Claim::Pinned(pin) if pin.save_first)
     }
 }
 
@@ -70,7 +70,7 @@ pub struct Pin {
     at: usize,
     /// Its body's bytes.
     bytes: u64,
-    /// See [`Taken::saves_first`].
+    /// See [`Claim::saves_first`].
     save_first: bool,
 }
 
@@ -84,7 +84,7 @@ impl Pin {
         }
     }
 
-    fn finish(&self, counted: Option<Counted>) {
+    fn finish(&self, counted: Option<Tokens>) {
         let (at, bytes) = (self.at, self.bytes);
         self.end.close(|pair, tick| {
             if let Some(c) = counted {
