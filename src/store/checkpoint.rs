@@ -112,7 +112,9 @@ impl Checkpointer {
                 // A commit after this look leaves its word for the idle wait below.
                 let _ = wrote.try_recv();
                 let now = Instant::now();
-                if !state.tick(now) {
+                let done = state.tick(now);
+                state.health.passed();
+                if !done {
                     continue;
                 }
                 crossbeam_channel::select! {

@@ -5,7 +5,7 @@
 //! status page and `/metrics` read [`StoreHealth::status`]. No I/O here beyond the log.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -23,6 +23,9 @@ pub struct StoreHealth {
     /// The disk filled: writes are refused, so the WAL stops growing, until the checkpoint thread
     /// has copied it back and reset it (`checkpoint`, `reserve`).
     reclaiming: AtomicBool,
+    /// Checkpoint passes the checkpoint thread has made: what a test waits on to know the thread
+    /// has looked again, instead of a guessed sleep.
+    passes: AtomicU64,
 }
 
 /// Invariant: `failing` is `Some` from the first failed commit until the next successful one.
@@ -66,7 +69,19 @@ impl StoreHealth {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner::default()),
             reclaiming: AtomicBool::new(false),
+            passes: AtomicU64::new(0),
         }
+    }
+
+    /// One more checkpoint pass (the checkpoint thread, after each).
+    pub(super) fn passed(&self) {
+        self.passes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Checkpoint passes so far.
+    #[cfg(test)]
+    pub(super) fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// Whether commits are failing on a full disk now.

@@ -204,14 +204,9 @@ fn the_wal_is_cut_back_under_its_limit_after_a_flood_of_rows() {
         biggest > limit,
         "the flood must pass the limit to test it: {biggest}"
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::fs::metadata(&wal).map_or(0, |m| m.len()) > limit {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the WAL stayed over its limit"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    crate::testwait::until("the WAL back under its limit", || {
+        std::fs::metadata(&wal).map_or(0, |m| m.len()) <= limit
+    });
     assert_eq!(
         store.recent_requests(5_000).unwrap().len(),
         2_000,

@@ -81,7 +81,11 @@ fn writes_wait_for_the_wal_to_be_reset_and_a_reader_left_open_delays_it() {
     crate::testwait::until("writes are held back", || store.health.reclaiming());
     let refused = store.record_request(&request(3, "projA", 200));
     assert!(refused.is_err(), "{refused:?}");
-    std::thread::sleep(Duration::from_millis(500));
+    // Three passes of the checkpoint thread, each trying the reset while the reader holds on.
+    let passes = store.health.passes();
+    crate::testwait::until("three more checkpoint passes", || {
+        store.health.passes() >= passes + 3
+    });
     assert!(store.health.reclaiming(), "the reader still holds the WAL");
     reader.execute_batch("COMMIT").unwrap();
     crate::testwait::until("the WAL is reset once the reader ends", || {
