@@ -296,6 +296,7 @@ pub fn status(gw: &Gateway) -> Value {
                 "queued": mine.map(|s| s.queued).sum::<usize>(),
                 "leases": per_host.get(&host.name).copied().unwrap_or(0),
                 "prefill_tps": gw.holdings.prefill_tps(&host.name),
+                "learned": learned(gw, host),
                 "models": models,
             })
         })
@@ -325,6 +326,25 @@ pub fn status(gw: &Gateway) -> Value {
             "prefill_saved": { "tokens": tokens, "seconds": seconds },
             "store": { "ok": store.ok, "since": store.since, "cause": store.cause,
                        "write_errors": store.write_errors, "db": config.db } })
+}
+
+/// What crossbar learned of `host` that it does not report, with the evidence (issue 47).
+fn learned(gw: &Gateway, host: &crate::config::Host) -> Value {
+    let now = unix_ms(SystemTime::now());
+    let Some(l) = gw.learned.get(&host.name) else {
+        return Value::Null;
+    };
+    json!({
+        "build": l.build,
+        "similarity": l.similarity.shown("on", "off"),
+        "ram_cache": l.ram.shown("yes", "no"),
+        "probe_due": l.probe_due,
+        "restored": l.restored, "lost": l.lost,
+        "colds": l.recent_colds(now),
+        "restarts": l.restarts,
+        "pinning": gw.pinning_shown(host),
+        "notes": gw.host_notes(&host.name),
+    })
 }
 
 fn gauges(gw: &Gateway) -> Gauges {

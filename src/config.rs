@@ -66,16 +66,22 @@ pub struct Host {
     /// Operator override of how many tokens the host's KV cache holds in all (placement's
     /// capacity), e.g. for llama-server's RAM prompt cache, which crossbar cannot read.
     pub kv_tokens: Option<u64>,
-    /// The `--slot-prompt-similarity` the host runs with (llama-server's default 0.10). Above 0,
-    /// a new conversation takes the slot of a sibling sharing its prompt family and wipes that
-    /// sibling's history, so placement does not gather a family there (issue 23).
-    pub slot_prompt_similarity: f64,
-    /// Send each request to the slot crossbar picks for it (`id_slot`, `slots.rs`), so that a
-    /// conversation whose slot went to a sibling is reloaded from the host's RAM cache instead of
-    /// re-prefilled. Off by default; in effect only with slot similarity on.
-    pub pin_slots: bool,
-    /// Model name → parallel slots for it.
-    pub models: BTreeMap<String, usize>,
+    /// The `--slot-prompt-similarity` the operator says the host runs with; `None`: learned
+    /// from the host (`learn`). Above 0, a new conversation takes the idle slot of a sibling
+    /// sharing its prompt family and wipes that sibling's history (issue 23).
+    pub slot_prompt_similarity: Option<f64>,
+    /// Nothing but crossbar talks to this host (issue 47), so crossbar may pick the slot inside
+    /// it for each request (`id_slot`, `slots.rs`) — until it sees a slot busy with a task it did
+    /// not start.
+    pub exclusive: bool,
+    /// Whether the host's RAM prompt cache (`--cache-ram`) gives an evicted conversation its
+    /// history back, as the operator says; `None`: learned from the host (`learn`).
+    pub ram_cache: Option<bool>,
+    /// Model name → its `parallel` override (`None`: the host's own slot count for it).
+    pub models: BTreeMap<String, Option<usize>>,
+    /// The host has no `[hosts.NAME.models.M]` tables: its models are the ones the routes naming
+    /// it use, and whether it serves each is what it lists (issue 47).
+    pub implied: bool,
     /// Model name → the name this host knows it by (`upstream`), where they differ.
     pub upstream: BTreeMap<String, String>,
 }
@@ -162,7 +168,8 @@ impl Config {
         }
     }
 
-    /// Whether `host` lists `model` among the models it serves.
+    /// Whether `host` may serve `model`: a model its tables list, or (a host with none) one a
+    /// route naming it uses. Whether it does is the host's to say (`Health::serves`).
     pub fn serves(&self, host: &str, model: &str) -> bool {
         self.hosts
             .get(host)
@@ -179,13 +186,14 @@ impl Config {
         set.into_iter().cloned().collect()
     }
 
-    /// The slots `host` has for `model`; 0 when it does not serve it.
-    pub fn parallel(&self, host: &str, model: &str) -> usize {
+    /// The `parallel` the config gives `host` for `model`; `None` when the host's own slot
+    /// count decides (or it does not serve it).
+    pub fn parallel(&self, host: &str, model: &str) -> Option<usize> {
         self.hosts
             .get(host)
             .and_then(|h| h.models.get(model))
             .copied()
-            .unwrap_or(0)
+            .flatten()
     }
 }
 

@@ -27,7 +27,7 @@ mod poll;
 mod reason;
 mod router;
 
-pub use poll::{parse_models, parse_props, poll_host, ParseError, Poller};
+pub use poll::{parse_models, parse_props, poll_host, ParseError, Poller, Seen, Watch};
 pub use reason::{error_chain, DownReason};
 pub use router::RouterModel;
 
@@ -53,6 +53,10 @@ pub struct HostStatus {
     pub models: Vec<RouterModel>,
     /// A router's `max_instances` (`--models-max`): models it keeps loaded at once.
     pub max_instances: Option<u64>,
+    /// `/props` `build_info`, when it says.
+    pub build: Option<String>,
+    /// Times the host came back up after being down (a restart, perhaps: issue 47).
+    pub ups: u64,
     /// Unix ms of the last poll applied; 0 before the first.
     pub last_poll: i64,
 }
@@ -67,6 +71,7 @@ pub enum Poll {
         router: bool,
         models: Vec<RouterModel>,
         max_instances: Option<u64>,
+        build: Option<String>,
     },
     Down(DownReason),
 }
@@ -102,7 +107,6 @@ impl Health {
             entry.ctx_override = host.ctx;
             entry.models = host.models.keys().cloned().collect();
             entry.upstream = host.upstream.clone();
-            entry.parallel = host.models.values().sum();
             entry.status.per_slot_ctx = host.ctx.or(entry.polled_ctx);
         }
     }
@@ -176,6 +180,30 @@ impl Health {
         let inner = self.inner.lock();
         let status = &inner.hosts.get(host)?.status;
         status.total_slots.filter(|_| !status.router)
+    }
+
+    /// The slots `host` runs for configured `model`, as it says: a single-model host's
+    /// `total_slots` (at most [`router::MAX_SLOTS`]), a router's from the model's own command
+    /// line; `None` while unknown, or for a model a router does not list.
+    pub fn slots_for(&self, host: &str, model: &str) -> Option<u64> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        if entry.status.router {
+            return entry.router_model(model).map(|m| m.slots);
+        }
+        (entry.status.total_slots).map(|n| n.clamp(1, router::MAX_SLOTS))
+    }
+
+    /// Whether `host` serves configured `model`, as far as it has said: a single-model host serves
+    /// whatever its route names (it ignores a body's `model`), a router what it lists; `None`
+    /// while it has not answered a poll.
+    pub fn serves(&self, host: &str, model: &str) -> Option<bool> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        if !entry.ever_up {
+            return None;
+        }
+        Some(!entry.status.router || entry.router_model(model).is_some())
     }
 
     /// False for a host that is down or unknown.
@@ -345,7 +373,9 @@ impl Health {
                 router,
                 models,
                 max_instances,
+                build,
             } => {
+                entry.status.build = build;
                 entry.polled_ctx = per_slot_ctx;
                 let status = &mut entry.status;
                 status.per_slot_ctx = entry.ctx_override.or(per_slot_ctx);
@@ -371,6 +401,7 @@ impl Health {
                 if !status.healthy && entry.good_polls < rise {
                     return false;
                 }
+                let back = entry.ever_up;
                 entry.ever_up = true;
                 let flipped = !status.healthy;
                 status.healthy = true;
@@ -378,16 +409,17 @@ impl Health {
                 entry.streak = 0;
                 if flipped {
                     status.since = now;
+                    // Down and up again after it had been up: it may have restarted.
+                    status.ups += u64::from(back);
                 }
                 // Every host's first poll says what it found, so the start of the log shows each
                 // host's state, slots and context; later only flips are logged.
                 if first || flipped {
                     let known = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
                     log::info!(
-                        "host up host={host} ctx={} slots={} parallel={} loaded={}",
+                        "host up host={host} ctx={} slots={} loaded={}",
                         known(status.per_slot_ctx),
                         known(status.total_slots),
-                        entry.parallel,
                         val(&shown_loaded(&status.loaded))
                     );
                 }

@@ -277,6 +277,12 @@ impl Holdings {
         }
     }
 
+    /// Forgets what `host` holds warm (it restarted, issue 47): its families are cold there until
+    /// it serves them again. Its measured speed stays: the same box prefills as fast.
+    pub fn forget_host(&self, host: &str) {
+        self.inner.lock().pairs.remove(host);
+    }
+
     /// Forgets hosts the config no longer has.
     pub fn retain_hosts(&self, keep: impl Fn(&str) -> bool) {
         let mut inner = self.inner.lock();

@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod health;
 pub mod holdings;
 pub mod keys;
+pub mod learn;
 pub mod lease;
 pub mod limiter;
 pub mod logfmt;

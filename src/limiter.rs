@@ -263,6 +263,38 @@ impl Limiter {
         out
     }
 
+    /// Requests in flight on `host`, every model together.
+    pub fn in_flight_on(&self, host: &str) -> usize {
+        let inner = self.shared.inner.lock();
+        (inner.seats.get(host)).map_or(0, |models| models.values().map(|s| s.in_flight).sum())
+    }
+
+    /// Every seat of `host`, taken at once while none is in use and nobody waits (the probe's,
+    /// issue 47); `None` otherwise. Dropping the hold frees them and wakes whoever queued behind
+    /// it; it folds nothing into the seats' mean hold, which placement reads as the time a request
+    /// holds a seat.
+    pub fn hold_idle(&self, host: &str) -> Option<IdleHold> {
+        let mut inner = self.shared.inner.lock();
+        if inner.closed {
+            return None;
+        }
+        let models = inner.seats.get_mut(host)?;
+        if (models.values()).any(|s| s.in_flight > 0 || !s.waiting.is_empty()) {
+            return None;
+        }
+        let taken = (models.iter_mut())
+            .map(|(model, seat)| {
+                seat.in_flight += seat.parallel;
+                (model.clone(), seat.parallel)
+            })
+            .collect();
+        Some(IdleHold {
+            shared: Arc::clone(&self.shared),
+            host: host.to_string(),
+            taken,
+        })
+    }
+
     /// Shutdown: every waiter returns [`LimitError::Closed`], and so does every later acquire.
     /// Permits already given out stay valid and free their seats as usual.
     pub fn close(&self) {
@@ -301,6 +333,27 @@ impl Drop for Permit {
             seat.in_flight = seat.in_flight.saturating_sub(1);
             seat.hold_ms = Some(mean_hold(seat.hold_ms, held));
             seat.wake_if_admissible();
+        }
+    }
+}
+
+/// Every seat of one host, held while it is probed ([`Limiter::hold_idle`]).
+#[derive(Debug)]
+pub struct IdleHold {
+    shared: Arc<Shared>,
+    host: String,
+    /// Each model and the seats taken of it.
+    taken: Vec<(String, usize)>,
+}
+
+impl Drop for IdleHold {
+    fn drop(&mut self) {
+        let mut inner = self.shared.inner.lock();
+        for (model, n) in &self.taken {
+            if let Some(seat) = inner.seats(&self.host, model) {
+                seat.in_flight = seat.in_flight.saturating_sub(*n);
+                seat.wake_if_admissible();
+            }
         }
     }
 }

@@ -83,7 +83,7 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         };
         let mine: Vec<_> = slots.iter().filter(|s| s.host == host.name).collect();
         let busy: usize = mine.iter().map(|s| s.in_flight).sum();
-        let total: usize = host.models.values().sum();
+        let total: usize = (host.models.keys()).map(|m| gw.seats(&host.name, m)).sum();
         let queued: usize = mine.iter().map(|s| s.queued).sum();
         let pinned = (host.models.keys())
             .filter_map(|m| gw.pinned_slots(host, m))

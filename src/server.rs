@@ -343,17 +343,19 @@ fn prune(gateway: &Gateway, now: i64) {
     drop(gateway.store.submit(writes));
 }
 
-fn start_poller(gateway: &Gateway) -> Poller {
+fn start_poller(gateway: &Arc<Gateway>) -> Poller {
     let config = gateway.config();
     // In doubt since just before now: the poller's first `/slots`, about to start, clears it.
     let before = crate::slots::now_us() - 1;
-    (gateway.slots).prepare(&config.hosts.values().collect::<Vec<_>>(), before);
+    for host in config.hosts.values() {
+        gateway.prepare_slots(host, before);
+    }
     let timeout = POLL_TIMEOUT.min(config.health_interval.max(Duration::from_millis(200)));
     Poller::start(
-        (gateway.health.clone(), gateway.slots.clone()),
+        gateway.health.clone(),
+        gateway.clone(),
         config.hosts.values().cloned().collect(),
-        config.health_interval,
-        timeout,
+        (config.health_interval, timeout),
     )
 }
 

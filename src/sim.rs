@@ -229,6 +229,8 @@ impl Sim {
                     .with_similarity(cfg.slot_prompt_similarity),
                 models: std::collections::BTreeMap::new(),
                 closed: false,
+                tasks: 0,
+                slot_tasks: vec![None; cfg.slots.max(1)],
             }),
             cfg,
             addr,
@@ -263,6 +265,18 @@ impl Sim {
 
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
+    }
+
+    /// As if the process had restarted between two polls (issue 47): its slots and RAM cache are
+    /// empty and its task ids start from 0 again. Requests in flight keep their slots.
+    pub fn restart(&self) {
+        let mut p = self.shared.pool.lock();
+        let cfg = &self.shared.cfg;
+        p.pool = cache::Pool::new(cfg.slots, cfg.ram_cache_tokens)
+            .with_similarity(cfg.slot_prompt_similarity);
+        p.models.clear();
+        p.tasks = 0;
+        p.slot_tasks = vec![None; cfg.slots.max(1)];
     }
 
     /// Switches the fault. `Refuse` returns once the port is closed; leaving it re-binds the port.

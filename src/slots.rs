@@ -318,19 +318,16 @@ impl Slots {
         Claim::Pinned(Pin::new(end, at, want.bytes, save_first))
     }
 
-    /// Makes the mirror of every pinning host's models that has none yet, every slot in doubt
-    /// from `now` until the poller's first `/slots` (it polls as it starts), and says which of
-    /// them run with similarity off (a config reload may change it).
-    pub fn prepare(&self, hosts: &[&crate::config::Host], now: i64) {
-        for host in hosts.iter().filter(|h| h.pin_slots) {
-            for (model, &count) in &host.models {
-                let off = host.slot_prompt_similarity == 0.0;
-                self.prepare_pair((&host.name, model), count, off, now);
-            }
-        }
+    /// Forgets the mirror of every model of `host` (it restarted, or the probe filled its
+    /// slots): made again, every slot in doubt, at its next poll.
+    pub fn forget_host(&self, host: &str) {
+        let mut table = self.shared.lock();
+        table.pairs.retain(|(h, _), _| h != host);
     }
 
-    /// [`Slots::prepare`] for one host+model with `count` slots.
+    /// Makes the mirror of a pinning host's model when it has none yet, `count` slots each in
+    /// doubt from `now` until a `/slots` poll started later shows it idle; and says whether the
+    /// host runs with similarity off (learned, and it may change).
     pub(crate) fn prepare_pair(
         &self,
         (host, model): (&str, &str),
@@ -343,10 +340,15 @@ impl Slots {
         if !table.pairs.contains_key(&key) && table.pairs.len() >= MAX_PAIRS {
             return;
         }
+        let count = count.clamp(1, MAX_SLOTS);
         let pair = table.pairs.entry(key).or_insert_with(|| Pair {
-            slots: vec![Slot::doubtful(now); count.clamp(1, MAX_SLOTS)],
+            slots: vec![Slot::doubtful(now); count],
             ..Pair::default()
         });
+        if pair.slots.len() != count {
+            // The host's slots are known now, or changed: nothing known holds.
+            pair.slots = vec![Slot::doubtful(now); count];
+        }
         pair.similarity_off = similarity_off;
     }
 

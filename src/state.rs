@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::fasthash::HashMap;
 use crate::health::Health;
 use crate::holdings::Holdings;
+use crate::learn::Learned;
 use crate::lease::{self, Key};
 use crate::limiter::Limiter;
 use crate::logfmt::val;
@@ -21,7 +22,9 @@ use crate::metrics::Metrics;
 use crate::store::{unix_ms, LeaseRow, Store, StoreError, Ticket, Write};
 use crate::upstream::Upstream;
 
+mod hosts;
 mod view;
+pub use hosts::seats;
 use view::View;
 
 /// Everything a request needs, shared by all threads.
@@ -45,6 +48,10 @@ pub struct Gateway {
     last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
     /// The llama-server client: forwarding pools and crossbar's own side calls.
     pub upstream: Upstream,
+    /// What crossbar learned of each host that it does not report (issue 47).
+    pub learned: Arc<Learned>,
+    /// What the poll hook remembers of each host between polls (`hosts.rs`).
+    host_facts: Mutex<HashMap<String, hosts::Facts>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -81,10 +88,16 @@ impl Gateway {
         health.set_thresholds(config.health_fall, config.health_rise);
         let limiter = Arc::new(Limiter::new(config.queue_max, config.queue_timeout));
         for host in config.hosts.values() {
-            for (model, parallel) in &host.models {
-                limiter.set_capacity(&host.name, model, *parallel);
+            for model in host.models.keys() {
+                limiter.set_capacity(
+                    &host.name,
+                    model,
+                    seats(&config, &health, &host.name, model),
+                );
             }
         }
+        let learned = Arc::new(Learned::default());
+        learned.set_hosts(similarities(&config), unix_ms(SystemTime::now()));
         let drains = Arc::new(Drains::default());
         let upstream = Upstream::new(&config);
         let idle = config.lease_idle;
@@ -113,6 +126,7 @@ impl Gateway {
             limiter: limiter.clone(),
             drains: drains.clone(),
             holdings: holdings.clone(),
+            learned: learned.clone(),
         });
         let metrics = Arc::new(Metrics::default());
         let persister = Arc::new(LeaseStore {
@@ -152,6 +166,8 @@ impl Gateway {
             slots: crate::slots::Slots::default(),
             last_prompt: Mutex::new(HashMap::default()),
             upstream,
+            learned,
+            host_facts: Mutex::new(HashMap::default()),
         })
     }
 
@@ -170,11 +186,14 @@ impl Gateway {
         }
         self.health.set_hosts(&new.hosts);
         self.health.set_thresholds(new.health_fall, new.health_rise);
+        self.learned.set_hosts(similarities(&new), now);
         for host in new.hosts.values() {
-            for (model, parallel) in &host.models {
-                self.limiter.set_capacity(&host.name, model, *parallel);
+            for model in host.models.keys() {
+                let n = seats(&new, &self.health, &host.name, model);
+                self.limiter.set_capacity(&host.name, model, n);
             }
         }
+        (self.host_facts.lock()).retain(|h, _| new.hosts.contains_key(h));
         self.limiter.retain(|host, model| new.serves(host, model));
         self.holdings
             .retain_hosts(|host| new.hosts.contains_key(host));
@@ -209,21 +228,20 @@ impl Gateway {
     /// used conversations, one per slot) against its capacity (0 when unknown).
     pub fn held(&self, host: &str, model: &str) -> (u64, u64) {
         let config = self.config();
-        let parallel = config.parallel(host, model);
-        let capacity = (config.hosts.get(host))
-            .map_or(0, |h| view::capacity(&self.health, h, model, parallel));
-        (self.leases.held_in_slots(model, host, parallel), capacity)
+        let seats = seats(&config, &self.health, host, model);
+        let capacity =
+            (config.hosts.get(host)).map_or(0, |h| view::capacity(&self.health, h, model, seats));
+        (self.leases.held_in_slots(model, host, seats), capacity)
     }
 
-    /// What crossbar believes `host`+`model`'s slots hold, when it pins there: `pin_slots`, and
-    /// the slots `/props` reports known (none for a router).
+    /// What crossbar believes `host`+`model`'s slots hold, when it pins there ([`Gateway::pinning`]).
     pub fn pinned_slots(
         &self,
         host: &crate::config::Host,
         model: &str,
     ) -> Option<crate::slots::Mirror> {
-        let known = self.health.own_slots(&host.name).is_some();
-        (host.pin_slots && known).then(|| self.slots.mirror(&host.name, model))?
+        self.pinning(host)
+            .then(|| self.slots.mirror(&host.name, model))?
     }
 
     /// Forgets prompt sizes of conversations that no longer hold a lease.
@@ -237,6 +255,15 @@ impl Gateway {
             last.remove(key);
         }
     }
+}
+
+/// Each host's configured similarity (on above 0) and RAM cache, `None` where the config leaves
+/// them to the host.
+fn similarities(config: &Config) -> impl Iterator<Item = (&str, (Option<bool>, Option<bool>))> {
+    (config.hosts.values()).map(|h| {
+        let similarity = h.slot_prompt_similarity.map(|s| s > 0.0);
+        (h.name.as_str(), (similarity, h.ram_cache))
+    })
 }
 
 /// Answered rows read back at start to rebuild the families hosts hold warm.

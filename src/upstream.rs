@@ -26,6 +26,7 @@ use crate::limiter::GONE_CHECK;
 
 mod literal;
 mod pools;
+pub mod probe;
 pub mod side;
 mod watch;
 

@@ -6,7 +6,12 @@ use super::raw::RawHost;
 use super::validate::valid_name;
 use super::{Host, Problem};
 
-pub(super) fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem>) -> Host {
+pub(super) fn validate_host(
+    name: &str,
+    raw: RawHost,
+    problems: &mut Vec<Problem>,
+    warnings: &mut Vec<String>,
+) -> Host {
     let key = format!("hosts.{name}");
     if !valid_name(name) {
         problems.push(Problem::new(
@@ -54,14 +59,8 @@ pub(super) fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem
             "must be at least 1 token",
         ));
     }
-    if raw.models.is_empty() {
-        problems.push(Problem::new(
-            format!("{key}.models"),
-            "the host serves no model",
-        ));
-    }
     let mut upstream = BTreeMap::new();
-    let models = raw
+    let models: BTreeMap<String, Option<usize>> = raw
         .models
         .into_iter()
         .map(|(model, m)| {
@@ -75,16 +74,29 @@ pub(super) fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem
                 }
                 None => {}
             }
-            let parallel = m.parallel.unwrap_or(1);
-            if parallel < 1 {
-                problems.push(Problem::new(
-                    format!("{key}.models.{model}.parallel"),
-                    format!("is {parallel}; a host has at least 1 slot"),
-                ));
-            }
-            (model, parallel.max(1) as usize)
+            let parallel = m.parallel.map(|parallel| {
+                if parallel < 1 {
+                    problems.push(Problem::new(
+                        format!("{key}.models.{model}.parallel"),
+                        format!("is {parallel}; a host has at least 1 slot"),
+                    ));
+                }
+                usize::try_from(parallel.max(1)).unwrap_or(usize::MAX)
+            });
+            (model, parallel)
         })
         .collect();
+    if raw.pin_slots.is_some() {
+        warnings.push(format!(
+            "hosts.{name}.pin_slots is retired: write `exclusive = true` when nothing but \
+             crossbar talks to the host, and crossbar pins its slots itself{}",
+            if raw.pin_slots == Some(true) {
+                " (read as exclusive = true)"
+            } else {
+                ""
+            }
+        ));
+    }
     Host {
         name: name.to_string(),
         url,
@@ -92,8 +104,10 @@ pub(super) fn validate_host(name: &str, raw: RawHost, problems: &mut Vec<Problem
         api_key: raw.api_key.filter(|k| !k.is_empty()),
         ctx: raw.ctx,
         kv_tokens: raw.kv_tokens,
-        slot_prompt_similarity: raw.slot_prompt_similarity.unwrap_or(0.10),
-        pin_slots: raw.pin_slots.unwrap_or(false),
+        slot_prompt_similarity: raw.slot_prompt_similarity,
+        exclusive: raw.exclusive.or(raw.pin_slots).unwrap_or(false),
+        ram_cache: raw.ram_cache,
+        implied: models.is_empty(),
         models,
         upstream,
     }

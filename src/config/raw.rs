@@ -60,7 +60,10 @@ pub(super) struct RawHost {
     pub(super) ctx: Option<u64>,
     pub(super) kv_tokens: Option<u64>,
     pub(super) slot_prompt_similarity: Option<f64>,
+    /// Retired by issue 47 for `exclusive`: read as `exclusive = true`, warned about.
     pub(super) pin_slots: Option<bool>,
+    pub(super) exclusive: Option<bool>,
+    pub(super) ram_cache: Option<bool>,
     #[serde(default)]
     pub(super) models: BTreeMap<String, RawModel>,
 }

@@ -133,15 +133,15 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         problems.push(Problem::new("routes", "no route is configured"));
     }
 
-    let hosts: BTreeMap<String, Host> = raw
+    let mut warnings: Vec<String> = Vec::new();
+    let mut hosts: BTreeMap<String, Host> = raw
         .hosts
         .into_iter()
         .map(|(name, h)| {
-            let host = super::host::validate_host(&name, h, problems);
+            let host = super::host::validate_host(&name, h, problems, &mut warnings);
             (name, host)
         })
         .collect();
-    let mut warnings: Vec<String> = Vec::new();
     let routes = raw
         .routes
         .into_iter()
@@ -157,6 +157,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
             (name, route)
         })
         .collect();
+    imply_models(&mut hosts, &routes, &mut warnings);
 
     let keys = super::keys::validate_keys(raw.keys, &routes, problems);
     if keys.is_empty() && !listen.ip().is_loopback() {
@@ -260,10 +261,13 @@ fn validate_route(
             String::new()
         }
     };
+    // A host without model tables serves what it lists, checked against the host itself.
     let known: Vec<&Host> = raw.hosts.iter().filter_map(|h| hosts.get(h)).collect();
     if !model.is_empty()
         && !known.is_empty()
-        && !known.iter().any(|h| h.models.contains_key(&model))
+        && !known
+            .iter()
+            .any(|h| h.implied || h.models.contains_key(&model))
     {
         problems.push(Problem::new(
             format!("{key}.model"),
@@ -275,6 +279,31 @@ fn validate_route(
         hosts: raw.hosts,
         model,
         move_when_busy: raw.move_when_busy.unwrap_or(false),
+    }
+}
+
+/// A host without model tables (issue 47: only its `url`) may serve the model of every route that
+/// names it; whether it does is what it lists. One no route names serves nothing: a warning.
+fn imply_models(
+    hosts: &mut BTreeMap<String, Host>,
+    routes: &BTreeMap<String, Route>,
+    warnings: &mut Vec<String>,
+) {
+    for route in routes.values() {
+        for name in &route.hosts {
+            match hosts.get_mut(name) {
+                Some(host) if host.implied && !route.model.is_empty() => {
+                    host.models.insert(route.model.clone(), None);
+                }
+                _ => {}
+            }
+        }
+    }
+    for host in hosts.values().filter(|h| h.implied && h.models.is_empty()) {
+        warnings.push(format!(
+            "hosts.{} is in no route and has no [hosts.{}.models.NAME] table: it serves nothing",
+            host.name, host.name
+        ));
     }
 }
 

@@ -27,7 +27,12 @@ pub struct Props {
     pub total_slots: Option<u64>,
     /// A router's `--models-max`.
     pub max_instances: Option<u64>,
+    /// `build_info` ("b11434-abcdef"), at most [`MAX_BUILD`] characters.
+    pub build: Option<String>,
 }
+
+/// Most characters of a `build_info` kept.
+pub const MAX_BUILD: usize = 64;
 
 /// One listing entry, as far as crossbar reads it.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -53,6 +58,8 @@ struct RawProps<'a> {
     total_slots: Option<&'a RawValue>,
     #[serde(borrow)]
     max_instances: Option<&'a RawValue>,
+    #[serde(borrow)]
+    build_info: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -96,6 +103,9 @@ pub fn props(body: &str) -> Result<Props, ParseError> {
         n_ctx: (settings.and_then(|s| s.n_ctx).and_then(count)).filter(|n| *n > 0),
         total_slots: raw.total_slots.and_then(count),
         max_instances: raw.max_instances.and_then(count),
+        build: (raw.build_info)
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+            .map(|b| b.chars().take(MAX_BUILD).collect()),
     })
 }
 

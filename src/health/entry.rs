@@ -22,8 +22,6 @@ pub(super) struct Entry {
     /// A router's model id → how often polls saw it go from loaded to not loaded (at most
     /// [`MAX_UNLOAD_COUNTS`] ids).
     pub(super) unloads: BTreeMap<String, u64>,
-    /// The slots the config gives this host, all models together.
-    pub(super) parallel: usize,
     /// Failed polls in a row; good polls in a row; forwards that may have reached the host and
     /// failed, in a row with no answered one between.
     pub(super) failed_polls: u32,
@@ -59,6 +57,8 @@ impl Entry {
                 router: false,
                 models: Vec::new(),
                 max_instances: None,
+                build: None,
+                ups: 0,
                 last_poll: 0,
             },
             ctx_override: None,
@@ -66,7 +66,6 @@ impl Entry {
             models: Vec::new(),
             upstream: BTreeMap::new(),
             unloads: BTreeMap::new(),
-            parallel: 0,
             failed_polls: 0,
             good_polls: 0,
             streak: 0,

@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::{answers, error_chain, DownReason, Health, Poll, RouterModel};
 use crate::config;
 use crate::logfmt::val;
-use crate::slots::{parse_slots, Slots};
+use crate::slots::{parse_slots, Polled};
 use crate::upstream::side;
 
 /// A `/props` or `/v1/models` body crossbar cannot use.
@@ -81,21 +81,37 @@ pub struct Poller {
     threads: Vec<thread::JoinHandle<()>>,
 }
 
+/// What the rest of crossbar does with each poll, on the host's own poller thread.
+pub trait Watch: Send + Sync {
+    /// Requests crossbar has in flight on `host` now (asked as each poll starts).
+    fn in_flight(&self, host: &str) -> usize;
+    /// After each poll is applied: what `/slots` showed when the host answered it, and what
+    /// [`Watch::in_flight`] said as the poll started. May take a while (the probe): only this
+    /// host's next poll waits for it.
+    fn polled(&self, host: &config::Host, seen: Option<&Seen>, before: usize);
+}
+
+/// What a `/slots` poll showed, and when it started ([`crate::slots::now_us`]).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub slots: Polled,
+    pub started: i64,
+}
+
 impl Poller {
-    /// Starts one thread per host; each polls at once, then every `interval`.
-    /// `slots`: the pinning hosts' mirror, told what `/slots` shows while a slot is in doubt.
+    /// Starts one thread per host; each polls at once, then every `interval`, and tells `watch`.
     pub fn start(
-        (health, slots): (Arc<Health>, Slots),
+        health: Arc<Health>,
+        watch: Arc<dyn Watch>,
         hosts: Vec<config::Host>,
-        interval: Duration,
-        timeout: Duration,
+        (interval, timeout): (Duration, Duration),
     ) -> Poller {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let agent = side::poll_agent(timeout);
         let threads = hosts
             .into_iter()
             .map(|host| {
-                let watch = (Arc::clone(&health), slots.clone());
+                let watch = (Arc::clone(&health), Arc::clone(&watch));
                 let (agent, stop_rx) = (agent.clone(), stop_rx.clone());
                 thread::Builder::new()
                     .name(format!("health-{}", host.name))
@@ -125,7 +141,7 @@ impl Poller {
 pub const MIN_GAP: Duration = Duration::from_secs(1);
 
 fn poll_loop(
-    (health, slots): &(Arc<Health>, Slots),
+    (health, watch): &(Arc<Health>, Arc<dyn Watch>),
     agent: &ureq::Agent,
     host: &config::Host,
     interval: Duration,
@@ -136,11 +152,12 @@ fn poll_loop(
     health.set_poke(&host.name, poke);
     loop {
         let started = Instant::now();
+        let before = watch.in_flight(&host.name);
         let poll = poll_host(agent, host);
+        let single = matches!(&poll, Poll::Up { router: false, .. });
         health.apply(&host.name, poll, unix_ms());
-        if host.pin_slots && slots.wants_poll(&host.name) {
-            poll_slots(agent, host, slots);
-        }
+        let seen = single.then(|| read_slots(agent, host)).flatten();
+        watch.polled(host, seen.as_ref(), before);
         // The next poll is due one interval after this one started, however long it took, or a
         // second after it when a failed forward asks sooner.
         crossbeam_channel::select! {
@@ -157,21 +174,24 @@ fn poll_loop(
     }
 }
 
-/// Asks `/slots` which slots are idle and at work, for a pinning host with a slot in doubt or a
-/// request waiting for a pinned one to settle (`crate::slots`). A host without the endpoint
-/// (`--no-slots`) keeps its doubtful slots unpinned, and its waiters wait for a head or an end.
-fn poll_slots(agent: &ureq::Agent, host: &config::Host, slots: &Slots) {
+/// What `/slots` shows of a single-model host: its idle and busy slots (the pinning mirror's
+/// doubts, an exclusive host's foreign tasks) and its largest task id (a restart). A host without
+/// the endpoint (`--no-slots`) shows nothing, which is no reason to think it down.
+fn read_slots(agent: &ureq::Agent, host: &config::Host) -> Option<Seen> {
     let started = crate::slots::now_us();
     let seen = fetch(agent, host, "/slots")
         .map_err(|reason| reason.to_string())
         .and_then(|body| parse_slots(&body).ok_or_else(|| "not an array of slots".to_string()));
     match seen {
-        Ok(seen) => slots.saw(&host.name, started, &seen),
-        Err(reason) => log::debug!(
-            "/slots unread host={} reason={}",
-            val(&host.name),
-            val(&reason)
-        ),
+        Ok(slots) => Some(Seen { slots, started }),
+        Err(reason) => {
+            log::debug!(
+                "/slots unread host={} reason={}",
+                val(&host.name),
+                val(&reason)
+            );
+            None
+        }
     }
 }
 
@@ -183,14 +203,19 @@ fn unix_ms() -> i64 {
 
 fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason> {
     fetch(agent, host, "/health")?;
-    let (per_slot_ctx, total_slots, max_instances) = match fetch(agent, host, "/props") {
+    let (per_slot_ctx, total_slots, max_instances, build) = match fetch(agent, host, "/props") {
         Ok(body) => {
             let props = answers::props(&body).map_err(|e| bad_answer("/props", &e))?;
-            (props.n_ctx, props.total_slots, props.max_instances)
+            (
+                props.n_ctx,
+                props.total_slots,
+                props.max_instances,
+                props.build,
+            )
         }
         Err(DownReason::Status {
             status: 404 | 501, ..
-        }) => (None, None, None),
+        }) => (None, None, None, None),
         Err(reason) => return Err(reason),
     };
     let models = parse_model_list(&fetch(agent, host, "/v1/models")?)
@@ -212,6 +237,7 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
         router: list.router,
         models: list.models,
         max_instances,
+        build,
     })
 }
 

@@ -19,6 +19,9 @@ pub struct RouterModel {
     /// Per-slot context from `status.args`; `None` when unknown (no `-c`, or `-c 0`: the model's
     /// own training context, which crossbar cannot know without loading it).
     pub per_slot_ctx: Option<u64>,
+    /// Slots from `status.args` (`-np`/`--parallel`); without one, llama-server's automatic
+    /// four (issue 47).
+    pub slots: u64,
 }
 
 impl RouterModel {
@@ -34,6 +37,7 @@ impl RouterModel {
                 .collect(),
             state: state.chars().take(32).collect(),
             per_slot_ctx: per_slot_ctx(&args),
+            slots: slots(&args),
         })
     }
 
@@ -41,6 +45,28 @@ impl RouterModel {
         self.names.iter().any(|n| n == name)
     }
 }
+
+/// Slots a llama-server started with `args` runs: its `-np`/`--parallel`, else (absent, or the
+/// automatic -1) llama-server's automatic four.
+pub fn slots(args: &[&str]) -> u64 {
+    let mut found = None;
+    for (i, arg) in args.iter().enumerate() {
+        if *arg == "-np" || *arg == "--parallel" {
+            found = args.get(i + 1).copied();
+        } else if let Some(v) = arg.strip_prefix("--parallel=") {
+            found = Some(v);
+        }
+    }
+    found
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| (1..=MAX_SLOTS).contains(n))
+        .unwrap_or(AUTO_SLOTS)
+}
+
+/// llama-server's automatic `-np` (b11434): four slots sharing one unified KV cache.
+pub const AUTO_SLOTS: u64 = 4;
+/// Most slots believed of one model: a host's answer sizes nothing beyond this.
+pub const MAX_SLOTS: u64 = 256;
 
 /// The per-slot context a llama-server started with `args` gives one request: `--ctx-size`
 /// divided over `--parallel` slots, or the whole of it when the KV cache is unified (`-kvu`, and

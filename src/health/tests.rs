@@ -10,9 +10,11 @@ fn host(name: &str, ctx: Option<u64>, models: &[&str]) -> config::Host {
         api_key: None,
         ctx,
         kv_tokens: None,
-        slot_prompt_similarity: 0.1,
-        pin_slots: false,
-        models: models.iter().map(|m| (m.to_string(), 1)).collect(),
+        slot_prompt_similarity: Some(0.1),
+        exclusive: false,
+        ram_cache: None,
+        implied: false,
+        models: models.iter().map(|m| (m.to_string(), Some(1))).collect(),
         upstream: BTreeMap::new(),
     }
 }
@@ -29,6 +31,7 @@ fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
         router: false,
         models: Vec::new(),
         max_instances: None,
+        build: None,
     }
 }
 
@@ -229,6 +232,7 @@ fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15
         names: vec![id.to_string()],
         state: state.to_string(),
         per_slot_ctx: Some(2048),
+        slots: 2,
     };
     let poll = |coder: &str, chat: &str| Poll::Up {
         per_slot_ctx: None,
@@ -237,6 +241,7 @@ fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15
         router: true,
         models: vec![model("coder", coder), model("chat-7b", chat)],
         max_instances: Some(1),
+        build: None,
     };
     health.apply("box", poll("loaded", "unloaded"), 1);
     health.apply("box", poll("loaded", "unloaded"), 2);

@@ -100,6 +100,8 @@ mod tests {
             router: !router.is_empty(),
             models: router,
             max_instances: None,
+            build: None,
+            ups: 0,
             last_poll: 1,
         }
     }
@@ -109,6 +111,7 @@ mod tests {
             names: names.iter().map(|s| s.to_string()).collect(),
             state: state.into(),
             per_slot_ctx: None,
+            slots: 1,
         }
     }
 

@@ -26,14 +26,13 @@ pub(super) struct Pinned {
 /// its own slot.
 pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
     let host = plan.host;
-    if !host.pin_slots {
+    if !gw.pinning(host) {
         return;
     }
-    // Slot ids past the host's own wrap around onto busy slots: only those `/props` reports
-    // (none for a router, whose model swaps empty its slots unseen).
-    let parallel = host.models.get(plan.model()).copied().unwrap_or(1);
-    let own = gw.health.own_slots(&host.name).unwrap_or(0);
-    let count = parallel.min(usize::try_from(own).unwrap_or(usize::MAX));
+    // Slot ids past the host's own wrap around onto busy slots: the seats are never more than
+    // the slots `/props` reports (`pinning` asks for them; a router, whose model swaps empty its
+    // slots unseen, is never pinned).
+    let count = gw.seats(&host.name, plan.model());
     let pinnable = plan.api.keeps_id_slot()
         && count > 0
         && !plan.key.fp.is_empty()
@@ -46,10 +45,8 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
         bytes: plan.body.len() as u64,
     });
     let now = slots::now_us();
-    // (Until `/props` says, the mirror keeps the configured count: a request only counts there.)
-    let mirrored = if count > 0 { count } else { parallel };
     let pair = (host.name.as_str(), plan.key.model.as_str());
-    let mut taken = (gw.slots).take(pair, mirrored, want.as_ref(), now);
+    let mut taken = (gw.slots).take(pair, count.max(1), want.as_ref(), now);
     if let (true, Some(index)) = (taken.saves_first(), taken.index()) {
         let saved = gw.upstream.side().save_slot(host, index);
         gw.metrics.observe_slot_save(&host.name, saved.is_ok());
@@ -64,7 +61,7 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
                     val(&why)
                 );
                 taken.abandon();
-                taken = (gw.slots).take(pair, mirrored, None, now);
+                taken = (gw.slots).take(pair, count.max(1), None, now);
             }
         }
     }

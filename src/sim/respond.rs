@@ -224,10 +224,18 @@ fn slots(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         return reply_error(sock, 503, "no slot available", req.keep_alive);
     }
     let n_ctx = sh.per_slot_ctx();
+    let tasks = sh.slot_tasks();
     let list: Vec<Value> = busy
         .iter()
         .enumerate()
-        .map(|(id, b)| json!({"id": id, "n_ctx": n_ctx, "is_processing": b, "speculative": false}))
+        .map(|(id, b)| {
+            let mut slot =
+                json!({"id": id, "n_ctx": n_ctx, "is_processing": b, "speculative": false});
+            if let Some(task) = tasks.get(id).copied().flatten() {
+                slot["id_task"] = json!(task);
+            }
+            slot
+        })
         .collect();
     reply(sock, 200, &Value::Array(list), req)
 }

@@ -65,6 +65,10 @@ pub(super) struct PoolState {
     pub(super) pool: cache::Pool,
     pub(super) models: BTreeMap<String, cache::Pool>,
     pub(super) closed: bool,
+    /// Tasks started since the process did, as llama-server numbers them from 0; and the last
+    /// task each slot of `pool` ran (`/slots` `id_task`).
+    pub(super) tasks: u64,
+    pub(super) slot_tasks: Vec<Option<u64>>,
 }
 
 impl PoolState {
@@ -226,6 +230,13 @@ impl Shared {
                 return None;
             }
             if let Some(t) = p.of(model, &self.cfg).try_take(prompt, use_cache, pinned) {
+                if model.is_none() {
+                    let task = p.tasks;
+                    p.tasks += 1;
+                    if let Some(last) = p.slot_tasks.get_mut(t.slot) {
+                        *last = Some(task);
+                    }
+                }
                 return Some(SlotLease {
                     shared: self,
                     model: model.map(String::from),
@@ -246,6 +257,14 @@ impl Shared {
 
     pub(super) fn slots_busy(&self) -> Vec<bool> {
         self.pool.lock().pool.busy()
+    }
+
+    /// The last task each slot ran (`id_task`), `None` for a slot that ran none since start. As
+    /// llama-server's `/slots` is itself a task (a metrics one), asking takes a task id.
+    pub(super) fn slot_tasks(&self) -> Vec<Option<u64>> {
+        let mut p = self.pool.lock();
+        p.tasks += 1;
+        p.slot_tasks.clone()
     }
 
     /// Simulated work: waits `d`, cut short by shutdown. Returns false when stopping.

@@ -17,6 +17,9 @@ pub struct Polled {
     pub idle: Vec<usize>,
     /// At work (`is_processing`): a task was launched there.
     pub busy: Vec<usize>,
+    /// The largest `id_task` any slot shows (its running or last task): llama-server numbers its
+    /// tasks from 0 at start, so a smaller one later means it restarted (issue 47).
+    pub max_task: Option<u64>,
 }
 
 /// The slots a `/slots` answer shows idle and at work; `None` when it is not a JSON array.
@@ -30,6 +33,7 @@ pub fn parse_slots(body: &str) -> Option<Polled> {
 struct Entry {
     id: Option<u64>,
     is_processing: Option<bool>,
+    id_task: Option<u64>,
 }
 
 struct SlotList;
@@ -51,6 +55,9 @@ impl<'de> Visitor<'de> for SlotList {
             let (Some(id), Some(processing)) = (entry.id, entry.is_processing) else {
                 continue;
             };
+            if let Some(task) = entry.id_task {
+                seen.max_task = Some(seen.max_task.map_or(task, |m| m.max(task)));
+            }
             let list = if processing {
                 &mut seen.busy
             } else {

@@ -110,6 +110,7 @@ pub(super) fn idle(ids: &[usize]) -> Polled {
     Polled {
         idle: ids.to_vec(),
         busy: Vec::new(),
+        max_task: None,
     }
 }
 

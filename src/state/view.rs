@@ -37,6 +37,7 @@ pub(super) struct View {
     pub(super) limiter: Arc<Limiter>,
     pub(super) drains: Arc<Drains>,
     pub(super) holdings: Arc<Holdings>,
+    pub(super) learned: Arc<crate::learn::Learned>,
 }
 
 impl lease::HostView for View {
@@ -115,7 +116,7 @@ impl View {
             .filter_map(|c| Some((config.hosts.get(&c.host)?, c)))
             .collect();
         let slots: Vec<usize> = (offered.iter())
-            .map(|(host, _)| config.parallel(&host.name, model))
+            .map(|(host, _)| super::seats(&config, &self.health, &host.name, model))
             .collect();
         let family = ask.family.map(|f| f.id);
         let live = live(offered.iter().map(|(_, c)| *c), &slots, family);
@@ -144,7 +145,7 @@ impl View {
             (load, self.holdings.facts(name, model, ask.family, now))
         });
         let busy = load.in_flight + load.queued + facts.arriving;
-        let parallel = config.parallel(name, model);
+        let parallel = super::seats(config, &self.health, name, model);
         // A full router evicts one of its loaded models to load this one: no room when any of
         // them is in use — a request in flight, or a conversation leased there whose cache the
         // swap would wipe (health's lock is released before the limiter's is taken).
@@ -154,7 +155,8 @@ impl View {
                 .any(|m| c.leased_models.contains(m) || self.limiter.in_flight(name, m) > 0),
         };
         let capacity = capacity(&self.health, host, model, parallel);
-        let similarity = host.slot_prompt_similarity > 0.0;
+        // Unknown until the host is probed: llama-server's default (on) until then.
+        let similarity = self.learned.similarity(name).unwrap_or(true);
         choose::Info {
             name: name.clone(),
             healthy: self.health.healthy(name),

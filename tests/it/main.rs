@@ -14,6 +14,7 @@ mod fuzz;
 mod guard;
 mod keys;
 mod layering;
+mod learned;
 mod limits;
 mod listing;
 mod models;

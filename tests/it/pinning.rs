@@ -31,7 +31,7 @@ fn one_host(pin: bool) -> HostSpec {
             ram_cache_tokens: 100_000,
             ..SimConfig::default()
         },
-        config: if pin { "pin_slots = true" } else { "" },
+        config: if pin { "exclusive = true" } else { "" },
         ..host("a", 2)
     }
 }
@@ -160,7 +160,7 @@ fn with_similarity_off_a_conversation_is_pinned_to_its_own_slot() {
                     ..SimConfig::default()
                 },
                 config: if pin {
-                    "pin_slots = true\nslot_prompt_similarity = 0"
+                    "exclusive = true\nslot_prompt_similarity = 0"
                 } else {
                     "slot_prompt_similarity = 0"
                 },
@@ -370,21 +370,28 @@ fn a_request_crossbar_cannot_pin_goes_once_the_pinned_stream_before_it_has_its_h
     assert_eq!(sim.stats().pinned_busy, 0);
 }
 
+/// Issue 47: pinning is a statement of fact about the host — `exclusive = true`, nothing but
+/// crossbar talks to it —, off by default; the retired `pin_slots` still reads as it, with a
+/// warning that names the new key.
 #[test]
-fn pin_slots_is_off_by_default_and_checked_as_a_bool() {
+fn exclusive_is_off_by_default_and_pin_slots_reads_as_it_with_a_warning_issue_47() {
     let base = "listen = \"127.0.0.1:8080\"\n[hosts.a]\nurl = \"http://127.0.0.1:9\"\n\
                 PIN[hosts.a.models.m]\nparallel = 2\n[routes.r]\nhosts = [\"a\"]\nmodel = \"m\"\n";
     let config = |pin: &str| crossbar::config::Config::from_toml(&base.replace("PIN", pin));
     let plain = config("").expect("valid");
-    assert!(!plain.hosts["a"].pin_slots && plain.warnings.is_empty());
-    let on = config("pin_slots = true\n").expect("valid");
-    assert!(on.hosts["a"].pin_slots && on.warnings.is_empty());
-    // With similarity off it pins a conversation's own slot only (no warning since it does).
-    let off = config("pin_slots = true\nslot_prompt_similarity = 0\n").expect("valid");
-    assert!(off.hosts["a"].pin_slots && off.warnings.is_empty());
-    let err = config("pin_slots = \"yes\"\n").expect_err("not a bool");
+    assert!(!plain.hosts["a"].exclusive && plain.warnings.is_empty());
+    let on = config("exclusive = true\n").expect("valid");
+    assert!(on.hosts["a"].exclusive && on.warnings.is_empty());
+    let old = config("pin_slots = true\n").expect("valid");
+    assert!(old.hosts["a"].exclusive, "read as exclusive");
+    assert!(
+        old.warnings.iter().any(|w| w.contains("exclusive = true")),
+        "{:?}",
+        old.warnings
+    );
+    let err = config("exclusive = \"yes\"\n").expect_err("not a bool");
     let text = format!("{err}");
-    assert!(text.contains("hosts.a.pin_slots"), "{text}");
+    assert!(text.contains("hosts.a.exclusive"), "{text}");
 }
 
 /// The attack under load: four clients at once on a two-slot pinning host, every third turn
@@ -412,9 +419,9 @@ fn attack_under_load(similarity_off: bool) {
     let spec = HostSpec {
         sim,
         config: if similarity_off {
-            "pin_slots = true\nslot_prompt_similarity = 0"
+            "exclusive = true\nslot_prompt_similarity = 0"
         } else {
-            "pin_slots = true"
+            "exclusive = true"
         },
         ..host("a", 2)
     };

@@ -25,7 +25,8 @@ pub struct Harness {
     pub dir: TempDir,
 }
 
-/// One host of a test setup: its name, how the sim behaves, and `parallel` in crossbar's config.
+/// One host of a test setup: its name, how the sim behaves, and `parallel` in crossbar's config
+/// (0: no `[hosts.NAME.models.m]` table at all, only the host's `url`: issue 47).
 pub struct HostSpec {
     pub name: &'static str,
     pub sim: SimConfig,
@@ -34,6 +35,11 @@ pub struct HostSpec {
     /// More lines for its `[hosts.NAME]` table.
     pub config: &'static str,
 }
+
+/// A host's `config` that states nothing of its similarity and RAM cache: crossbar probes it at
+/// first contact (issue 47). Every other host is given what its sim does, so that a test counts
+/// only its own requests.
+pub const LEARNED: &str = "# learned";
 
 pub fn host(name: &'static str, parallel: usize) -> HostSpec {
     HostSpec {
@@ -103,10 +109,8 @@ impl Harness {
         // Until a host is polled the chooser cannot know it has the model loaded, and a poll landing
         // mid-test could undo a test's own `mark_down`: every test starts after the first round.
         let gw = server.gateway().clone();
-        wait_until("every host's first poll", || {
-            hosts
-                .iter()
-                .all(|h| gw.health.get(h.name).is_some_and(|s| s.last_poll > 0))
+        wait_until("every host's first poll, acted on", || {
+            hosts.iter().all(|h| gw.polls_seen(h.name) > 0)
         });
         Harness {
             server: Some(server),
@@ -227,14 +231,28 @@ fn config_text(
     text.push_str(extra);
     text.push('\n');
     for (spec, (_, sim)) in hosts.iter().zip(sims) {
+        let mut stated = String::new();
+        if spec.config != LEARNED {
+            if !spec.config.contains("slot_prompt_similarity") {
+                let similarity = spec.sim.slot_prompt_similarity;
+                stated.push_str(&format!("slot_prompt_similarity = {similarity}\n"));
+            }
+            if !spec.config.contains("ram_cache") {
+                let ram = spec.sim.ram_cache_tokens > 0;
+                stated.push_str(&format!("ram_cache = {ram}\n"));
+            }
+        }
         text.push_str(&format!(
-            "[hosts.{name}]\nurl = \"{}\"\nweight = {}\n{}\n[hosts.{name}.models.m]\nparallel = {}\n",
+            "[hosts.{name}]\nurl = \"{}\"\nweight = {}\n{}\n{stated}",
             sim.url(),
             spec.weight,
             spec.config,
-            spec.parallel,
             name = spec.name
         ));
+        if spec.parallel > 0 {
+            let (name, parallel) = (spec.name, spec.parallel);
+            text.push_str(&format!("[hosts.{name}.models.m]\nparallel = {parallel}\n"));
+        }
     }
     let names: Vec<String> = hosts.iter().map(|h| format!("{:?}", h.name)).collect();
     text.push_str(&format!(

@@ -148,9 +148,11 @@ fn host(name: &str, url: &str) -> config::Host {
         api_key: None,
         ctx: None,
         kv_tokens: None,
-        slot_prompt_similarity: 0.1,
-        pin_slots: false,
-        models: BTreeMap::from([("qwen-coder".to_string(), 2)]),
+        slot_prompt_similarity: Some(0.1),
+        exclusive: false,
+        ram_cache: None,
+        implied: false,
+        models: BTreeMap::from([("qwen-coder".to_string(), Some(2))]),
         upstream: BTreeMap::new(),
     }
 }
@@ -179,6 +181,7 @@ fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
         router: false,
         models: Vec::new(),
         max_instances: None,
+        build: Some("b11434-0123abc".into()),
     };
     assert_eq!(poll, want);
     let hits: Vec<Hit> = server.hits.try_iter().collect();
@@ -204,6 +207,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             router: true,
             models: router_models(),
             max_instances: None,
+            build: Some("b11434-0123abc".into()),
         },
     );
     // When /v1/models already carries statuses, /models is not asked.
@@ -221,6 +225,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             router: true,
             models: router_models(),
             max_instances: None,
+            build: None,
         },
     );
     let paths: Vec<String> = server.hits.try_iter().map(|(p, _)| p).collect();

@@ -16,8 +16,10 @@ pub(super) fn silent_host(name: &str) -> (TcpListener, Host) {
         api_key: None,
         ctx: None,
         kv_tokens: None,
-        slot_prompt_similarity: 0.1,
-        pin_slots: false,
+        slot_prompt_similarity: Some(0.1),
+        exclusive: false,
+        ram_cache: None,
+        implied: false,
         models: Default::default(),
         upstream: Default::default(),
     };

@@ -58,6 +58,7 @@ fn a_poll_started_after_the_pin_that_shows_its_slot_at_work_settles_it() {
     let busy = |ids: &[usize]| Polled {
         idle: Vec::new(),
         busy: ids.to_vec(),
+        max_task: None,
     };
     slots.saw("h", 19, &busy(&[at]));
     assert!(

@@ -1,0 +1,231 @@
+//! Issue 47: a host needs only its `url`. crossbar reads its slots from `/props`, learns what no
+//! endpoint says (slot similarity, the RAM cache) by probing it at first contact, pins an
+//! `exclusive` host's slots until it sees a task it did not start, forgets what a restarted host
+//! held, and warns where a configured value and the host disagree.
+
+use crossbar::sim::SimConfig;
+use serde_json::Value;
+
+use crate::support::{chat, request, wait_until, Conn, Harness, HostSpec, LEARNED};
+
+const CHAT: &str = "/projA/v1/chat/completions";
+
+/// Health polls `host` has answered.
+fn polls(h: &Harness, host: &str) -> usize {
+    (h.sim(host).requests().iter())
+        .filter(|r| r.path == "/health")
+        .count()
+}
+
+fn url_only(name: &'static str, sim: SimConfig, config: &'static str) -> HostSpec {
+    HostSpec {
+        name,
+        sim,
+        parallel: 0,
+        weight: 1,
+        config,
+    }
+}
+
+#[test]
+fn a_host_given_only_its_url_serves_with_the_slots_it_reports_issue_47() {
+    let sim = SimConfig {
+        slots: 3,
+        ..SimConfig::default()
+    };
+    let h = Harness::start(vec![url_only("box", sim, "")], "");
+    let gw = h.server().gateway().clone();
+    wait_until("the host's three slots are its seats", || {
+        gw.limiter.load("box", "m").parallel == 3
+    });
+    let answer = h.post(CHAT, &chat("hello", 0, false));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("X-Crossbar-Host"), Some("box"));
+}
+
+#[test]
+fn a_host_is_probed_at_first_contact_for_what_no_endpoint_says_issue_47() {
+    let off = SimConfig {
+        slots: 2,
+        slot_prompt_similarity: 0.0,
+        ram_cache_tokens: 100_000,
+        ..SimConfig::default()
+    };
+    let defaults = SimConfig {
+        slots: 2,
+        ..SimConfig::default()
+    };
+    let h = Harness::start(
+        vec![
+            url_only("off", off, LEARNED),
+            url_only("on", defaults, LEARNED),
+        ],
+        "",
+    );
+    let gw = h.server().gateway().clone();
+    wait_until("both probed", || {
+        ["off", "on"]
+            .iter()
+            .all(|host| gw.learned.get(host).is_some_and(|l| !l.probe_due))
+    });
+    assert_eq!(
+        (gw.learned.similarity("off"), gw.learned.ram("off")),
+        (Some(false), Some(true)),
+        "-sps 0 with a RAM cache"
+    );
+    assert_eq!(
+        (gw.learned.similarity("on"), gw.learned.ram("on")),
+        (Some(true), Some(false)),
+        "the sim's defaults: similarity 0.10, no RAM cache"
+    );
+    // The probe's requests went to the host, pinned where it pins, and left no lease or row.
+    let probes = (h.sim("off").requests().iter())
+        .filter(|r| r.path == "/completion")
+        .count();
+    assert_eq!(probes, 4, "Q, P, P+ and Q+");
+    assert!(h.rows().is_empty(), "the probe is not a client's request");
+    // A poll later, nothing is asked again.
+    let before = polls(&h, "off");
+    wait_until("another poll", || polls(&h, "off") > before + 1);
+    let again = (h.sim("off").requests().iter())
+        .filter(|r| r.path == "/completion")
+        .count();
+    assert_eq!(again, 4, "asked once per host and build");
+}
+
+#[test]
+fn a_configured_parallel_above_the_hosts_slots_is_not_believed_issue_47() {
+    let sim = SimConfig {
+        slots: 2,
+        ..SimConfig::default()
+    };
+    let spec = HostSpec {
+        name: "box",
+        sim,
+        parallel: 4,
+        weight: 1,
+        config: "",
+    };
+    let h = Harness::start(vec![spec], "");
+    let gw = h.server().gateway().clone();
+    wait_until("the host's own two slots", || {
+        gw.limiter.load("box", "m").parallel == 2
+    });
+    let notes = gw.host_notes("box");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("parallel is 4") && n.contains("runs 2")),
+        "{notes:?}"
+    );
+}
+
+/// A client that talks to the host itself, not through crossbar: a stream held open there.
+fn foreign_stream(h: &Harness, host: &str) -> Conn {
+    let sim = h.sim(host);
+    sim.set_lockstep(true);
+    let mut conn = Conn::open(sim.addr());
+    let body = chat("someone else's work", 0, true).to_string();
+    conn.send(
+        "POST",
+        "/v1/chat/completions",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(conn.read_head().0, 200);
+    conn
+}
+
+#[test]
+fn an_exclusive_host_running_a_task_crossbar_did_not_send_is_not_pinned_issue_47() {
+    let sim = SimConfig {
+        slots: 2,
+        ram_cache_tokens: 100_000,
+        ..SimConfig::default()
+    };
+    let spec = HostSpec {
+        name: "box",
+        sim,
+        parallel: 2,
+        weight: 1,
+        config: "exclusive = true",
+    };
+    let h = Harness::start(vec![spec], "health_interval = \"200ms\"");
+    let gw = h.server().gateway().clone();
+    let host = gw.config().hosts["box"].clone();
+    wait_until("the first /slots poll", || !gw.slots.doubtful("box"));
+    assert!(
+        gw.pinning(&host),
+        "exclusive, slots known, nothing foreign seen"
+    );
+    let pinned = h.post(CHAT, &chat("mine", 0, false));
+    assert_eq!(pinned.status, 200);
+    let id_slot = |h: &Harness| {
+        let last = h.sim("box").requests().pop().expect("a request");
+        serde_json::from_slice::<Value>(&last.body).expect("json")["id_slot"].as_i64()
+    };
+    assert!(id_slot(&h).is_some(), "pinned while crossbar is alone");
+
+    let foreign = foreign_stream(&h, "box");
+    wait_until("the foreign task seen", || !gw.pinning(&host));
+    h.sim("box").set_lockstep(false);
+    let unpinned = h.post(CHAT, &chat("mine again", 0, false));
+    assert_eq!(unpinned.status, 200);
+    assert_eq!(
+        id_slot(&h),
+        None,
+        "left to the host while someone else uses it"
+    );
+    let admin = h.server().admin_addr();
+    let status = request(admin, "GET", "/admin/status", &[], b"").json();
+    let shown = &status["hosts"][0]["learned"]["pinning"];
+    assert!(
+        shown.as_str().is_some_and(|s| s.contains("paused")),
+        "{status}"
+    );
+    drop(foreign);
+}
+
+#[test]
+fn a_restarted_host_has_what_it_held_forgotten_issue_47() {
+    let spec = HostSpec {
+        name: "box",
+        sim: SimConfig {
+            slots: 1,
+            ..SimConfig::default()
+        },
+        parallel: 1,
+        weight: 1,
+        config: "",
+    };
+    let h = Harness::start(vec![spec], "health_interval = \"200ms\"");
+    let gw = h.server().gateway().clone();
+    let body = chat("a conversation that warms its family", 0, false);
+    assert_eq!(h.post(CHAT, &body).status, 200);
+    let warm = gw.holdings.warm_on("box", "m");
+    assert_eq!(warm.len(), 1, "its family is warm there");
+    // Its second turn, after a few polls (each a task of the host's too), and a poll that sees
+    // the task it ran.
+    let before = polls(&h, "box");
+    wait_until("polls after the first turn", || {
+        polls(&h, "box") > before + 2
+    });
+    assert_eq!(h.post(CHAT, &body).status, 200);
+    let before = polls(&h, "box");
+    wait_until("a poll after the second", || polls(&h, "box") > before + 1);
+
+    h.sim("box").restart();
+    // Its first task after the restart (another family's) has a smaller id than the last one
+    // crossbar saw.
+    let poet = serde_json::json!({"model": "m", "max_tokens": 4, "messages": [
+        {"role": "system", "content": "You are a poet."}, {"role": "user", "content": "rain"}]});
+    assert_eq!(h.post(CHAT, &poet).status, 200);
+    wait_until("the restart seen and what it held forgotten", || {
+        (gw.learned.get("box")).is_some_and(|l| l.restarts == 1)
+    });
+    let family = warm[0].0;
+    assert!(
+        !(gw.holdings.warm_on("box", "m").iter()).any(|(f, _)| *f == family),
+        "the first family is no longer believed warm there"
+    );
+}
