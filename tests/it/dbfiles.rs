@@ -22,7 +22,7 @@ fn config_in(dir: &Path, db: &str, url: &str, listen: &str) -> PathBuf {
     let path = etc.join("crossbar.toml");
     let text = format!(
         "listen = \"{listen}\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {db:?}\n\
-         [hosts.titan]\nurl = \"{url}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+         [hosts.titan]\nurl = \"{url}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.titan.models.m]\nparallel = 1\n\
          [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n"
     );
     std::fs::write(&path, text).unwrap();

@@ -48,7 +48,7 @@ fn start(hosts: Vec<SimHost>, extra: &str) -> Harness {
         });
         sim.set_fault(spec.fault);
         text.push_str(&format!(
-            "[hosts.{name}]\nurl = \"{}\"\n[hosts.{name}.models.m]\nparallel = {}\n",
+            "[hosts.{name}]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.{name}.models.m]\nparallel = {}\n",
             sim.url(),
             spec.slots,
             name = spec.name

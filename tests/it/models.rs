@@ -107,7 +107,7 @@ fn start_aliased(models_and_routes: &str) -> Harness {
     let sims = vec![("titan".to_string(), sim()), ("mini".to_string(), sim())];
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\nworkers = 8\n\
-         health_interval = \"1s\"\n[hosts.titan]\nurl = \"{}\"\n[hosts.mini]\nurl = \"{}\"\n\
+         health_interval = \"1s\"\n[hosts.titan]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.mini]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n\
          {models_and_routes}",
         dir.join("crossbar.db"),
         sims[0].1.url(),

@@ -41,7 +41,7 @@ fn a_restart_drops_the_pin_and_leases_of_a_host_no_longer_configured() {
 
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\n\
-         [hosts.titan]\nurl = \"{}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+         [hosts.titan]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.titan.models.m]\nparallel = 1\n\
          [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
         harness.dir.join("crossbar.db"),
         harness.sim("titan").url()

@@ -154,7 +154,7 @@ fn sim() -> Sim {
 
 fn host_text(name: &str, sim: &Sim) -> String {
     format!(
-        "[hosts.{name}]\nurl = \"{}\"\n[hosts.{name}.models.m]\nparallel = 1\n",
+        "[hosts.{name}]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.{name}.models.m]\nparallel = 1\n",
         sim.url()
     )
 }

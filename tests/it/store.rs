@@ -22,7 +22,7 @@ fn session(h: &Harness, id: &str) -> Answer {
 fn config_on(h: &Harness, db: &std::path::Path) -> Config {
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {db:?}\n\
-         [hosts.titan]\nurl = \"{}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+         [hosts.titan]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.titan.models.m]\nparallel = 1\n\
          [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
         h.sim("titan").url()
     );
@@ -168,7 +168,7 @@ fn issue17_check_refuses_an_unwritable_db_directory_and_notes_a_running_gateway(
         let dir = temp_dir();
         let path = dir.join("crossbar.toml");
         let text = format!(
-            "db = {db:?}\n[hosts.titan]\nurl = \"{}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+            "db = {db:?}\n[hosts.titan]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.titan.models.m]\nparallel = 1\n\
              [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
             h.sim("titan").url()
         );

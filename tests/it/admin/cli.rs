@@ -69,7 +69,7 @@ pub(super) fn check_fails(run: &Run, mentions: &str) {
 pub(super) fn write_config(dir: &Path, db: &Path, url: &str, extra: &str) -> PathBuf {
     let text = format!(
         "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {db:?}\n{extra}\n\
-         [hosts.titan]\nurl = \"{url}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+         [hosts.titan]\nurl = \"{url}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.titan.models.m]\nparallel = 1\n\
          [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n"
     );
     let path = dir.join("ops.toml");

@@ -18,7 +18,7 @@ fn pins_racing_reloads_that_add_and_remove_the_route_never_fail() {
     let config = |with_b: bool| {
         let mut text = format!(
             "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\n\
-             health_interval = \"1h\"\n[hosts.titan]\nurl = \"{}\"\n\
+             health_interval = \"1h\"\n[hosts.titan]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n\
              [hosts.titan.models.m]\nparallel = 1\n\
              [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
             h.dir.join("crossbar.db"),

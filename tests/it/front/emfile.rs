@@ -42,7 +42,7 @@ fn the_listener_survives_running_out_of_file_descriptors_issue_10() {
     let addr = free_port();
     let config = format!(
         "listen = \"{addr}\"\nadmin_listen = \"{}\"\ndb = {:?}\nworkers = 2\nhealth_interval = \"60s\"\n\
-         [hosts.titan]\nurl = \"{}\"\n[hosts.titan.models.m]\nparallel = 1\n\
+         [hosts.titan]\nurl = \"{}\"\nslot_prompt_similarity = 0.1\nram_cache = false\n[hosts.titan.models.m]\nparallel = 1\n\
          [routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n",
         free_port(),
         dir.join("crossbar.db"),
