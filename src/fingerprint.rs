@@ -51,6 +51,8 @@ pub struct Peek {
     pub stream: bool,
     /// The prompt family, when the body has a preamble (stateless APIs never have one).
     pub family: Option<Family>,
+    /// The body names a slot inside the host (`id_slot`): crossbar refuses it (issue 46).
+    pub names_slot: bool,
 }
 
 /// A prompt family: the first 4 bytes of its hash, and the preamble's size in bytes (its size in
@@ -116,6 +118,12 @@ pub fn peek_named(
     let stream = parsed
         .as_ref()
         .is_some_and(|b| b.stream.as_ref().and_then(|s| s.as_bool()) == Some(true));
+    // A body the peek could not build (too deep where it builds values) is still one the host
+    // may read: its keys alone are looked at again.
+    let names_slot = match &parsed {
+        Some(b) => b.names_slot,
+        None => crate::members::has(body, "id_slot") == Some(true),
+    };
     let session = session.map(str::trim).filter(|s| !s.is_empty());
     let family = (parsed.as_ref())
         .filter(|_| api.takes_lease())
@@ -131,6 +139,7 @@ pub fn peek_named(
         fp,
         stream,
         family,
+        names_slot,
     }
 }
 

@@ -18,6 +18,7 @@ pub mod lease;
 pub mod limiter;
 pub mod logfmt;
 pub mod logsink;
+pub(crate) mod members;
 pub mod metrics;
 pub mod nearest;
 pub mod page;

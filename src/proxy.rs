@@ -285,6 +285,10 @@ fn prepare<'c>(
             renamed = model.is_some();
             model
         });
+        // Issue 46: the slot inside a host is crossbar's to choose, never a client's.
+        if peek.names_slot {
+            return Err(pin::client_slot());
+        }
         (peek.model, peek.fp, peek.family)
     };
     row.family = family.map(Family::hex).unwrap_or_default();

@@ -317,6 +317,7 @@ fn a_body_of_too_many_values_is_no_conversation_but_keeps_its_model() {
             fp: String::new(),
             stream: false,
             family: None,
+            names_slot: false,
         }
     );
 }

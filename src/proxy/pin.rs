@@ -24,8 +24,8 @@ pub(super) struct Pinned {
 /// Takes the request of `plan` a slot when its host pins (with similarity off, only a
 /// conversation's own slot: `slots::choose_own`), or a place among the unpinned when it
 /// cannot be pinned: a host whose slots `/props` has not told (or a router), an API whose
-/// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body naming
-/// its own slot.
+/// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body that is
+/// not one JSON object (a body naming its own slot was refused before: [`client_slot`]).
 pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     let host = plan.host;
     if !host.pin_slots {
@@ -85,6 +85,18 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>, key: &Key) {
     if unpinned {
         settle(gw, (&host.name, &plan.model));
     }
+}
+
+/// The 400 for a body that names its slot (`id_slot`), on every host, pinning or not (issue 46):
+/// llama-server, asked for a busy slot by id, loads a state into it under the generation running
+/// there and corrupts that other conversation's answer; and on a pinning host the client's
+/// `id_slot` would override crossbar's and leave its slot mirror wrong.
+pub(super) fn client_slot() -> super::ProxyError {
+    super::ProxyError::BadRequest(
+        "the body names id_slot: crossbar chooses the slot inside a host, and a slot named by a \
+         client may be generating another conversation's answer; remove id_slot"
+            .to_string(),
+    )
 }
 
 /// Longest saving a slot may take (a three-token request): past it the slot is in doubt.

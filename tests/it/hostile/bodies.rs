@@ -1,0 +1,1 @@
+//! Whole bodies waiting for a busy host (issue 46, finding 1).
