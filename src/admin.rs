@@ -354,5 +354,6 @@ fn gauges(gw: &Gateway) -> Gauges {
         store_ok: store.ok,
         store_write_errors: store.write_errors,
         transitions: gw.health.transitions(),
+        queued_body_bytes: gw.limiter.waiting_held().1,
     }
 }

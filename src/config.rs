@@ -35,6 +35,9 @@ pub struct Config {
     pub health_rise: u32,
     pub queue_max: usize,
     pub queue_timeout: Duration,
+    /// What requests waiting for a slot may hold, all queues together and per client (issue 46).
+    pub waiting: crate::limiter::Waiting,
+
     pub connect_timeout: Duration,
     /// Longest silence tolerated from an upstream, the wait for the first byte (prefill) included.
     pub first_byte_timeout: Duration,
@@ -386,6 +389,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 mod host;
 mod keys;
 mod raw;
+mod shares;
 mod suggest;
 mod validate;
 

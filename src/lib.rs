@@ -6,6 +6,7 @@ pub mod admin;
 pub mod api;
 pub mod choose;
 pub mod cli;
+pub mod clientid;
 pub mod config;
 pub mod conn;
 pub mod envelope;

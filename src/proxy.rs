@@ -186,9 +186,15 @@ fn take_slot(
     // Its place in line or its slot counts it from the moment it has one; no longer an arrival.
     let arrival = plan.arrival.take();
     let entered = move || drop(arrival);
-    let taken = (gw.limiter).acquire_unless(&plan.host.name, &key.model, entered, || {
-        request.client_gone()
-    });
+    // Issue 46: what it holds in line counts against its client's share and all of theirs.
+    let client = client_id(request, row);
+    let waiter = crate::limiter::Waiter {
+        client,
+        bytes: plan.body.len(),
+    };
+    let host = &plan.host.name;
+    let taken =
+        (gw.limiter).acquire_unless(host, &key.model, waiter, entered, || request.client_gone());
     let (permit, waited) = taken.inspect_err(|err| {
         if *err == crate::limiter::LimitError::Timeout {
             let waited = config.queue_timeout.as_millis() as i64;
@@ -205,6 +211,13 @@ fn take_slot(
     }
     pin::pin(gw, plan, key);
     Ok(Some(permit))
+}
+
+/// Who the request counts against where one client must not take what all share (issue 46): its
+/// key, else its address.
+fn client_id(request: &Request<'_>, row: &RequestRow) -> crate::clientid::ClientId {
+    let ip = (request.peer_addr()).map_or([0, 0, 0, 0].into(), |a| a.ip());
+    crate::clientid::ClientId::of_request(&row.key, ip)
 }
 
 /// What a request the host answered whole teaches placement, before the answer's end goes out (a

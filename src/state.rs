@@ -81,6 +81,7 @@ impl Gateway {
         let health = Arc::new(Health::new(&config.hosts));
         health.set_thresholds(config.health_fall, config.health_rise);
         let limiter = Arc::new(Limiter::new(config.queue_max, config.queue_timeout));
+        limiter.set_waiting(config.waiting);
         for host in config.hosts.values() {
             for (model, parallel) in &host.models {
                 limiter.set_capacity(&host.name, model, *parallel);
@@ -188,6 +189,7 @@ impl Gateway {
         self.upstream
             .set_hosts(new.hosts.keys().map(String::as_str));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
+        self.limiter.set_waiting(new.waiting);
         self.leases.set_idle(new.lease_idle);
         self.leases.set_max_leases(new.max_leases);
         for route in new.routes.values() {

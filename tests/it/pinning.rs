@@ -420,7 +420,8 @@ fn attack_under_load(similarity_off: bool) {
         },
         ..host("a", 2)
     };
-    let h = Harness::start(vec![spec], "queue_max = 64");
+    // Four clients from one address, each may wait (issue 46's share per client).
+    let h = Harness::start(vec![spec], "queue_max = 64\nqueue_max_per_client = 4");
     let gw = h.server().gateway().clone();
     wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
     std::thread::scope(|scope| {
