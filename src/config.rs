@@ -24,6 +24,9 @@ pub struct Config {
     pub lease_idle: Duration,
     /// Most leases kept; beyond it the least recently used idle one is evicted.
     pub max_leases: usize,
+    /// Most leases one client (its key, else its address) keeps; beyond it its own least
+    /// recently used idle one is evicted (issue 46).
+    pub max_leases_per_client: usize,
     /// How long accounting rows and lease events are kept before background pruning.
     pub keep_requests: Duration,
     pub keep_events: Duration,

@@ -141,6 +141,7 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
             rest: plan.rest.clone(),
             family: plan.family,
             named: true,
+            client: client_id(request, &row),
         };
         plan = match place::again(gw, &config, &key, what, plan, &mut row) {
             Ok(plan) => plan,
@@ -344,6 +345,7 @@ fn prepare<'c>(
         rest,
         family,
         named,
+        client: client_id(request, row),
     };
     let mut plan = place::place(gw, config, &key, what, body, row)?;
     (plan._key, plan.keyed) = (admitted, !config.keys.is_empty());

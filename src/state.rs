@@ -127,7 +127,11 @@ impl Gateway {
             metrics: metrics.clone(),
         });
         let leases = lease::Table::new(persister, view.clone(), view, idle)?;
-        leases.set_max_leases(config.read().max_leases);
+        let (max, per_client) = (
+            config.read().max_leases,
+            config.read().max_leases_per_client,
+        );
+        leases.set_max_leases(max, per_client);
         // Hosts edited out of the config while crossbar was stopped: their stored leases and
         // pins go now, as a reload would have dropped them (a pin on one would 503 its route).
         let stored: BTreeSet<String> = leases
@@ -191,7 +195,7 @@ impl Gateway {
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
         self.limiter.set_waiting(new.waiting);
         self.leases.set_idle(new.lease_idle);
-        self.leases.set_max_leases(new.max_leases);
+        (self.leases).set_max_leases(new.max_leases, new.max_leases_per_client);
         for route in new.routes.values() {
             self.leases.add_candidates(&route.name, &route.hosts);
         }

@@ -16,6 +16,7 @@ pub(super) struct RawConfig {
     pub(super) workers: Option<usize>,
     pub(super) lease_idle: Option<String>,
     pub(super) max_leases: Option<usize>,
+    pub(super) max_leases_per_client: Option<usize>,
     pub(super) keep_requests: Option<String>,
     pub(super) keep_events: Option<String>,
     pub(super) health_interval: Option<String>,

@@ -1,8 +1,9 @@
 //! What one client may take of what all clients share, and what requests waiting for a slot may
 //! hold in all (issue 46): `queue_max_total`, `queue_max_per_client`, `queue_body_mib`,
-//! `queue_body_mib_per_client` (the limiter's [`Waiting`]). A client is its key when keys are on,
-//! else its address. Each default follows from the key it shares (half of `workers` may wait,
-//! half of those be one client's), and every problem is named by its key.
+//! `queue_body_mib_per_client` (the limiter's [`Waiting`]) and `max_leases_per_client`. A client
+//! is its key when keys are on, else its address. Each default follows from the key it shares
+//! (half of `workers` may wait, half of those be one client's; a tenth of `max_leases` one
+//! client's), and every problem is named by its key.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +22,7 @@ pub(super) struct RawShares {
     queue_max_per_client: Option<usize>,
     queue_body_mib: Option<u64>,
     queue_body_mib_per_client: Option<u64>,
+    max_leases_per_client: Option<usize>,
 }
 
 impl RawShares {
@@ -30,6 +32,7 @@ impl RawShares {
             queue_max_per_client: raw.queue_max_per_client,
             queue_body_mib: raw.queue_body_mib,
             queue_body_mib_per_client: raw.queue_body_mib_per_client,
+            max_leases_per_client: raw.max_leases_per_client,
         }
     }
 }
@@ -37,11 +40,12 @@ impl RawShares {
 /// The validated shares.
 pub(super) struct Shares {
     pub(super) waiting: Waiting,
+    pub(super) max_leases_per_client: usize,
 }
 
 pub(super) fn validate_shares(
     raw: RawShares,
-    workers: usize,
+    (workers, max_leases): (usize, usize),
     hosts: &BTreeMap<String, Host>,
     problems: &mut Vec<Problem>,
     warnings: &mut Vec<String>,
@@ -88,6 +92,19 @@ pub(super) fn validate_shares(
             format!("must be at most queue_body_mib ({body_mib})"),
         ));
     }
+    let max_leases_per_client = at_least_one(
+        "max_leases_per_client",
+        raw.max_leases_per_client,
+        (max_leases / 10).max(1),
+        "",
+        problems,
+    );
+    if max_leases_per_client > max_leases {
+        problems.push(Problem::new(
+            "max_leases_per_client",
+            format!("must be at most max_leases ({max_leases})"),
+        ));
+    }
     let slots: usize = hosts.values().flat_map(|h| h.models.values()).sum();
     if slots.saturating_add(total) >= workers {
         warnings.push(format!(
@@ -104,6 +121,7 @@ pub(super) fn validate_shares(
             bytes: bytes(body_mib),
             bytes_per_client: bytes(body_mib_per_client),
         },
+        max_leases_per_client,
     }
 }
 

@@ -391,8 +391,8 @@ fn health_thresholds_are_at_least_one() {
     }
 }
 
-/// Issue 46: what requests waiting for a slot may hold, and one client's share of it; each
-/// default follows from what it shares, each mistake is named by its key.
+/// Issue 46: what requests waiting for a slot may hold, and one client's share of it and of the
+/// leases; each default follows from what it shares, each mistake is named by its key.
 #[test]
 fn a_clients_shares_default_from_what_they_share_and_are_checked_issue_46() {
     let cfg = Config::from_toml(MINIMAL).unwrap();
@@ -402,9 +402,10 @@ fn a_clients_shares_default_from_what_they_share_and_are_checked_issue_46() {
         bytes: 256 << 20,
         bytes_per_client: 128 << 20,
     };
-    assert_eq!(cfg.waiting, waiting);
-    let cfg = Config::from_toml(&format!("workers = 10\n{MINIMAL}")).unwrap();
+    assert_eq!((cfg.waiting, cfg.max_leases_per_client), (waiting, 10_000));
+    let cfg = Config::from_toml(&format!("workers = 10\nmax_leases = 50\n{MINIMAL}")).unwrap();
     assert_eq!((cfg.waiting.total, cfg.waiting.per_client), (5, 2));
+    assert_eq!(cfg.max_leases_per_client, 5);
     for (line, problem) in [
         (
             "queue_max_total = 64",
@@ -419,6 +420,14 @@ fn a_clients_shares_default_from_what_they_share_and_are_checked_issue_46() {
         (
             "queue_body_mib = 0",
             "queue_body_mib: must be at least 1 (MiB)",
+        ),
+        (
+            "max_leases_per_client = 100001",
+            "max_leases_per_client: must be at most max_leases (100000)",
+        ),
+        (
+            "max_leases_per_client = 0",
+            "max_leases_per_client: must be at least 1",
         ),
         (
             "queue_body_mib_per_client = 300",

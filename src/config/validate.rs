@@ -159,8 +159,13 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         })
         .collect();
 
-    let shares =
-        super::shares::validate_shares(raw_shares, workers, &hosts, problems, &mut warnings);
+    let shares = super::shares::validate_shares(
+        raw_shares,
+        (workers, max_leases),
+        &hosts,
+        problems,
+        &mut warnings,
+    );
     let keys = super::keys::validate_keys(raw.keys, &routes, problems);
     if keys.is_empty() && !listen.ip().is_loopback() {
         warnings.push(format!(
@@ -176,6 +181,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         workers,
         lease_idle,
         max_leases,
+        max_leases_per_client: shares.max_leases_per_client,
         keep_requests,
         keep_events,
         health_interval,

@@ -57,7 +57,8 @@ impl Table {
                 placed,
             } => {
                 let mut held = None;
-                self.put_reserved(inner, key, &host, now, reason, &from, |inner| {
+                let why = (reason, from.as_str(), ask.client);
+                self.put_reserved(inner, key, &host, now, why, |inner| {
                     inner.see_all(&key.route, candidates);
                     if let Some(entry) = inner.leases.get_mut(key) {
                         entry.family = ask.family.map(|f| f.id).or(entry.family);

@@ -23,6 +23,8 @@ pub(super) struct What<'r> {
     /// The body names its model itself (else the outgoing body names the route's, or the chosen
     /// host's own name for it).
     pub(super) named: bool,
+    /// Whose request it is: a new lease is that client's (issue 46).
+    pub(super) client: crate::clientid::ClientId,
 }
 
 /// Places a request that takes a slot and fills in the row's host and context estimate.
@@ -44,6 +46,7 @@ pub(super) fn place<'c>(
         prompt: body.len() as u64 / 4,
         slot: true,
         move_when_busy: route.move_when_busy,
+        client: what.client,
     };
     if !what.api.takes_lease() {
         // Stateless (issue 18): no lease at all, the chooser's pick, a slot.

@@ -5,4 +5,5 @@
 //! its own.
 
 mod bodies;
+mod leases;
 mod slots;
