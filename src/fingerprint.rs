@@ -158,6 +158,20 @@ fn family(api: Api, b: &Body) -> Option<Family> {
     })
 }
 
+/// `fp` as the conversation of client key `key` (issue 46): with keys on, a conversation is its
+/// key's own, so a key sending another's `X-Session-Id` or prompt neither rides nor moves the
+/// other's lease, nor learns from `X-Crossbar-Lease` that the other sent it. 16 hex digits of
+/// kind `keyed` over the key's name and `fp`; `""` stays `""` (no conversation).
+pub fn scoped(fp: &str, key: &str) -> String {
+    if fp.is_empty() {
+        return String::new();
+    }
+    let mut h = Hasher::new("keyed");
+    h.part(key.as_bytes());
+    h.part(fp.as_bytes());
+    h.finish()
+}
+
 /// The first 8 characters of a fingerprint, for log lines (`""` stays `""`).
 pub fn short(fp: &str) -> &str {
     fp.get(..8).unwrap_or(fp)

@@ -303,7 +303,12 @@ fn prepare<'c>(
         if peek.names_slot {
             return Err(pin::client_slot());
         }
-        (peek.model, peek.fp, peek.family)
+        // Issue 46: with keys on, a conversation is its key's own.
+        let fp = match &client {
+            Some(name) => fingerprint::scoped(&peek.fp, name),
+            None => peek.fp,
+        };
+        (peek.model, fp, peek.family)
     };
     row.family = family.map(Family::hex).unwrap_or_default();
     // A body that names no model is forwarded naming the route's (a router needs one); one that
