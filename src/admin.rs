@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 mod guard;
 mod session;
 mod signin;
+pub(crate) mod throttle;
 mod verbs;
 
 pub use session::{strip_cookie, Sessions, COOKIE, LIFETIME, MAX_SESSIONS};
@@ -75,7 +76,10 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let method = request.method().to_string();
     let target = request.target().to_string();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let early = probe(gw, &method, path).or_else(|| signin::handle(gw, request, &method, path));
+    let early = (probe(gw, &method, path))
+        // Issue 46: an address guessing the token is refused before anything checks one.
+        .or_else(|| throttle::refused(gw, request))
+        .or_else(|| signin::handle(gw, request, &method, path));
     let answer = match early.map_or_else(|| guard::guard(gw, request), Err) {
         Err(answer) if answer.status == 401 => {
             signin::instead_of_page(gw, request, &method, path).unwrap_or(answer)

@@ -10,6 +10,7 @@ pub mod clientid;
 pub mod config;
 pub mod conn;
 pub mod envelope;
+pub mod failures;
 pub mod fasthash;
 pub mod fingerprint;
 pub mod health;

@@ -38,6 +38,8 @@ pub struct Gateway {
     pub keys: Arc<crate::keys::Keys>,
     /// The status page's sign-in sessions (issue 27).
     pub sessions: crate::admin::Sessions,
+    /// Wrong admin tokens per address (issue 46).
+    pub admin_failures: crate::failures::Failures,
     /// What each pinning host's slots hold (`pin_slots`).
     pub slots: crate::slots::Slots,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
@@ -160,6 +162,7 @@ impl Gateway {
             holdings,
             keys,
             sessions: crate::admin::Sessions::default(),
+            admin_failures: crate::admin::throttle::guard(),
             slots: crate::slots::Slots::default(),
             last_prompt: Mutex::new(HashMap::default()),
             upstream,
