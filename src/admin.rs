@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 mod guard;
 mod signin;
+pub(crate) mod throttle;
 mod verbs;
 
 use crate::conn::{BodyError, Request};
@@ -72,7 +73,10 @@ pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let method = request.method().to_string();
     let target = request.target().to_string();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let early = probe(gw, &method, path).or_else(|| signin::handle(gw, request, &method, path));
+    let early = (probe(gw, &method, path))
+        // Issue 46: an address guessing the token is refused before anything checks one.
+        .or_else(|| throttle::refused(gw, request))
+        .or_else(|| signin::handle(gw, request, &method, path));
     let answer = match early.map_or_else(|| guard::guard(gw, request), Err) {
         Err(answer) if answer.status == 401 => {
             signin::instead_of_page(gw, request, &method, path).unwrap_or(answer)
@@ -371,5 +375,6 @@ fn gauges(gw: &Gateway) -> Gauges {
         store_ok: store.ok,
         store_write_errors: store.write_errors,
         transitions: gw.health.transitions(),
+        queued_body_bytes: gw.limiter.waiting_held().1,
     }
 }

@@ -24,6 +24,9 @@ pub struct Config {
     pub lease_idle: Duration,
     /// Most leases kept; beyond it the least recently used idle one is evicted.
     pub max_leases: usize,
+    /// Most leases one client (its key, else its address) keeps; beyond it its own least
+    /// recently used idle one is evicted (issue 46).
+    pub max_leases_per_client: usize,
     /// How long accounting rows and lease events are kept before background pruning.
     pub keep_requests: Duration,
     pub keep_events: Duration,
@@ -35,6 +38,9 @@ pub struct Config {
     pub health_rise: u32,
     pub queue_max: usize,
     pub queue_timeout: Duration,
+    /// What requests waiting for a slot may hold, all queues together and per client (issue 46).
+    pub waiting: crate::limiter::Waiting,
+
     pub connect_timeout: Duration,
     /// Longest silence tolerated from an upstream, the wait for the first byte (prefill) included.
     pub first_byte_timeout: Duration,
@@ -394,6 +400,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 mod host;
 mod keys;
 mod raw;
+mod shares;
 mod suggest;
 mod validate;
 

@@ -49,6 +49,8 @@ pub struct Peek {
     pub stream: bool,
     /// The prompt family, when the body has a preamble (stateless APIs never have one).
     pub family: Option<Family>,
+    /// The body names a slot inside the host (`id_slot`): crossbar refuses it (issue 46).
+    pub names_slot: bool,
 }
 
 /// A prompt family: the first 4 bytes of its hash, and the preamble's size in bytes (its size in
@@ -114,6 +116,12 @@ pub fn peek_named(
     let stream = parsed
         .as_ref()
         .is_some_and(|b| b.stream.as_ref().and_then(|s| s.as_bool()) == Some(true));
+    // A body the peek could not build (too deep where it builds values) is still one the host
+    // may read: its keys alone are looked at again.
+    let names_slot = match &parsed {
+        Some(b) => b.names_slot,
+        None => crate::members::has(body, "id_slot") == Some(true),
+    };
     let session = session.map(str::trim).filter(|s| !s.is_empty());
     let family = (parsed.as_ref())
         .filter(|_| api.takes_lease())
@@ -129,6 +137,7 @@ pub fn peek_named(
         fp,
         stream,
         family,
+        names_slot,
     }
 }
 
@@ -145,6 +154,20 @@ fn family(api: Api, b: &Body) -> Option<Family> {
         // The model's name is not preamble.
         bytes: parts.bytes_after_first(),
     })
+}
+
+/// `fp` as the conversation of client key `key` (issue 46): with keys on, a conversation is its
+/// key's own, so a key sending another's `X-Session-Id` or prompt neither rides nor moves the
+/// other's lease, nor learns from `X-Crossbar-Lease` that the other sent it. 16 hex digits of
+/// kind `keyed` over the key's name and `fp`; `""` stays `""` (no conversation).
+pub fn scoped(fp: &str, key: &str) -> String {
+    if fp.is_empty() {
+        return String::new();
+    }
+    let mut h = Hasher::new("keyed");
+    h.part(key.as_bytes());
+    h.part(fp.as_bytes());
+    h.finish()
 }
 
 /// The first 8 characters of a fingerprint, for log lines (`""` stays `""`).

@@ -218,6 +218,8 @@ impl Table {
             idle,
             max_leases: MAX_LEASES,
             recent: Default::default(),
+            owned: HashMap::default(),
+            max_per_client: MAX_LEASES,
         };
         for row in persister.list_leases()? {
             inner.see(&row.route, &row.host);
@@ -238,7 +240,9 @@ impl Table {
                 fp: row.fp,
                 model: row.model,
             };
-            inner.insert(key, row.host, row.created, row.last_used);
+            // Owned by no one: who made it is not stored (issue 46's cap counts from start).
+            let owner = crate::clientid::ClientId::default();
+            inner.insert(key, row.host, (row.created, row.last_used), owner);
         }
         Ok(Table {
             persister,
@@ -336,6 +340,7 @@ impl Table {
             to: host,
             reason: Reason::Ctx,
             from: &from,
+            owner: crate::clientid::ClientId::default(),
         };
         self.put_reserved(inner, key, change, now, |inner| inner.see(&key.route, host))?;
         Ok(())
@@ -352,9 +357,17 @@ impl Table {
         self.lock().idle = idle;
     }
 
-    /// Changes the lease cap (config); the next new lease evicts down to it.
-    pub fn set_max_leases(&self, max: usize) {
-        self.lock().max_leases = max.max(1);
+    /// Changes the lease cap, in all and per client (config); the next new lease evicts down to
+    /// them.
+    pub fn set_max_leases(&self, max: usize, per_client: usize) {
+        let mut inner = self.lock();
+        inner.max_leases = max.max(1);
+        inner.max_per_client = per_client.max(1);
+    }
+
+    /// Leases the client `owner` keeps (made by its requests since start).
+    pub fn owned_by(&self, owner: crate::clientid::ClientId) -> usize {
+        self.lock().owned_by(owner)
     }
 }
 

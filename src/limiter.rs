@@ -4,7 +4,11 @@
 //! and wakes the next waiter when dropped, so a `?`, a panic or a client hanging up mid-stream cannot
 //! leak a seat. Waiters are admitted strictly in arrival (ticket) order, each waits at most
 //! `queue_timeout` (a deadline computed once), and [`Limiter::close`] wakes every waiter for
-//! shutdown. This module does no I/O and knows nothing about health, leases or HTTP.
+//! shutdown. Beside each queue's `queue_max`, what all the queues hold together — requests, each
+//! holding a worker, and their bodies — is bounded in all and per client (`waiting.rs`, issue
+//! 46). This module does no I/O and knows nothing about health, leases or HTTP.
+
+mod waiting;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -12,6 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use waiting::Held;
+pub use waiting::{Bound, Waiter, Waiting};
 
 /// How often a waiter checks that its client is still there (seed 001 step 4: within a second).
 pub const GONE_CHECK: Duration = Duration::from_millis(500);
@@ -29,6 +36,9 @@ pub enum LimitError {
     NotConfigured,
     /// The waiter's `gone` check said its client left; it gave up its place in line.
     Gone,
+    /// Waiting would take the requests in line over a bound on all the queues together or on one
+    /// client's share of them (issue 46).
+    Waiting(Bound),
 }
 
 impl fmt::Display for LimitError {
@@ -39,6 +49,7 @@ impl fmt::Display for LimitError {
             LimitError::Closed => "shutting down",
             LimitError::NotConfigured => "host and model not configured",
             LimitError::Gone => "client gone while queued",
+            LimitError::Waiting(bound) => bound.key(),
         })
     }
 }
@@ -90,6 +101,8 @@ impl Limiter {
             closed: false,
             queue_max,
             queue_timeout,
+            waiting: Waiting::UNBOUNDED,
+            held: Held::default(),
             seats: BTreeMap::new(),
         };
         Limiter {
@@ -129,14 +142,22 @@ impl Limiter {
         inner.queue_timeout = queue_timeout;
     }
 
+    /// Changes what requests waiting for a seat may hold, all queues together and per client
+    /// (issue 46), for requests that start waiting from now on.
+    pub fn set_waiting(&self, waiting: Waiting) {
+        self.shared.inner.lock().waiting = waiting;
+    }
+
     /// Takes a seat for `host`+`model`, waiting in line when all are busy. Returns the permit and
     /// how long the caller waited for it. A pair [`Limiter::set_capacity`] never named is refused,
     /// so client-chosen model names cannot grow the table.
     pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
-        self.acquire_unless(host, model, || (), || false)
+        self.acquire_unless(host, model, Waiter::default(), || (), || false)
     }
 
-    /// [`Limiter::acquire`], but a waiter also asks `gone` at least every [`GONE_CHECK`] and
+    /// [`Limiter::acquire`] for `waiter`, which waits only within the bounds on all the queues
+    /// together and on its client's share ([`Waiting`]; past one, [`LimitError::Waiting`]). A
+    /// waiter also asks `gone` at least every [`GONE_CHECK`] and
     /// leaves the line ([`LimitError::Gone`]) when it says yes. `gone` runs with the lock
     /// released (it may peek at a socket). `entered` runs with the lock held, in the turn that
     /// gives the caller its seat or its place in line: a count kept elsewhere of requests on their
@@ -147,6 +168,7 @@ impl Limiter {
         &self,
         host: &str,
         model: &str,
+        waiter: Waiter,
         entered: impl FnOnce(),
         mut gone: impl FnMut() -> bool,
     ) -> Result<(Permit, Duration), LimitError> {
@@ -169,31 +191,37 @@ impl Limiter {
         if seat.waiting.len() >= queue_max {
             return Err(LimitError::QueueFull);
         }
+        let inner_ = &mut *inner;
+        inner_
+            .held
+            .enter(&inner_.waiting, waiter)
+            .map_err(LimitError::Waiting)?;
+        let seat = inner.seats(host, model).expect("looked up above");
         let ticket = seat.next_ticket;
         seat.next_ticket += 1;
         seat.waiting.push_back(ticket);
         entered();
         let cond = Arc::clone(&seat.cond);
-        loop {
+        // Every way out of the line below leaves it in the same turn of the lock.
+        let outcome = loop {
             let closed = inner.closed;
             let seat = inner
                 .seats(host, model)
                 .expect("a seat with waiters is never removed");
             if closed {
                 seat.leave(ticket);
-                return Err(LimitError::Closed);
+                break Err(LimitError::Closed);
             }
             if seat.waiting.front() == Some(&ticket) && seat.in_flight < seat.parallel {
                 seat.waiting.pop_front();
                 seat.in_flight += 1;
                 // Capacity may have grown by more than one: let the next in line look too.
                 seat.wake_if_admissible();
-                drop(inner);
-                return Ok((self.permit(host, model), started.elapsed()));
+                break Ok(());
             }
             if Instant::now() >= wait_until {
                 seat.leave(ticket);
-                return Err(LimitError::Timeout);
+                break Err(LimitError::Timeout);
             }
             let step = wait_until.min(Instant::now() + GONE_CHECK);
             if cond.wait_until(&mut inner, step).timed_out()
@@ -203,9 +231,12 @@ impl Limiter {
                     .seats(host, model)
                     .expect("a seat with waiters is never removed")
                     .leave(ticket);
-                return Err(LimitError::Gone);
+                break Err(LimitError::Gone);
             }
-        }
+        };
+        inner.held.leave(waiter);
+        drop(inner);
+        outcome.map(|()| (self.permit(host, model), started.elapsed()))
     }
 
     /// Seats, requests in flight and queued, and the mean hold of `host`+`model` (all 0 when the
@@ -243,6 +274,11 @@ impl Limiter {
     /// Requests waiting for a seat of `host`+`model`.
     pub fn queued(&self, host: &str, model: &str) -> usize {
         self.read(host, model, |s| s.waiting.len())
+    }
+
+    /// Requests waiting for a seat and the bytes of their bodies, all queues together (issue 46).
+    pub fn waiting_held(&self) -> (usize, usize) {
+        self.shared.inner.lock().held.totals()
     }
 
     /// Every host+model configured so far, sorted by host then model.
@@ -383,6 +419,11 @@ struct Inner {
     closed: bool,
     queue_max: usize,
     queue_timeout: Duration,
+    /// The bounds on all the queues together and per client.
+    waiting: Waiting,
+    /// What the requests in every queue hold: each waiter counted from entering its line until
+    /// it leaves it, in the same turns of the lock as its ticket.
+    held: Held,
     seats: BTreeMap<String, BTreeMap<String, Seats>>,
 }
 

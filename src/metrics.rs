@@ -131,6 +131,8 @@ pub struct Gauges {
     pub slots: Vec<(String, String, usize, usize)>,
     /// (host, leases)
     pub leases: Vec<(String, usize)>,
+    /// Bytes of the bodies of requests waiting for a slot, all queues together (issue 46).
+    pub queued_body_bytes: usize,
     /// Host flips since start: (host, to, why) → count.
     pub transitions: Vec<((String, &'static str, &'static str), u64)>,
     /// Whether the store's last commit succeeded, and its failed commits since start.

@@ -114,9 +114,13 @@ fn take_slot(
     // Its place in line or its slot counts it from the moment it has one; no longer an arrival.
     let arrival = plan.arrival.take();
     let entered = move || drop(arrival);
-    let taken = (gw.limiter).acquire_unless(&plan.host.name, &plan.key.model, entered, || {
-        request.client_gone()
-    });
+    // Issue 46: what it holds in line counts against its client's share and all of theirs.
+    let waiter = crate::limiter::Waiter {
+        client: ctx.client,
+        bytes: plan.body.len(),
+    };
+    let (host, model) = (&plan.host.name, &plan.key.model);
+    let taken = (gw.limiter).acquire_unless(host, model, waiter, entered, || request.client_gone());
     let (permit, waited) = taken.inspect_err(|err| {
         if *err == crate::limiter::LimitError::Timeout {
             let waited = config.queue_timeout.as_millis() as i64;
@@ -155,6 +159,10 @@ fn prepare<'c>(
         }
     };
     row.key = client.clone().unwrap_or_default();
+    // Who the request counts against where one client must not take what all share (issue
+    // 46): its key, else its address.
+    let ip = (request.peer_addr()).map_or([0, 0, 0, 0].into(), |a| a.ip());
+    ctx.client = crate::clientid::ClientId::of_request(&row.key, ip);
     let (route_name, rest) = resolve(&incoming.path, incoming.header(ROUTE_HEADER), config)?;
     let route = &config.routes[&route_name];
     row.route = route_name.clone();
@@ -190,7 +198,16 @@ fn prepare<'c>(
             renamed = model.is_some();
             model
         });
-        (peek.model, peek.fp, peek.family)
+        // Issue 46: the slot inside a host is crossbar's to choose, never a client's.
+        if peek.names_slot {
+            return Err(pin::client_slot());
+        }
+        // Issue 46: with keys on, a conversation is its key's own.
+        let fp = match &client {
+            Some(name) => fingerprint::scoped(&peek.fp, name),
+            None => peek.fp,
+        };
+        (peek.model, fp, peek.family)
     };
     row.family = family.map(Family::hex).unwrap_or_default();
     // A body that names no model is forwarded naming the route's (a router needs one); one that

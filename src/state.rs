@@ -42,6 +42,8 @@ pub struct Gateway {
     pub keys: Arc<crate::keys::Keys>,
     /// The status page's sign-in sessions (issue 27).
     pub sessions: crate::sessions::Sessions,
+    /// Wrong admin tokens per address (issue 46).
+    pub admin_failures: crate::failures::Failures,
     /// What each pinning host's slots hold (`pin_slots`).
     pub slots: crate::slots::Slots,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
@@ -87,6 +89,7 @@ impl Gateway {
         let health = Arc::new(Health::new(&config.hosts));
         health.set_thresholds(config.health_fall, config.health_rise);
         let limiter = Arc::new(Limiter::new(config.queue_max, config.queue_timeout));
+        limiter.set_waiting(config.waiting);
         for host in config.hosts.values() {
             for model in host.models.keys() {
                 limiter.set_capacity(
@@ -134,7 +137,11 @@ impl Gateway {
             metrics: metrics.clone(),
         });
         let leases = lease::Table::new(persister, view.clone(), view, idle)?;
-        leases.set_max_leases(config.read().max_leases);
+        let (max, per_client) = (
+            config.read().max_leases,
+            config.read().max_leases_per_client,
+        );
+        leases.set_max_leases(max, per_client);
         // Hosts edited out of the config while crossbar was stopped: their stored leases and
         // pins go now, as a reload would have dropped them (a pin on one would 503 its route).
         let stored: BTreeSet<String> = leases
@@ -163,6 +170,12 @@ impl Gateway {
             holdings,
             keys,
             sessions: crate::sessions::Sessions::default(),
+            // The admin listener's guard has the client keys' limits (issue 46).
+            admin_failures: crate::failures::Failures::new(
+                crate::keys::MAX_FAILURES,
+                crate::keys::WINDOW_MS,
+                crate::keys::PEERS,
+            ),
             slots: crate::slots::Slots::default(),
             last_prompt: Mutex::new(HashMap::default()),
             upstream,
@@ -200,8 +213,9 @@ impl Gateway {
         self.upstream
             .set_hosts(new.hosts.keys().map(String::as_str));
         self.limiter.set_queue(new.queue_max, new.queue_timeout);
+        self.limiter.set_waiting(new.waiting);
         self.leases.set_idle(new.lease_idle);
-        self.leases.set_max_leases(new.max_leases);
+        (self.leases).set_max_leases(new.max_leases, new.max_leases_per_client);
         for route in new.routes.values() {
             self.leases.add_candidates(&route.name, &route.hosts);
         }

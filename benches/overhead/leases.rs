@@ -112,7 +112,7 @@ pub fn run(db: &Path) -> String {
         assert!(got.reused);
     }
     // New leases: written through (one commit each, nothing else queued), the oldest evicted.
-    table.set_max_leases(LEASES);
+    table.set_max_leases(LEASES, LEASES);
     let mut fresh = Vec::with_capacity(NEW);
     for i in 0..NEW {
         let t = Instant::now();

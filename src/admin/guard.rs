@@ -32,6 +32,9 @@ pub(super) fn guard(gw: &Gateway, request: &Request<'_>) -> Result<(), Answer> {
             return same_origin(request).and_then(|()| json_post(request));
         }
         let given = first.is_some_and(|v| bool::from(v.as_bytes().ct_eq(expected.as_bytes())));
+        if first.is_some() && !given {
+            super::throttle::failed(gw, request);
+        }
         return if given {
             Ok(())
         } else {

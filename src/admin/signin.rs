@@ -77,6 +77,7 @@ fn sign_in(gw: &Gateway, request: &mut Request<'_>) -> Answer {
     };
     let given = session::form_token(&body).unwrap_or_default();
     if !bool::from(given.as_slice().ct_eq(token.as_bytes())) {
+        super::throttle::failed(gw, request);
         return form(401, "That is not this gateway's admin token.");
     }
     match gw.sessions.open(Instant::now()) {

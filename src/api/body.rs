@@ -2,7 +2,8 @@
 //!
 //! A long conversation's body is mostly its later turns; those (everything after the first
 //! `user` message or item) and every unknown field are skipped with `IgnoredAny`, so the peek
-//! allocates little more than the leading turns. Duplicate keys: the last one wins, as in `Value`.
+//! allocates little more than the leading turns. Members are read as the host reads them
+//! (`crate::members`): keys with their escapes decoded, and of a key given twice the last wins.
 //! What is built is bounded too: at most [`MAX_VALUES`] values per body (a `Value` costs 32 bytes
 //! and more, so `[0,0,...]` would cost 16 times its size); a body past that names no conversation,
 //! and is read again for its `model`, `stream` and `prompt_cache_key` alone.
@@ -36,6 +37,8 @@ pub struct Body {
     /// OpenAI Responses' `input` (only for that API; elsewhere `input` is a prompt field).
     pub input: Option<Input>,
     pub prompts: [Option<Value>; 4],
+    /// The body names a slot (`id_slot`, whatever its value): a client may not (issue 46).
+    pub names_slot: bool,
 }
 
 /// A Responses `input`: a plain string, or the items up to and including the first user message
@@ -60,6 +63,7 @@ impl Body {
                 api,
                 budget: &budget,
                 minimal: false,
+                body: Body::default(),
             },
         ) {
             None if budget.0.get() == 0 => {
@@ -70,6 +74,7 @@ impl Body {
                         api,
                         budget: &budget,
                         minimal: true,
+                        body: Body::default(),
                     },
                 )
             }
@@ -77,11 +82,9 @@ impl Body {
         }
     }
 
-    fn parse_as(bytes: &[u8], visitor: BodyVisitor<'_>) -> Option<Body> {
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        let body = de.deserialize_map(visitor).ok()?;
-        de.end().ok()?;
-        Some(body)
+    fn parse_as(bytes: &[u8], mut visitor: BodyVisitor<'_>) -> Option<Body> {
+        crate::members::read(bytes, &mut visitor)?;
+        Some(visitor.body)
     }
 }
 
@@ -101,54 +104,47 @@ impl Budget {
 }
 
 /// `minimal`: only `model`, `stream` and `prompt_cache_key` are built (the body had too many
-/// values for the rest).
+/// values for the rest). Members come as the host reads them (`members`): keys decoded, the last
+/// of two winning.
 struct BodyVisitor<'b> {
     api: Api,
     budget: &'b Budget,
     minimal: bool,
+    body: Body,
 }
 
-impl<'de> Visitor<'de> for BodyVisitor<'_> {
-    type Value = Body;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
-        let mut body = Body::default();
-        let items = self.api.input_is_conversation();
+impl<'de> crate::members::Take<'de> for BodyVisitor<'_> {
+    fn member<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        let body = &mut self.body;
         let field = Field(self.budget);
         let leading = |last| Leading(last, self.budget);
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "model" => body.model = map.next_value_seed(field)?,
-                "stream" => body.stream = map.next_value_seed(field)?,
-                "prompt_cache_key" => body.prompt_cache_key = map.next_value_seed(field)?,
-                _ if self.minimal => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-                "system" => body.system = map.next_value_seed(field)?,
-                "instructions" => body.instructions = map.next_value_seed(field)?,
-                "tools" => body.tools = map.next_value_seed(field)?,
-                "messages" => {
-                    body.messages = map.next_value_seed(leading(is_user))?.map(|i| match i {
-                        Input::Items(items) => items,
-                        Input::Text(_) => Vec::new(),
-                    })
-                }
-                "input" if items => {
-                    body.input = map.next_value_seed(leading(crate::api::is_user_item))?
-                }
-                other => match PROMPT_FIELDS.iter().position(|f| *f == other) {
-                    Some(i) => body.prompts[i] = map.next_value_seed(field)?,
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                },
+        match key {
+            "id_slot" => {
+                body.names_slot = true;
+                return Ok(false);
             }
+            "model" => body.model = map.next_value_seed(field)?,
+            "stream" => body.stream = map.next_value_seed(field)?,
+            "prompt_cache_key" => body.prompt_cache_key = map.next_value_seed(field)?,
+            _ if self.minimal => return Ok(false),
+            "system" => body.system = map.next_value_seed(field)?,
+            "instructions" => body.instructions = map.next_value_seed(field)?,
+            "tools" => body.tools = map.next_value_seed(field)?,
+            "messages" => {
+                body.messages = map.next_value_seed(leading(is_user))?.map(|i| match i {
+                    Input::Items(items) => items,
+                    Input::Text(_) => Vec::new(),
+                })
+            }
+            "input" if self.api.input_is_conversation() => {
+                body.input = map.next_value_seed(leading(crate::api::is_user_item))?
+            }
+            other => match PROMPT_FIELDS.iter().position(|f| *f == other) {
+                Some(i) => body.prompts[i] = map.next_value_seed(field)?,
+                None => return Ok(false),
+            },
         }
-        Ok(body)
+        Ok(true)
     }
 }
 

@@ -10,6 +10,7 @@ use super::raw::{RawConfig, RawRoute};
 use super::{parse_duration, Config, Host, Problem, Route, RESERVED_ROUTES};
 
 pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
+    let raw_shares = super::shares::RawShares::of(&raw);
     let body_min_rate = at_least_one(
         "client_body_min_rate",
         raw.client_body_min_rate,
@@ -159,6 +160,13 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         .collect();
     imply_models(&mut hosts, &routes, &mut warnings);
 
+    let shares = super::shares::validate_shares(
+        raw_shares,
+        (workers, max_leases),
+        &hosts,
+        problems,
+        &mut warnings,
+    );
     let keys = super::keys::validate_keys(raw.keys, &routes, problems);
     if keys.is_empty() && !listen.ip().is_loopback() {
         warnings.push(format!(
@@ -174,6 +182,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         workers,
         lease_idle,
         max_leases,
+        max_leases_per_client: shares.max_leases_per_client,
         keep_requests,
         keep_events,
         health_interval,
@@ -181,6 +190,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
         health_rise,
         queue_max: raw.queue_max.unwrap_or(16),
         queue_timeout,
+        waiting: shares.waiting,
         connect_timeout,
         first_byte_timeout,
         shutdown_grace,
@@ -195,7 +205,7 @@ pub(super) fn validate(raw: RawConfig, problems: &mut Vec<Problem>) -> Config {
 
 /// A count that must be at least 1: `value`, else `default`. A 0 is a problem (`unit` follows "at
 /// least 1" in it) and reads as 1, so the rest of validation goes on.
-fn at_least_one<T: Copy + PartialEq + From<u8>>(
+pub(super) fn at_least_one<T: Copy + PartialEq + From<u8>>(
     key: &str,
     value: Option<T>,
     default: T,

@@ -5,11 +5,14 @@
 //! and a timer, not a worker.
 //!
 //! The bytes of bodies being received are charged to one [`Budget`] per listener
-//! (`client_body_buffer_mib`) as they arrive, and given back when the request ends; a body that
-//! would go over it is `503 busy`. What a client declares is never charged, so silent bodies
-//! declaring 16 MiB cost nothing. The bytes of request bodies in memory are therefore bounded by
-//! the budget (their buffers by twice that, as a growing buffer doubles), plus per connection the
-//! bytes read but not yet decoded (at most 64 KiB + 16 KiB).
+//! (`client_body_buffer_mib`) as they arrive, and given back once the body is whole (issue 46: a
+//! charge kept until the request ended let one client's whole bodies, queued for a busy host,
+//! hold the budget and refuse every other client's body); a body that would go over it is `503
+//! busy`. What a client declares is never charged, so silent bodies declaring 16 MiB cost
+//! nothing. The bytes of bodies being received are therefore bounded by the budget (their
+//! buffers by twice that, as a growing buffer doubles), plus per connection the bytes read but
+//! not yet decoded (at most 64 KiB + 16 KiB). A whole body is its request's: what requests
+//! waiting for a slot may hold is the limiter's bound (`queue_body_mib`, per client and in all).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -93,12 +96,12 @@ pub(super) struct Awaiting {
     charge: Charge,
 }
 
-/// A request whose body the poller read off the workers: its head, and its body (with what it
-/// holds of the budget) or why not. The handler is called again with it.
+/// A request whose body the poller read off the workers: its head, and its body or why not. The
+/// handler is called again with it.
 #[derive(Debug)]
 pub(super) struct Arrived {
     pub(super) head: Head,
-    pub(super) body: Result<(Vec<u8>, Charge), BodyError>,
+    pub(super) body: Result<Vec<u8>, BodyError>,
 }
 
 impl Awaiting {
@@ -136,10 +139,10 @@ impl Awaiting {
         self.pace.by(now, self.decoder.got()).map(Some)
     }
 
-    /// The whole body, and what it holds of the budget (kept until the request ends). Its place
-    /// in its peer's count is given back.
-    pub(super) fn finish(self) -> (Vec<u8>, Charge) {
-        (self.decoder.into_body(), self.charge)
+    /// The whole body. Its charge and its place in its peer's count are given back: it is no
+    /// longer arriving.
+    pub(super) fn finish(self) -> Vec<u8> {
+        self.decoder.into_body()
     }
 }
 
@@ -164,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_body_over_the_budget_is_busy_and_a_whole_one_keeps_its_charge() {
+    fn a_body_over_the_budget_is_busy_and_a_whole_one_gives_its_charge_back_issue_46() {
         let budget = Budget::new(64 << 10);
         let timing = BodyTiming {
             base: Duration::from_secs(10),
@@ -184,10 +187,9 @@ mod tests {
         assert!(wait.step(&mut inb, Instant::now()).unwrap().is_some());
         inb.push(b"cGET");
         assert!(wait.step(&mut inb, Instant::now()).unwrap().is_none());
-        let (body, charge) = wait.finish();
+        assert!(budget.used() >= 3, "charged while it arrives");
+        let body = wait.finish();
         assert_eq!((body.as_slice(), inb.pending()), (&b"abc"[..], &b"GET"[..]));
-        assert!(budget.used() >= 3);
-        drop(charge);
-        assert_eq!(budget.used(), 0);
+        assert_eq!(budget.used(), 0, "given back once whole");
     }
 }

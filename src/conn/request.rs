@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::awaited::{Awaiting, Budget, Charge, BODY_STEP};
+use super::awaited::{Awaiting, Budget, BODY_STEP};
 use super::body::{from_fill, BodyError};
 use super::deadline::Deadlined;
 use super::head::{BodyKind, Head};
@@ -26,8 +26,8 @@ pub(super) enum Body {
     /// To be read on the worker, with its place in its peer's count when some of it is still to
     /// come.
     ToRead(Option<BodySlot>),
-    /// Read off the workers by the poller: whole (with its charge), or why not.
-    Arrived(Result<(Vec<u8>, Charge), BodyError>),
+    /// Read off the workers by the poller: whole, or why not.
+    Arrived(Result<Vec<u8>, BodyError>),
 }
 
 /// One request on a connection, lent to a handler.
@@ -45,8 +45,6 @@ pub struct Request<'c> {
     reading: Option<BodySlot>,
     /// The body the poller read off the workers, whole or why not.
     arrived: Option<Result<Vec<u8>, BodyError>>,
-    /// What the body read holds of the listener's budget, until the request ends.
-    _charge: Option<Charge>,
     /// The body was not whole within [`BODY_STEP`]: the poller takes it from here.
     later: Option<Awaiting>,
     /// The client's address, as its connection was accepted.
@@ -68,10 +66,9 @@ impl<'c> Request<'c> {
         body: Body,
     ) -> Request<'c> {
         let body_read = head.body == BodyKind::None;
-        let (reading, arrived, charge) = match body {
-            Body::ToRead(slot) => (slot, None, None),
-            Body::Arrived(Ok((body, charge))) => (None, Some(Ok(body)), Some(charge)),
-            Body::Arrived(Err(err)) => (None, Some(Err(err)), None),
+        let (reading, arrived) = match body {
+            Body::ToRead(slot) => (slot, None),
+            Body::Arrived(body) => (None, Some(body)),
         };
         Request {
             head,
@@ -83,7 +80,6 @@ impl<'c> Request<'c> {
             body_read,
             reading,
             arrived,
-            _charge: charge,
             later: None,
             peer,
             answered: false,
@@ -167,9 +163,8 @@ impl<'c> Request<'c> {
         loop {
             let now = Instant::now();
             let Some(by) = wait.step(self.inb, now)? else {
-                let (body, charge) = wait.finish();
-                (self._charge, self.body_read) = (Some(charge), true);
-                return Ok(body);
+                self.body_read = true;
+                return Ok(wait.finish());
             };
             if now >= until {
                 self.later = Some(wait);

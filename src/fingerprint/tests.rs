@@ -287,6 +287,20 @@ fn golden_fingerprints_never_change() {
     }
 }
 
+/// Issue 46: with client keys, a conversation is its key's own; the scoped value is as stable as
+/// the fingerprint it scopes (a key's leases are keyed by it).
+#[test]
+fn a_keyed_conversation_is_its_keys_own_and_never_changes_issue_46() {
+    let fp = peek(b"{}", Some("sess-42")).fp;
+    let (alice, bob) = (scoped(&fp, "alice"), scoped(&fp, "bob"));
+    check_hex(&alice);
+    assert_ne!(alice, bob);
+    assert_ne!(alice, fp);
+    assert_eq!(alice, scoped(&fp, "alice"));
+    assert_eq!(scoped("", "alice"), "", "no conversation stays none");
+    assert_eq!(alice, "1edcd686577b3027", "the format of a keyed lease");
+}
+
 /// Review (issue 16): the peek built every value of the leading turns as a `Value` (32 bytes
 /// each, more in maps), so a 16 MiB body of `"messages":[0,0,...]` took about 400 MiB to peek.
 /// Past `MAX_VALUES` values a body names no conversation; its model, `stream` and explicit key
@@ -317,6 +331,7 @@ fn a_body_of_too_many_values_is_no_conversation_but_keeps_its_model() {
             fp: String::new(),
             stream: false,
             family: None,
+            names_slot: false,
         }
     );
 }

@@ -62,6 +62,7 @@ impl Table {
                     to: &host,
                     reason,
                     from: &from,
+                    owner: ask.client,
                 };
                 self.put_reserved(inner, key, change, now, |inner| {
                     inner.see_all(&key.route, candidates);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::recent::Recent;
 use super::Key;
+use crate::clientid::ClientId;
 use crate::fasthash::{HashMap, HashSet};
 
 /// One lease as the table keeps it (the key is the map's).
@@ -25,6 +26,9 @@ pub(super) struct Entry {
     /// The prompt family it was placed with or last answered with (memory only: `None` for a
     /// lease read back at start, until its next answer).
     pub(super) family: Option<u32>,
+    /// The client whose request made it (issue 46; memory only: no one, `ClientId::default()`,
+    /// for a lease read back at start). A move keeps it.
+    pub(super) owner: ClientId,
 }
 
 /// Invariants:
@@ -34,6 +38,8 @@ pub(super) struct Entry {
 /// - `counts[model][host]` = leases of `model` on `host` plus pending reservations there.
 /// - `held[model][host]` = the sum of `held` over the leases of `model` on `host`.
 /// - `recent` holds the conversation leases of `leases` by host, at their `last_used`.
+/// - `owned[c]` holds `(last_used, key)` for exactly the entries of `leases` owned by `c`, for
+///   every client but no one; a client owning none has no entry.
 /// - a key in `pending` has a write in flight; only its writer changes its entry.
 /// - `seen[route]` holds every host that was a candidate for, or held a lease or pin of, `route`,
 ///   minus hosts dropped by [`super::Table::drop_host`]. It is knowledge, not persisted state.
@@ -51,6 +57,10 @@ pub(super) struct Inner {
     pub(super) max_leases: usize,
     /// Each host's conversation leases by recency (`recent`).
     pub(super) recent: Recent,
+    /// Each client's leases, least recently used first (issue 46).
+    pub(super) owned: HashMap<ClientId, BTreeSet<(i64, Arc<Key>)>>,
+    /// Most leases one client keeps (`max_leases_per_client`).
+    pub(super) max_per_client: usize,
 }
 
 impl Inner {
@@ -69,13 +79,24 @@ impl Inner {
         }
     }
 
-    /// Puts a lease in memory (replacing the key's previous one), keeping index and counts.
-    pub(super) fn insert(&mut self, key: Key, host: String, created: i64, last_used: i64) {
-        self.remove(&key);
+    /// Puts a lease in memory (replacing the key's previous one, whose owner it keeps, else
+    /// `owner`'s), keeping index and counts.
+    pub(super) fn insert(
+        &mut self,
+        key: Key,
+        host: String,
+        (created, last_used): (i64, i64),
+        owner: ClientId,
+    ) {
+        let owner = self.remove(&key).map_or(owner, |old| old.owner);
         let key = Arc::new(key);
         self.count(&key.model, &host, 1);
         self.by_use.insert((last_used, key.clone()));
         self.recent.add(&key, &host, last_used);
+        if owner != ClientId::default() {
+            let owned = self.owned.entry(owner).or_default();
+            owned.insert((last_used, key.clone()));
+        }
         let entry = Entry {
             host,
             created,
@@ -84,8 +105,31 @@ impl Inner {
             held: 0,
             busy_moved: 0,
             family: None,
+            owner,
         };
         self.leases.insert(key, entry);
+    }
+
+    /// Whether `owned` holds exactly the owned leases at their last use (its invariant).
+    #[cfg(test)]
+    pub(super) fn owned_is_kept(&self) -> bool {
+        let mut recount: HashMap<ClientId, BTreeSet<(i64, Arc<Key>)>> = HashMap::default();
+        for (k, e) in self
+            .leases
+            .iter()
+            .filter(|(_, e)| e.owner != ClientId::default())
+        {
+            recount
+                .entry(e.owner)
+                .or_default()
+                .insert((e.last_used, k.clone()));
+        }
+        recount == self.owned
+    }
+
+    /// Leases `owner` keeps.
+    pub(super) fn owned_by(&self, owner: ClientId) -> usize {
+        self.owned.get(&owner).map_or(0, BTreeSet::len)
     }
 
     /// Sets the tokens `key`'s lease holds and its family, keeping the per-host sums.
@@ -145,6 +189,12 @@ impl Inner {
         self.touched.remove(&k);
         self.by_use.remove(&(entry.last_used, k.clone()));
         self.recent.remove(&k, &entry.host, entry.last_used);
+        if let Some(owned) = self.owned.get_mut(&entry.owner) {
+            owned.remove(&(entry.last_used, k.clone()));
+            if owned.is_empty() {
+                self.owned.remove(&entry.owner);
+            }
+        }
         self.count(&key.model, &entry.host, -1);
         self.add_held(&key.model, &entry.host, entry.held, 0);
         Some(entry)
@@ -166,6 +216,10 @@ impl Inner {
         if now > before {
             self.by_use.remove(&(before, k.clone()));
             self.by_use.insert((now, k.clone()));
+            if let Some(owned) = self.owned.get_mut(&entry.owner) {
+                owned.remove(&(before, k.clone()));
+                owned.insert((now, k.clone()));
+            }
             self.recent.remove(&k, &entry.host, before);
             self.recent.add(&k, &entry.host, now);
             self.touched.insert(k);

@@ -79,4 +79,7 @@ pub struct Ask {
     pub slot: bool,
     /// Its route lets a conversation leave a busy host (`move_when_busy`).
     pub move_when_busy: bool,
+    /// Whose request it is (its key, else its address): a new lease is that client's, and one
+    /// client keeps at most `max_leases_per_client` (issue 46).
+    pub client: crate::clientid::ClientId,
 }

@@ -17,6 +17,7 @@ mod failures;
 mod held;
 mod lookup;
 mod operator;
+mod owners;
 
 const HOUR: i64 = 3_600_000;
 

@@ -8,11 +8,14 @@
 //! under one turn of the lock, so nobody sees the one without the other. A failed commit lifts
 //! the reservation and changes nothing.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
 use super::{lease_row, short, Inner, Key, Table};
+use crate::clientid::ClientId;
 use crate::logfmt::val;
 use crate::store::{LeaseEvent, Reason, StoreError, Write};
 
@@ -55,8 +58,9 @@ impl Table {
 
     /// Puts `key`'s lease where `change` says, with its event: the key reserved and counted on
     /// the new host while the lock is released for the commit, then in memory, where `then` runs
-    /// in the same turn of the lock once it is committed. The caller has settled the key. Over
-    /// `max_leases`, the oldest idle lease goes.
+    /// in the same turn of the lock once it is committed. A new lease is `change.owner`'s, a moved
+    /// one keeps its own. The caller has settled the key. Over `max_leases_per_client`, the
+    /// owner's own least recently used idle lease goes; over `max_leases`, the oldest idle lease.
     pub(super) fn put_reserved(
         &self,
         mut inner: Guard<'_>,
@@ -69,6 +73,7 @@ impl Table {
             to: host,
             reason,
             from,
+            owner,
         } = change;
         inner.pending.insert(key.clone(), host.to_string());
         inner.count(&key.model, host, 1);
@@ -82,10 +87,11 @@ impl Table {
         inner.pending.remove(key);
         inner.count(&key.model, host, -1);
         if committed.is_ok() {
-            inner.insert(key.clone(), host.to_string(), now, now);
+            inner.insert(key.clone(), host.to_string(), (now, now), owner);
             log_change(key, reason, from, host);
             then(&mut inner);
-            self.evict(&mut inner, now);
+            let owner = inner.leases.get(key).map_or(owner, |e| e.owner);
+            self.evict(&mut inner, now, owner);
         }
         drop(inner);
         self.shared.settled.notify_all();
@@ -168,33 +174,32 @@ impl Table {
         Ok(())
     }
 
-    /// Over `max_leases`: drops the least recently used leases with no request in flight and no
-    /// write pending (event `evicted`), written as one job nobody waits for: a lost delete only
-    /// leaves a row that the next start loads and evicts again.
-    fn evict(&self, inner: &mut Inner, now: i64) {
+    /// Over `max_leases_per_client` for `owner`, then over `max_leases`: drops the least
+    /// recently used leases with no request in flight and no write pending (event `evicted`) —
+    /// `owner`'s own first, so a client making conversations by the thousand evicts its own, not
+    /// everyone's (issue 46) — written as one job nobody waits for: a lost delete only leaves a
+    /// row that the next start loads and evicts again.
+    fn evict(&self, inner: &mut Inner, now: i64, owner: ClientId) {
         let mut writes = Vec::new();
+        while inner.owned_by(owner) > inner.max_per_client {
+            let Some(victim) = idle_victim(inner, inner.owned.get(&owner)) else {
+                log::warn!(
+                    "a client is over max_leases_per_client with no idle lease to evict leases={}",
+                    inner.owned_by(owner)
+                );
+                break;
+            };
+            evict_one(inner, &victim, now, &mut writes);
+        }
         while inner.leases.len() > inner.max_leases {
-            let victim = (inner.by_use.iter())
-                .take(EVICT_SCAN)
-                .map(|(_, k)| k)
-                .find(|k| {
-                    !inner.pending.contains_key(&***k)
-                        && inner.leases.get(&***k).is_some_and(|e| e.in_flight == 0)
-                })
-                .cloned();
-            let Some(victim) = victim else {
+            let Some(victim) = idle_victim(inner, Some(&inner.by_use)) else {
                 log::warn!(
                     "lease table over max_leases with no idle lease to evict leases={}",
                     inner.leases.len()
                 );
                 break;
             };
-            if let Some(old) = inner.remove(&victim) {
-                writes.push(delete(&victim));
-                let ev = event(now, &victim, Reason::Evicted, &old.host, "");
-                writes.push(Write::Event(ev));
-                log_change(&victim, Reason::Evicted, &old.host, "");
-            }
+            evict_one(inner, &victim, now, &mut writes);
         }
         if !writes.is_empty() {
             drop(self.persister.submit(writes));
@@ -208,6 +213,31 @@ pub(super) struct Change<'a> {
     pub(super) to: &'a str,
     pub(super) reason: Reason,
     pub(super) from: &'a str,
+    /// Whose request made the lease (a new one): its key, else its address.
+    pub(super) owner: ClientId,
+}
+
+/// The least recently used lease of `by_use` with no request in flight and no write pending,
+/// among the first [`EVICT_SCAN`].
+fn idle_victim(inner: &Inner, by_use: Option<&BTreeSet<(i64, Arc<Key>)>>) -> Option<Arc<Key>> {
+    (by_use?.iter())
+        .take(EVICT_SCAN)
+        .map(|(_, k)| k)
+        .find(|k| {
+            !inner.pending.contains_key(&***k)
+                && inner.leases.get(&***k).is_some_and(|e| e.in_flight == 0)
+        })
+        .cloned()
+}
+
+/// Takes `victim` out of memory, its delete and event added to `writes`.
+fn evict_one(inner: &mut Inner, victim: &Key, now: i64, writes: &mut Vec<Write>) {
+    if let Some(old) = inner.remove(victim) {
+        writes.push(delete(victim));
+        let ev = event(now, victim, Reason::Evicted, &old.host, "");
+        writes.push(Write::Event(ev));
+        log_change(victim, Reason::Evicted, &old.host, "");
+    }
 }
 
 pub(super) fn delete(key: &Key) -> Write {

@@ -410,7 +410,8 @@ fn a_request_on_its_way_is_counted_once_as_it_enters() {
                     let entered = || {
                         on_way.fetch_sub(1, Ordering::SeqCst);
                     };
-                    let permit = lim.acquire_unless("mini", "qwen", entered, || false);
+                    let permit =
+                        lim.acquire_unless("mini", "qwen", Waiter::default(), entered, || false);
                     drop(permit.expect("a slot within the timeout"));
                 }
             })
@@ -442,3 +443,5 @@ fn a_request_on_its_way_is_counted_once_as_it_enters() {
     );
     check_counts(&lim, 0, 0);
 }
+
+mod waiting;

@@ -312,6 +312,17 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_queued_body_bytes",
+            "gauge",
+            "Bytes of the bodies of requests waiting for a slot, all queues together.",
+        );
+        let _ = writeln!(
+            out,
+            "crossbar_queued_body_bytes {}",
+            gauges.queued_body_bytes
+        );
+        header(
+            &mut out,
             "crossbar_leases",
             "gauge",
             "Conversation leases, by host.",

@@ -41,6 +41,9 @@ pub enum ProxyError {
     NoHealthyHost(Vec<(String, String)>),
     PinnedDown(String),
     QueueFull,
+    /// Waiting would take the requests in line over a bound on all the queues together or on
+    /// the client's share (issue 46): the bound, named in the answer.
+    WaitingFull(crate::limiter::Bound),
     QueueTimeout,
     ShuttingDown,
     /// The lease could not be written: the store fails (disk full, read-only file).
@@ -108,6 +111,7 @@ impl ProxyError {
             ProxyError::NoHealthyHost(_)
             | ProxyError::PinnedDown(_)
             | ProxyError::QueueFull
+            | ProxyError::WaitingFull(_)
             | ProxyError::QueueTimeout
             | ProxyError::StoreUnavailable
             | ProxyError::BodiesBusy
@@ -148,6 +152,7 @@ impl ProxyError {
                 fields.push(("host", host.clone().into()));
             }
             ProxyError::BadRequest(detail) => fields.push(("detail", detail.clone().into())),
+            ProxyError::WaitingFull(bound) => fields.push(("bound", bound.key().into())),
             ProxyError::NoHealthyHost(hosts) => {
                 let why: serde_json::Map<String, serde_json::Value> = (hosts.iter())
                     .map(|(host, why)| (host.clone(), why.clone().into()))
@@ -213,6 +218,11 @@ impl ProxyError {
                  seconds"
                     .to_string()
             }
+            ProxyError::WaitingFull(bound) => format!(
+                "{} ({}); retry after Retry-After seconds",
+                bound.what(),
+                bound.key()
+            ),
             ProxyError::QueueTimeout => {
                 "no slot of the host came free while the request waited (queue_timeout); retry \
                  after Retry-After seconds"
@@ -296,7 +306,10 @@ impl ProxyError {
             ProxyError::NoHealthyHost(_) | ProxyError::PinnedDown(_) => {
                 Some(health_interval_s.max(1))
             }
-            ProxyError::QueueFull | ProxyError::ShuttingDown | ProxyError::BodiesBusy => Some(1),
+            ProxyError::QueueFull
+            | ProxyError::WaitingFull(_)
+            | ProxyError::ShuttingDown
+            | ProxyError::BodiesBusy => Some(1),
             ProxyError::QueueTimeout | ProxyError::StoreUnavailable => Some(5),
             ProxyError::TooManyRequests { retry_after, .. } => Some(*retry_after),
             _ => None,
@@ -320,7 +333,7 @@ impl fmt::Display for ProxyError {
             ProxyError::PromptTooLarge { .. } => "prompt too large",
             ProxyError::NoHealthyHost(_) => "no healthy host",
             ProxyError::PinnedDown(_) => "pinned host down",
-            ProxyError::QueueFull => "queue full",
+            ProxyError::QueueFull | ProxyError::WaitingFull(_) => "queue full",
             ProxyError::QueueTimeout => "queue timeout",
             ProxyError::ShuttingDown => "shutting down",
             ProxyError::StoreUnavailable => "store unavailable",
@@ -374,6 +387,7 @@ impl From<LimitError> for ProxyError {
     fn from(err: LimitError) -> ProxyError {
         match err {
             LimitError::QueueFull => ProxyError::QueueFull,
+            LimitError::Waiting(bound) => ProxyError::WaitingFull(bound),
             LimitError::Timeout => ProxyError::QueueTimeout,
             LimitError::Closed => ProxyError::ShuttingDown,
             LimitError::Gone => ProxyError::ClientGone("client gone while queued"),

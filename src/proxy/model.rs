@@ -6,11 +6,10 @@
 //! 16 MiB of small numbers, and a re-serialised `Value` would round big integers).
 
 use std::borrow::Cow;
-use std::fmt;
 use std::ops::Range;
 
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::value::RawValue;
+/// Where text the parser borrowed from a body sits in it (`proxy/listing.rs` too).
+pub(super) use crate::members::span_in;
 
 /// `body` naming `model`: a JSON object without a `model` gets one, inserted right after the
 /// opening brace; an object naming another model gets `model` instead, in place (every top-level
@@ -27,7 +26,7 @@ pub(super) fn named<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
             splice(body, edits).map_or(body.into(), Cow::Owned)
         }
         None => {
-            let Some(open) = body.iter().position(|b| *b == b'{') else {
+            let Some(open) = crate::members::open(body) else {
                 return body.into();
             };
             let empty = body[open + 1..]
@@ -46,21 +45,10 @@ pub(super) fn named<'a>(body: &'a [u8], model: &str) -> Cow<'a, [u8]> {
     }
 }
 
-/// Where the values of the top-level `model` keys are in `body`, in order; `None` when `body` is
-/// not one JSON object.
+/// Where the values of the top-level `model` keys are in `body`, in order, read as the host reads
+/// them (`members`: escaped and repeated keys too); `None` when `body` is not one JSON object.
 fn model_spans(body: &[u8]) -> Option<Vec<Range<usize>>> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let spans = de.deserialize_map(Spans(body)).ok()?;
-    de.end().ok()?;
-    Some(spans)
-}
-
-/// Where `raw`, a value the parser borrowed from `body` itself (`from_slice`, `from_str` of a part
-/// of it), sits in `body`: its address says so. `None` when it is not there after all.
-pub(super) fn span_in(body: &[u8], raw: &str) -> Option<Range<usize>> {
-    let start = (raw.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
-    let span = start..start.checked_add(raw.len())?;
-    (body.get(span.clone()) == Some(raw.as_bytes())).then_some(span)
+    crate::members::spans(body, "model")
 }
 
 /// `body` with each span replaced by its bytes, every other byte as it was; `edits` come in
@@ -78,31 +66,6 @@ pub(super) fn splice<'e>(
     }
     out.extend_from_slice(body.get(at..)?);
     Some(out)
-}
-
-struct Spans<'a>(&'a [u8]);
-
-impl<'de> Visitor<'de> for Spans<'_> {
-    type Value = Vec<Range<usize>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut spans = Vec::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if key != "model" {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            let raw = map.next_value::<&'de RawValue>()?.get();
-            let span = span_in(self.0, raw)
-                .ok_or_else(|| serde::de::Error::custom("raw value not in the body"))?;
-            spans.push(span);
-        }
-        Ok(spans)
-    }
 }
 
 #[cfg(test)]
@@ -161,6 +124,28 @@ mod tests {
         );
         let renamed = named(many.as_bytes(), "Q");
         assert_eq!(renamed.len(), many.len() - 4);
+    }
+
+    /// Issue 46: the host reads a key with its escapes decoded and keeps the last of two; a body
+    /// that names its model so is renamed as the host will read it, and one with a byte order
+    /// mark gets its model inside the object.
+    #[test]
+    fn an_escaped_or_repeated_model_key_is_renamed_as_the_host_reads_it_issue_46() {
+        check(
+            r#"{"mod\u0065l":"coder","x":1}"#,
+            "Q",
+            r#"{"mod\u0065l":"Q","x":1}"#,
+        );
+        check(
+            r#"{"model":"coder","model":"other"}"#,
+            "Q",
+            r#"{"model":"Q","model":"Q"}"#,
+        );
+        check(
+            "\u{feff}{\"x\":1}",
+            "Q",
+            "\u{feff}{\"model\":\"Q\",\"x\":1}",
+        );
     }
 
     #[test]

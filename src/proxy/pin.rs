@@ -22,8 +22,8 @@ pub(super) struct Pinned {
 /// Takes the request of `plan` a slot when its host pins (with similarity off, only a
 /// conversation's own slot: `slots::choose_own`), or a place among the unpinned when it
 /// cannot be pinned: a host whose slots `/props` has not told (or a router), an API whose
-/// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body naming
-/// its own slot.
+/// `id_slot` llama-server drops (Messages) or that takes no lease (embeddings), a body that is
+/// not one JSON object (a body naming its own slot was refused before: [`client_slot`]).
 pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
     let host = plan.host;
     if !gw.pinning(host) {
@@ -82,6 +82,18 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
     if unpinned {
         settle(gw, (&host.name, &plan.key.model));
     }
+}
+
+/// The 400 for a body that names its slot (`id_slot`), on every host, pinning or not (issue 46):
+/// llama-server, asked for a busy slot by id, loads a state into it under the generation running
+/// there and corrupts that other conversation's answer; and on a pinning host the client's
+/// `id_slot` would override crossbar's and leave its slot mirror wrong.
+pub(super) fn client_slot() -> super::ProxyError {
+    super::ProxyError::BadRequest(
+        "the body names id_slot: crossbar chooses the slot inside a host, and a slot named by a \
+         client may be generating another conversation's answer; remove id_slot"
+            .to_string(),
+    )
 }
 
 /// Longest a request crossbar could not pin waits for the pinned ones sent before it to start

@@ -41,6 +41,8 @@ pub(super) fn place<'c>(
         prompt: body.len() as u64 / 4,
         slot: true,
         move_when_busy: route.move_when_busy,
+        // Whose request it is: a new lease is that client's (issue 46).
+        client: ctx.client,
     };
     if !what.api.takes_lease() {
         // Stateless (issue 18): no lease at all, the chooser's pick, a slot.

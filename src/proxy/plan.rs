@@ -37,6 +37,9 @@ pub(super) struct Ctx<'g> {
     pub(super) clock: Instant,
     /// The prefill the host reported (tokens, µs), for its measured speed.
     pub(super) prefill: Option<(u64, u64)>,
+    /// Whose request it is, once its key is known (its key, else its address): what it may hold
+    /// in line and the leases it makes count against that client (issue 46).
+    pub(super) client: crate::clientid::ClientId,
 }
 
 impl<'g> Ctx<'g> {
@@ -51,6 +54,7 @@ impl<'g> Ctx<'g> {
                 ..RequestRow::default()
             },
             prefill: None,
+            client: crate::clientid::ClientId::default(),
         }
     }
 }

@@ -1,23 +1,19 @@
-//! `id_slot` in a request's body: put in as its first member, taken out again.
+//! `id_slot` in a request's body: put in as its first member, taken out again. The body is read
+//! as the host reads it (`crate::members`): a byte order mark skipped, keys decoded.
 
 use std::ops::Range;
 
-/// Whether `body` can be pinned: a JSON object that names no slot itself (the client's own
-/// choice stands, and its request counts as unpinned).
+/// Whether `body` can be pinned: one JSON object, as the host reads it, that names no slot
+/// itself (the proxy refuses a client's `id_slot` before this; a body naming one is never
+/// pinned, should one get here).
 pub fn pinnable(body: &[u8]) -> bool {
-    let open = body.iter().find(|b| !b.is_ascii_whitespace());
-    open == Some(&b'{') && !body.windows(ID.len()).any(|w| w == ID)
+    crate::members::has(body, "id_slot") == Some(false)
 }
-
-const ID: &[u8] = b"\"id_slot\"";
 
 /// `body`, which [`pinnable`] accepted, with `"id_slot":at` as its first member, and the range it
 /// took; `None` when it does not open an object.
 pub fn insert_id(body: &mut Vec<u8>, at: usize) -> Option<Range<usize>> {
-    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
-    if body[open] != b'{' {
-        return None;
-    }
+    let open = crate::members::open(body)?;
     let rest = &body[open + 1..];
     let empty = rest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
     let member = format!("\"id_slot\":{at}{}", if empty { "" } else { "," });

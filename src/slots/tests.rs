@@ -247,11 +247,17 @@ fn a_changed_slot_count_starts_the_mirror_over_and_the_table_is_bounded() {
 
 #[test]
 fn id_slot_goes_first_in_the_body_and_comes_out_again() {
-    let cases: [(&str, Option<&str>); 6] = [
+    let cases: [(&str, Option<&str>); 10] = [
         (r#"{"model":"q"}"#, Some(r#"{"id_slot":3,"model":"q"}"#)),
         (" {}", Some(r#" {"id_slot":3}"#)),
         ("{ \n }", Some("{\"id_slot\":3 \n }")),
+        ("\u{feff}{}", Some("\u{feff}{\"id_slot\":3}")),
         (r#"{"id_slot":1,"model":"q"}"#, None),
+        // Issue 46: the host decodes a key's escapes; a byte search did not.
+        (r#"{"model":"q","id\u005fslot":1}"#, None),
+        // What the host would refuse is not pinned either.
+        (r#"{"model":"q"} x"#, None),
+        ("{", None),
         ("[1,2]", None),
         ("", None),
     ];

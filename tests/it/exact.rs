@@ -267,7 +267,9 @@ fn a_host_refusing_crossbars_key_is_down_with_a_reason_that_says_so_issue_11() {
 #[test]
 fn a_flood_of_oversized_prompts_asks_a_host_for_at_most_a_few_counts_at_once_issue_11() {
     const COUNT: &str = "/v1/chat/completions/input_tokens";
-    let h = Harness::start(vec![host("small", 1024, Counts::Exact)], "");
+    // Seven clients, one address: each may wait its turn for the slot (issue 46's share).
+    let extra = "queue_max_total = 7\nqueue_max_per_client = 7";
+    let h = Harness::start(vec![host("small", 1024, Counts::Exact)], extra);
     let sim = h.sim("small");
     let events = sim.events();
     sim.hold_counts(true);

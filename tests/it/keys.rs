@@ -10,7 +10,7 @@ const CHAT: &str = "/projA/v1/chat/completions";
 const ALICE: &str = "cb-alice-0123456789abcdef";
 const CI: &str = "cb-ci-fedcba9876543210";
 
-fn hash(key: &str) -> String {
+pub(crate) fn hash(key: &str) -> String {
     let digest = Sha256::digest(key.as_bytes());
     format!(
         "sha256:{}",

@@ -12,6 +12,7 @@ mod examples;
 mod front;
 mod fuzz;
 mod guard;
+mod hostile;
 mod keys;
 mod layering;
 mod learned;

@@ -195,25 +195,27 @@ fn with_similarity_off_a_conversation_is_pinned_to_its_own_slot() {
     );
 }
 
+/// A client's own `id_slot` was kept (and its request counted as unpinned) until issue 46: now
+/// it is refused (`hostile::slots`). A Messages request, whose `id_slot` llama-server's
+/// conversion drops, goes unpinned.
 #[test]
-fn a_client_that_names_its_slot_keeps_it_and_a_messages_request_goes_unpinned() {
+fn a_client_that_names_its_slot_is_refused_and_a_messages_request_goes_unpinned_issue_46() {
     let h = started(true);
     let mut body = turn("You are the coder.", "fix it", 0);
     body["id_slot"] = json!(1);
-    assert_eq!(h.post(CHAT, &body).status, 200);
+    assert_eq!(h.post(CHAT, &body).status, 400);
     let messages = json!({"model": "m", "max_tokens": 4, "system": "You are the coder.",
         "messages": [{"role": "user", "content": "fix it"}]});
     assert_eq!(h.post("/projA/v1/messages", &messages).status, 200);
     let metrics = crate::support::request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
-    let unpinned = r#"crossbar_slot_pins_total{host="a",pinned="no"} 2"#;
+    let unpinned = r#"crossbar_slot_pins_total{host="a",pinned="no"} 1"#;
     assert!(metrics.text().contains(unpinned), "{}", metrics.text());
     let seen: Vec<Value> = (h.sim("a").requests().iter())
         .filter(|r| r.method == "POST")
         .map(|r| serde_json::from_slice(&r.body).expect("json"))
         .collect();
-    assert_eq!(seen.len(), 2);
-    assert_eq!(seen[0]["id_slot"], 1);
-    assert!(seen[1].get("id_slot").is_none(), "{}", seen[1]);
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].get("id_slot").is_none(), "{}", seen[0]);
 }
 
 /// The attack on pinning: a client leaves mid-answer. llama-server may still be generating in
@@ -425,7 +427,8 @@ fn attack_under_load(similarity_off: bool) {
         },
         ..host("a", 2)
     };
-    let h = Harness::start(vec![spec], "queue_max = 64");
+    // Four clients from one address, each may wait (issue 46's share per client).
+    let h = Harness::start(vec![spec], "queue_max = 64\nqueue_max_per_client = 4");
     let gw = h.server().gateway().clone();
     wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
     std::thread::scope(|scope| {

@@ -397,6 +397,19 @@ impl Conn {
     }
 }
 
+/// A connection to `addr` from the loopback address `from` (another peer, as on a LAN).
+pub fn connect_from(from: [u8; 4], addr: SocketAddr) -> Conn {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let sock: TcpStream = sock.into();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    Conn {
+        reader: BufReader::new(sock),
+    }
+}
+
 /// Holds `host`'s only slot (model `m`, route `projA`) with a stream its sim sends in lockstep,
 /// so nothing of it arrives until the test releases it; returns once the limiter counts the
 /// stream in flight.

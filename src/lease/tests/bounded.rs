@@ -89,7 +89,7 @@ fn issue12_a_failed_pending_write_leaves_nothing_behind() {
 #[test]
 fn issue12_over_max_leases_the_least_recently_used_idle_lease_is_evicted() {
     let f = fix();
-    f.table.set_max_leases(3);
+    f.table.set_max_leases(3, 3);
     for (i, fp) in ["a", "b", "c"].into_iter().enumerate() {
         f.table.acquire(&key("p", fp), &both(), i as i64).unwrap();
     }
@@ -140,12 +140,13 @@ fn issue12_the_idle_sweep_commits_in_batches_of_at_most_a_thousand() {
 
 /// Issue 12: the per-host counts the chooser reads are kept as leases come and go, not counted
 /// from the table; after any mix of new leases, reuses, moves away from a down host, releases,
-/// host drops, evictions and idle sweeps they still equal a count of the leases themselves.
+/// host drops, evictions and idle sweeps they still equal a count of the leases themselves. So
+/// does each client's own index (issue 46).
 #[test]
 fn issue12_the_kept_per_host_counts_always_equal_a_recount() {
     let f = fix();
     let mut rng = fastrand::Rng::with_seed(7);
-    f.table.set_max_leases(40);
+    f.table.set_max_leases(40, 15);
     f.table.set_idle(Duration::from_secs(20));
     for step in 0..3_000i64 {
         let now = step * 1000;
@@ -159,8 +160,16 @@ fn issue12_the_kept_per_host_counts_always_equal_a_recount() {
             2 => drop(f.table.release("projB", now)),
             3 => drop(f.table.drop_host("mini", now)),
             4 => drop(f.table.expire_idle(now)),
-            _ => drop(f.table.acquire(&k, &both(), now)),
+            _ => {
+                let client = crate::clientid::ClientId::key(["a", "b", "c"][rng.usize(..3)]);
+                let ask = Ask {
+                    client,
+                    ..Ask::default()
+                };
+                drop(f.table.acquire_held(&k, &both(), now, &ask));
+            }
         }
+        assert!(f.table.lock().owned_is_kept(), "after step {step}");
         let mut recount = BTreeMap::new();
         for lease in f.table.snapshot() {
             *recount.entry(lease.host).or_insert(0) += 1;

@@ -23,12 +23,8 @@ pub(super) enum Prompt<'a> {
 /// that is neither a string nor an array of token ids (llama-server's other prompt shapes —
 /// several prompts, mixed pieces — are left to the estimate).
 pub(super) fn read(body: &[u8]) -> Option<Prompt<'_>> {
-    #[derive(Deserialize)]
-    struct Fields<'a> {
-        #[serde(borrow)]
-        prompt: Option<&'a RawValue>,
-    }
-    let prompt = serde_json::from_slice::<Fields>(body).ok()?.prompt?;
+    // As the host reads it: of two `prompt`s the last, an escaped key too (`members`).
+    let prompt = crate::members::last(body, "prompt")??;
     match prompt.get().as_bytes().first()? {
         b'"' => Some(Prompt::Text(prompt)),
         b'[' => serde_json::from_str::<TokenCount>(prompt.get())
@@ -102,6 +98,15 @@ mod tests {
         assert_eq!(raw.get(), r#""caf\u00e9 \"x\"""#);
         let within = body.as_ptr_range();
         assert!(within.contains(&raw.get().as_ptr()), "borrowed, not copied");
+        // Issue 46: as the host reads it, the last of two and an escaped key too.
+        let twice = br#"{"prompt":"a b","x":1,"pr\u006fmpt":[1,2,3]}"#;
+        assert!(
+            matches!(read(twice), Some(Prompt::Tokens(3))),
+            "{:?}",
+            read(twice)
+        );
+        let bom = b"\xEF\xBB\xBF{\"prompt\":[4]}";
+        assert!(matches!(read(bom), Some(Prompt::Tokens(1))));
         for uncounted in [
             &br#"{"prompt":[[1,2],[3]]}"#[..],
             br#"{"prompt":[1,"two"]}"#,

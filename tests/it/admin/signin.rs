@@ -246,3 +246,44 @@ fn issue27_without_a_token_there_is_nothing_to_sign_in_to() {
     assert_eq!(page.status, 200);
     assert!(!page.text().contains("/signout"));
 }
+
+/// Issue 46: the sign-in took 9,000 guesses a second. Now wrong tokens count against the address,
+/// as failed client keys do: past 10 in a minute, sign-in and the API are 429 for a minute from
+/// it, the right token included; bearer guesses count the same; another address is not touched.
+#[test]
+fn guessing_the_admin_token_is_refused_per_address_after_ten_tries_issue_46() {
+    let h = harness();
+    for _ in 0..6 {
+        assert_eq!(sign_in_with(&h, "token=guess").status, 401);
+    }
+    for _ in 0..5 {
+        let guess = [("Authorization", "Bearer guess")];
+        assert_eq!(
+            admin(&h, "GET", "/admin/status", &guess, &Value::Null).status,
+            401
+        );
+    }
+    let refused = sign_in_with(&h, FORM);
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    let retry: u64 = refused.header("Retry-After").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let bearer = format!("Bearer {TOKEN}");
+    let api = admin(
+        &h,
+        "GET",
+        "/admin/status",
+        &[("Authorization", &bearer)],
+        &Value::Null,
+    );
+    assert_eq!(api.status, 429);
+    // Health probes stay open; another address signs in.
+    assert_eq!(admin(&h, "GET", "/livez", &[], &Value::Null).status, 200);
+    let mut other = crate::support::connect_from([127, 0, 0, 2], h.server().admin_addr());
+    let origin = origin(&h);
+    let headers = [
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Origin", origin.as_str()),
+    ];
+    other.send("POST", "/signin", &headers, FORM.as_bytes());
+    assert_eq!(other.read_answer().status, 303);
+}

@@ -5,7 +5,7 @@
 //! victim served promptly.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::{check_error, post_head, refused, CHAT};
@@ -19,18 +19,7 @@ fn stranger(addr: SocketAddr) -> Conn {
     connect_from(STRANGER, addr)
 }
 
-/// A connection to `addr` from the loopback address `from`.
-pub(super) fn connect_from(from: [u8; 4], addr: SocketAddr) -> Conn {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::from((from, 0)).into()).unwrap();
-    sock.connect(&addr.into()).unwrap();
-    let sock: TcpStream = sock.into();
-    sock.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    Conn {
-        reader: std::io::BufReader::new(sock),
-    }
-}
+pub(super) use crate::support::connect_from;
 
 /// A normal chat turn from 127.0.0.1 is answered 200 within a second.
 #[track_caller]
