@@ -191,11 +191,8 @@ impl Limiter {
         if slot.waiting.len() >= queue_max {
             return Err(LimitError::QueueFull);
         }
-        let inner_ = &mut *inner;
-        inner_
-            .held
-            .enter(&inner_.waiting, waiter)
-            .map_err(LimitError::Waiting)?;
+        let Inner { held, waiting, .. } = &mut *inner;
+        held.enter(waiting, waiter).map_err(LimitError::Waiting)?;
         let slot = inner.slot(host, model).expect("looked up above");
         let ticket = slot.next_ticket;
         slot.next_ticket += 1;
