@@ -191,11 +191,8 @@ impl Limiter {
         if seat.waiting.len() >= queue_max {
             return Err(LimitError::QueueFull);
         }
-        let inner_ = &mut *inner;
-        inner_
-            .held
-            .enter(&inner_.waiting, waiter)
-            .map_err(LimitError::Waiting)?;
+        let Inner { held, waiting, .. } = &mut *inner;
+        held.enter(waiting, waiter).map_err(LimitError::Waiting)?;
         let seat = inner.seats(host, model).expect("looked up above");
         let ticket = seat.next_ticket;
         seat.next_ticket += 1;

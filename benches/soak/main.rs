@@ -287,6 +287,9 @@ client_write_timeout = "2s"
 # and 8 bodies being read at once.
 max_connections_per_peer = 1024
 max_body_readers_per_peer = 1024
+# One address is every client: its share of the requests waiting for a slot is all of them
+# (issue 46; half of workers wait at most, the rest serve what needs no wait).
+queue_max_per_client = 16
 shutdown_grace = "5s"
 log_level = "info"
 {extra}
