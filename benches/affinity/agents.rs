@@ -40,7 +40,7 @@ pub struct AgentShape {
     /// Tokens of a turn's tool output: uniform in this range.
     pub tool_tokens: (usize, usize),
     pub reply_tokens: u64,
-    /// Pause before every turn but a session's first (ms).
+    /// Pause before every turn but a session's first (ms): uniform in this range (`--pauses`).
     pub think_ms: (u64, u64),
     /// Between one session's arrival and the next (ms).
     pub arrival_gap_ms: (u64, u64),
@@ -322,9 +322,13 @@ impl Session<'_> {
         }
     }
 
+    /// Drawn even when the range is 0..=0 (`--pauses none`), so every mode sends the same texts.
     fn think(&self, rng: &mut Rng) {
         let (lo, hi) = self.shape.think_ms;
-        thread::sleep(Duration::from_millis(rng.u64(lo..=hi)));
+        let ms = rng.u64(lo..=hi);
+        if ms > 0 {
+            thread::sleep(Duration::from_millis(ms));
+        }
     }
 
     /// One turn with retries, as `workload` plays them; a turn given up leaves the history as it was.
@@ -351,7 +355,7 @@ impl Session<'_> {
                     let f = &mut record.facts;
                     f.moved = c.prev_host.as_ref().is_some_and(|p| *p != host);
                     f.ok = true;
-                    f.ttft_ms = a.ttft_ms;
+                    f.ttfb_ms = a.ttfb_ms;
                     f.prompt_n = a.prompt_n;
                     f.cache_n = a.cache_n;
                     c.prev_prompt = a.prompt_n + a.cache_n;

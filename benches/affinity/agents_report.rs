@@ -96,8 +96,8 @@ pub fn line(row: &Row, earlier: &[Row]) -> String {
         row.first_turns.to_string(),
         f.history_reprefilled.to_string(),
         format!("{:.1}%", 100.0 * f.cached_share()),
-        format!("{:.1}", f.ttft_mean_ms),
-        format!("{:.1}", f.ttft_p95_ms),
+        format!("{:.1}", f.ttfb_mean_ms),
+        format!("{:.1}", f.ttfb_p95_ms),
         f.failed_attempts.to_string(),
         f.lost_turns.to_string(),
         f.moves.to_string(),
@@ -115,27 +115,34 @@ pub fn line(row: &Row, earlier: &[Row]) -> String {
 }
 
 /// `affinity-agents crossbar_over_oracle=.. family_oracle_over_oracle=.. floor_over_oracle=..
-/// crossbar_ttfb_p95_ms=.. oracle_ttfb_p95_ms=..` for the first scenario run (`defaults` unless
-/// `--only`), then the workload and scenario.
+/// crossbar_ttfb_p95_ms=.. oracle_ttfb_p95_ms=.. smg_over_oracle=.. smg_ttfb_p95_ms=..` for the
+/// first scenario run (`defaults` unless `--only`; `-` for a front end that did not run), then
+/// the workload and scenario.
 pub fn last_line(rows: &[Row], small: bool) -> String {
     let scenario = rows.first().map_or("none", |r| r.scenario);
     let get = |front: Option<Front>| {
         rows.iter()
             .find(|r| r.scenario == scenario && r.front == front)
             .map(|r| r.figures.clone())
-            .unwrap_or_default()
     };
-    let oracle = get(Some(Front::Oracle));
-    let cb = get(Some(Front::Crossbar));
-    let over = |f: &Figures| show_ratio(ratio(f.prefilled, oracle.prefilled));
+    let oracle = get(Some(Front::Oracle)).unwrap_or_default();
+    let over = |front| {
+        get(front).map_or("-".to_string(), |f| {
+            show_ratio(ratio(f.prefilled, oracle.prefilled))
+        })
+    };
+    let p95 = |front| get(Some(front)).map_or("-".to_string(), |f| format!("{:.1}", f.ttfb_p95_ms));
     format!(
         "affinity-agents crossbar_over_oracle={} family_oracle_over_oracle={} floor_over_oracle={} \
-         crossbar_ttfb_p95_ms={:.1} oracle_ttfb_p95_ms={:.1} workload={} scenario={scenario}",
-        over(&cb),
-        over(&get(Some(Front::Family))),
-        over(&get(None)),
-        cb.ttft_p95_ms,
-        oracle.ttft_p95_ms,
+         crossbar_ttfb_p95_ms={} oracle_ttfb_p95_ms={} smg_over_oracle={} smg_ttfb_p95_ms={} \
+         workload={} scenario={scenario}",
+        over(Some(Front::Crossbar)),
+        over(Some(Front::Family)),
+        over(None),
+        p95(Front::Crossbar),
+        p95(Front::Oracle),
+        over(Some(Front::Smg)),
+        p95(Front::Smg),
         if small { "agents-small" } else { "agents" },
     )
 }

@@ -1,5 +1,6 @@
 //! `--workload agents|agents-small` (issue 23): the agent sessions of `agents` against crossbar, the
-//! sticky round-robin oracle, nginx `least_conn` and the family-sticky oracle, one scenario at a time,
+//! sticky round-robin oracle, nginx `least_conn`, the family-sticky oracle and smg (SGLang's
+//! cache-aware router, issue 47), one scenario at a time,
 //! while a UI polls `GET /v1/models` on the front end under test; the family floor is computed from
 //! the sticky oracle's turns. The table is `agents_report`'s.
 //!
@@ -50,14 +51,16 @@ pub enum Front {
     Crossbar,
     NginxLc,
     Family,
+    Smg,
 }
 
 impl Front {
-    pub const ALL: [Front; 4] = [
+    pub const ALL: [Front; 5] = [
         Front::Oracle,
         Front::Crossbar,
         Front::NginxLc,
         Front::Family,
+        Front::Smg,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +69,7 @@ impl Front {
             Front::Crossbar => "crossbar",
             Front::NginxLc => "nginx-lc",
             Front::Family => "family-oracle",
+            Front::Smg => "smg",
         }
     }
 }
@@ -105,6 +109,7 @@ impl Sample {
 pub fn main(opts: &Options, small: bool) -> Result<(), String> {
     let mut shape = AgentShape::new(small, opts.seed, opts.api);
     shape.sub_api = opts.sub_api.unwrap_or(opts.api);
+    shape.think_ms = opts.pauses.range(shape.think_ms);
     let shared = measure(&setup(SCENARIOS[0], opts), opts, &mut shape)?;
     let hosts_are = match &opts.real {
         Some(real) => format!("real llama-server {}", real.binary.display()),
@@ -128,8 +133,8 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
         "crossbar cache-affinity benchmark, workload {}: {} hosts x {} slots (ctx {}, {} per slot); \
          {} sessions ({} at once) x ({} main + {} sub-agent turns) = {} requests, api {}; shared \
          prompts {} + {} tokens ({} + {} as the hosts count them; they count {:.2} tokens per 4 \
-         bytes of generated text); a UI polls /v1/models every {} ms; seeds {}..={}; hosts \
-         {hosts_are}\n",
+         bytes of generated text); pauses between turns {} ({}-{} ms); a UI polls /v1/models every \
+         {} ms; seeds {}..={}; crossbar's hosts {}; hosts {hosts_are}\n",
         if small { "agents-small" } else { "agents" },
         opts.hosts,
         opts.slots,
@@ -149,9 +154,13 @@ pub fn main(opts: &Options, small: bool) -> Result<(), String> {
         shared[0],
         shared[1],
         shape.host_tokens_per_word_token,
+        opts.pauses.name(),
+        shape.think_ms.0,
+        shape.think_ms.1,
         POLL_EVERY.as_millis(),
         opts.seed,
         opts.seed + opts.seeds - 1,
+        crate::crossbar_toml::describe(&crate::crossbar_form(opts, 0.0, &crate::host_extra(opts))),
     );
     let dir = crate::temp_dir();
     let mut rows: Vec<Row> = Vec::new();
@@ -211,6 +220,7 @@ fn run(
     dir: &Path,
 ) -> Result<Sample, String> {
     let setup = setup(scenario, opts);
+    // The hosts first: smg retries a worker it found unhealthy only after 30 s.
     let hosts: Vec<Host> = (0..opts.hosts)
         .map(|_| Host::start(&setup, opts.real.as_ref()))
         .collect::<Result<_, _>>()
@@ -220,10 +230,11 @@ fn run(
             urls: hosts.iter().map(Host::url).collect(),
             moved: Mutex::new(Vec::new()),
         }),
-        Front::Oracle | Front::Crossbar | Front::NginxLc => {
+        Front::Oracle | Front::Crossbar | Front::NginxLc | Front::Smg => {
             let kind = match front {
                 Front::Oracle => Kind::Oracle,
                 Front::Crossbar => Kind::Crossbar,
+                Front::Smg => Kind::Smg,
                 _ => Kind::LeastConn,
             };
             Started::Running(crate::start_front(kind, &hosts, &setup, opts, dir)?)
@@ -273,14 +284,14 @@ fn trace(front: Front, turns: &[AgentTurn]) {
         .filter(|t| t.facts.ok && t.facts.prev_prompt == 0)
     {
         println!(
-            "# trace {} conv={} family={} host={} prompt_n={} cache_n={} ttft_ms={:.0}",
+            "# trace {} conv={} family={} host={} prompt_n={} cache_n={} ttfb_ms={:.0}",
             front.name(),
             t.conv.arrival,
             t.conv.family,
             t.host.as_deref().unwrap_or("-"),
             t.facts.prompt_n,
             t.facts.cache_n,
-            t.facts.ttft_ms,
+            t.facts.ttfb_ms,
         );
     }
 }
@@ -298,8 +309,9 @@ fn first_hosts(turns: &[AgentTurn]) -> Vec<(Conv, &str)> {
     seen
 }
 
-/// `h<i>` (crossbar's `X-Crossbar-Host`), or an address (the oracles' URL, nginx's `X-Upstream`,
-/// which lists every upstream it tried: the last one answered).
+/// `h<i>` (crossbar's `X-Crossbar-Host`), or an address (the oracles' URL, smg's
+/// `x-smg-routed-worker-id`, nginx's `X-Upstream`, which lists every upstream it tried: the last
+/// one answered).
 fn host_index(served: &str, hosts: &[Host]) -> Option<usize> {
     if let Some(i) = served.strip_prefix('h').and_then(|n| n.parse().ok()) {
         return Some(i);

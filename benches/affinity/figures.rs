@@ -23,8 +23,8 @@ pub struct Figures {
     pub prefilled: u64,
     pub cached: u64,
     pub history_reprefilled: u64,
-    pub ttft_mean_ms: f64,
-    pub ttft_p95_ms: f64,
+    pub ttfb_mean_ms: f64,
+    pub ttfb_p95_ms: f64,
     /// Successful turns per second of wall time.
     pub turns_per_s: f64,
 }
@@ -42,8 +42,9 @@ pub struct TurnFacts {
     pub ok: bool,
     /// Attempts that failed before this turn succeeded (or gave up).
     pub failed_attempts: u32,
-    /// Time to the first streamed event of the successful attempt.
-    pub ttft_ms: f64,
+    /// The successful attempt's time from sending the request to the first byte of its body
+    /// (a streamed answer's first event; its headers may come before the host's prefill).
+    pub ttfb_ms: f64,
     /// The successful attempt's `timings`.
     pub prompt_n: u64,
     pub cache_n: u64,
@@ -64,12 +65,12 @@ pub fn history_reprefilled(t: &TurnFacts) -> u64 {
 /// `host_prompt_n`/`host_cache_n`: the hosts' own totals for the run; `wall_s`: the run's wall time.
 pub fn figures(turns: &[TurnFacts], host_prompt_n: u64, host_cache_n: u64, wall_s: f64) -> Figures {
     let ok: Vec<&TurnFacts> = turns.iter().filter(|t| t.ok).collect();
-    let mut ttft: Vec<f64> = ok.iter().map(|t| t.ttft_ms).collect();
-    ttft.sort_by(f64::total_cmp);
-    let mean = if ttft.is_empty() {
+    let mut ttfb: Vec<f64> = ok.iter().map(|t| t.ttfb_ms).collect();
+    ttfb.sort_by(f64::total_cmp);
+    let mean = if ttfb.is_empty() {
         0.0
     } else {
-        ttft.iter().sum::<f64>() / ttft.len() as f64
+        ttfb.iter().sum::<f64>() / ttfb.len() as f64
     };
     Figures {
         turns: turns.len(),
@@ -79,8 +80,8 @@ pub fn figures(turns: &[TurnFacts], host_prompt_n: u64, host_cache_n: u64, wall_
         prefilled: host_prompt_n,
         cached: host_cache_n,
         history_reprefilled: turns.iter().map(history_reprefilled).sum(),
-        ttft_mean_ms: mean,
-        ttft_p95_ms: percentile(&ttft, 95.0),
+        ttfb_mean_ms: mean,
+        ttfb_p95_ms: percentile(&ttfb, 95.0),
         turns_per_s: if wall_s > 0.0 {
             ok.len() as f64 / wall_s
         } else {

@@ -1,19 +1,22 @@
 //! The front ends under comparison, each started in front of the same simulated hosts:
 //! crossbar (in-process, as `crossbar serve` runs it), nginx round-robin and nginx `least_conn`
 //! (Debian's nginx as a child process, configured the way people proxy llama-server: HTTP/1.1,
-//! buffering off, default passive health checks and retries), and the oracle, which sends each
+//! buffering off, default passive health checks and retries), smg (SGLang's cache-aware router as a
+//! child process, given only the hosts' URLs; see `smg`), and the oracle, which sends each
 //! conversation straight to a fixed host and, when that host fails, moves it once to the next.
+//! A front end that cannot start (not installed, a config crossbar rejects) is an error for its
+//! row, never a panic.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use crossbar::config::Config;
 use crossbar::server::Server;
 use parking_lot::Mutex;
 
+use crate::crossbar_toml::{config_text, parse, Form};
 use crate::hosts::Host;
 use crate::nginx_proc::Nginx;
+use crate::smg::Smg;
 use crate::workload::{Target, MODEL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,15 +25,17 @@ pub enum Kind {
     RoundRobin,
     LeastConn,
     Oracle,
+    Smg,
 }
 
 impl Kind {
     /// In run order: the oracle first, so every later row can show its ratio to it.
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 5] = [
         Kind::Oracle,
         Kind::Crossbar,
         Kind::RoundRobin,
         Kind::LeastConn,
+        Kind::Smg,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +44,7 @@ impl Kind {
             Kind::RoundRobin => "nginx-rr",
             Kind::LeastConn => "nginx-lc",
             Kind::Oracle => "oracle",
+            Kind::Smg => "smg",
         }
     }
 }
@@ -49,25 +55,20 @@ pub enum Running {
     /// nginx, stopped when dropped.
     Nginx(Nginx),
     Oracle(Mutex<Vec<usize>>, Vec<String>),
+    /// smg, stopped (SIGTERM, then a wait) when dropped.
+    Smg(Smg),
 }
 
 impl Running {
-    /// `route_extra`, `host_extra`: TOML lines for crossbar's route table and each host's
-    /// (`--crossbar-route-extra`, `--pin-slots`).
-    pub fn start(
-        kind: Kind,
-        hosts: &[Host],
-        slots: usize,
-        dir: &Path,
-        (route_extra, host_extra): (&str, &str),
-        similarity: f64,
-    ) -> Result<Running, String> {
+    /// `form`: how crossbar's config is written (the other front ends need only the hosts).
+    pub fn start(kind: Kind, hosts: &[Host], dir: &Path, form: &Form) -> Result<Running, String> {
         match kind {
             Kind::Crossbar => {
-                let extra = (route_extra, host_extra);
-                let text = crossbar_config(hosts, slots, dir, extra, similarity);
-                let config = Config::from_toml(&text).map_err(|e| format!("{e}\n{text}"))?;
-                let server = Server::start(config).map_err(|e| e.to_string())?;
+                let text = crossbar_config(hosts, dir, form);
+                // Hosts given only their URL, or lines this build does not know (`exclusive`),
+                // may be refused: that is this row's result, not the run's end.
+                let config = parse(&text, form)?;
+                let server = Server::start(config).map_err(|e| format!("crossbar: {e}"))?;
                 let base = format!("http://{}/bench", server.client_addr());
                 Ok(Running::Crossbar(Some(Box::new(server)), base))
             }
@@ -75,6 +76,10 @@ impl Running {
             Kind::Oracle => {
                 let urls: Vec<String> = hosts.iter().map(Host::url).collect();
                 Ok(Running::Oracle(Mutex::new(Vec::new()), urls))
+            }
+            Kind::Smg => {
+                let urls: Vec<String> = hosts.iter().map(Host::url).collect();
+                Ok(Running::Smg(Smg::start(&urls, &dir.join("smg"))?))
             }
         }
     }
@@ -85,6 +90,7 @@ impl Target for Running {
         match self {
             Running::Crossbar(_, base) => base.clone(),
             Running::Nginx(nginx) => format!("http://{}", nginx.addr),
+            Running::Smg(smg) => smg.url(),
             Running::Oracle(moved, urls) => {
                 let shift = moved.lock().iter().filter(|&&c| c == conv).count();
                 urls[(conv + shift) % urls.len()].clone()
@@ -108,6 +114,7 @@ impl Drop for Running {
                     s.stop(Duration::from_secs(5));
                 }
             }
+            Running::Smg(smg) => println!("{}", smg.branches()),
             Running::Nginx(..) | Running::Oracle(..) => {}
         }
     }
@@ -168,41 +175,13 @@ fn placements(server: &Server) -> String {
     )
 }
 
-/// crossbar as an operator would set it up for these hosts: one route over all of them, the hosts'
-/// real slot counts and `slot_prompt_similarity` (as they run), a health poll every second.
-/// `host_extra` (TOML lines) goes in every host's table; `route_extra` ends the route's table,
-/// which is the config's last: callers may append more lines to it.
-pub fn crossbar_config(
-    hosts: &[Host],
-    slots: usize,
-    dir: &Path,
-    (route_extra, host_extra): (&str, &str),
-    similarity: f64,
-) -> String {
+/// crossbar's config for these hosts (`crossbar_toml`), on a fresh database in `dir`. The route's
+/// table is the config's last: callers may append lines to it.
+pub fn crossbar_config(hosts: &[Host], dir: &Path, form: &Form) -> String {
     let db = dir.join("crossbar.db");
     let _ = std::fs::remove_file(&db);
-    let mut t = format!(
-        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {db:?}\nworkers = 32\n\
-         queue_max = 64\nhealth_interval = \"1s\"\n"
-    );
-    let names: Vec<String> = (0..hosts.len()).map(|i| format!("\"h{i}\"")).collect();
-    for (i, h) in hosts.iter().enumerate() {
-        let _ = write!(
-            t,
-            "[hosts.h{i}]\nurl = \"{}\"\nslot_prompt_similarity = {similarity}\n{host_extra}\n\
-             [hosts.h{i}.models.{MODEL}]\nparallel = {slots}\n",
-            h.url()
-        );
-    }
-    let _ = write!(
-        t,
-        "[routes.bench]\nhosts = [{}]\nmodel = \"{MODEL}\"\n",
-        names.join(", ")
-    );
-    for line in route_extra.lines() {
-        let _ = writeln!(t, "{}", line.trim());
-    }
-    t
+    let urls: Vec<String> = hosts.iter().map(Host::url).collect();
+    config_text(&urls, MODEL, &db, form)
 }
 
 fn start_nginx(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Running, String> {

@@ -1,9 +1,11 @@
 //! The benchmark's flags (after `--`; `cargo bench` adds `--bench` itself), parsed once into
 //! `Options` with every default filled in: which workload, how many hosts of what size, which
-//! scenarios and seeds, real servers or sims, and extra lines for crossbar's route.
+//! scenarios and seeds, the pauses between turns, real servers or sims, and how crossbar's config
+//! is written (its hosts' form, extra lines for its hosts and its route).
 
 use std::path::PathBuf;
 
+use crate::crossbar_toml::HostForm;
 use crate::hosts::Real;
 use crate::workload::Api;
 use crate::{DECODE_US, PREFILL_US, SLOTS, SLOT_CTX};
@@ -27,6 +29,41 @@ const AGENT_SPEED: (u64, u64) = (80, 4_000);
 /// committed figures were taken.
 const AGENT_REPLIES_KEPT: bool = false;
 
+/// `--pauses long`: an agent's tools and decoding between two turns, 2 s on average (uniform, so a
+/// run's length stays bounded).
+const LONG_PAUSE_MS: (u64, u64) = (1_000, 3_000);
+
+/// The pause before each of a conversation's turns but its first (`--pauses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pauses {
+    /// The workload's own: 150–450 ms (agents), 200–600 ms (chat).
+    Short,
+    /// 1–3 s, uniform: [`LONG_PAUSE_MS`].
+    Long,
+    /// None at all: each turn is sent as soon as the previous answer is in (issue 47's harness).
+    None,
+}
+
+impl Pauses {
+    /// The range (ms) pauses are drawn from, given the workload's own `short` one. The draw is
+    /// made whatever the range (0..=0 for `None`), so every mode sends the same texts.
+    pub fn range(self, short: (u64, u64)) -> (u64, u64) {
+        match self {
+            Pauses::Short => short,
+            Pauses::Long => LONG_PAUSE_MS,
+            Pauses::None => (0, 0),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pauses::Short => "short",
+            Pauses::Long => "long",
+            Pauses::None => "none",
+        }
+    }
+}
+
 /// Which workload `--workload` plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -47,6 +84,12 @@ pub struct Options {
     pub route_extra: String,
     /// crossbar's hosts pin each request to a slot (`--pin-slots`, the hosts' `pin_slots`).
     pub pin_slots: bool,
+    /// How crossbar's hosts are written (`--crossbar-hosts configured|url-only`).
+    pub crossbar_hosts: HostForm,
+    /// TOML lines added to every crossbar host's table (`--crossbar-host-extra`, repeatable).
+    pub host_extra: Vec<String>,
+    /// The pauses between a conversation's turns (`--pauses short|long|none`).
+    pub pauses: Pauses,
     /// The sims' prefill and decode costs in µs a token (`--prefill-us`, `--decode-us`; the chat
     /// workload's 40 and 1,000 by default, the agents workloads' [`AGENT_SPEED`]): how busy their
     /// slots are against the workload's think times, which decides how often a sibling finds an
@@ -91,6 +134,9 @@ pub fn options() -> Result<Options, lexopt::Error> {
         ctx: 0,
         route_extra: String::new(),
         pin_slots: false,
+        crossbar_hosts: HostForm::Configured,
+        host_extra: Vec::new(),
+        pauses: Pauses::Short,
         prefill_us: 0,
         decode_us: 0,
         replies_kept: true,
@@ -130,6 +176,20 @@ pub fn options() -> Result<Options, lexopt::Error> {
             Long("ctx") => ctx = Some(parser.value()?.parse::<u64>()?),
             Long("crossbar-route-extra") => o.route_extra = parser.value()?.string()?,
             Long("pin-slots") => o.pin_slots = true,
+            Long("crossbar-hosts") => {
+                let name = parser.value()?.string()?;
+                o.crossbar_hosts = HostForm::parse(&name)
+                    .ok_or(format!("--crossbar-hosts {name}: configured or url-only"))?;
+            }
+            Long("crossbar-host-extra") => o.host_extra.push(parser.value()?.string()?),
+            Long("pauses") => {
+                o.pauses = match parser.value()?.string()?.as_str() {
+                    "short" => Pauses::Short,
+                    "long" => Pauses::Long,
+                    "none" => Pauses::None,
+                    other => return Err(format!("--pauses {other}: short, long or none").into()),
+                }
+            }
             Long("prefill-us") => prefill_us = Some(parser.value()?.parse()?),
             Long("decode-us") => decode_us = Some(parser.value()?.parse()?),
             Long("sim-replies") => {

@@ -20,8 +20,8 @@ const COLUMNS: [&str; 13] = [
     "history re-prefilled",
     "host changes",
     "cached",
-    "TTFT mean ms",
-    "TTFT p95 ms",
+    "TTFB mean ms",
+    "TTFB p95 ms",
     "turns/s",
     "failed attempts",
     "lost turns",
@@ -41,8 +41,8 @@ fn cells(row: &Row, oracle: Option<&Figures>) -> [String; 13] {
         f.history_reprefilled.to_string(),
         f.moves.to_string(),
         format!("{:.1}%", 100.0 * f.cached_share()),
-        format!("{:.1}", f.ttft_mean_ms),
-        format!("{:.1}", f.ttft_p95_ms),
+        format!("{:.1}", f.ttfb_mean_ms),
+        format!("{:.1}", f.ttfb_p95_ms),
         format!("{:.2}", f.turns_per_s),
         f.failed_attempts.to_string(),
         f.lost_turns.to_string(),
@@ -95,7 +95,7 @@ pub fn ratios(rows: &[Row]) -> Vec<String> {
             s.name,
             show_ratio(ratio(cb.prefilled, oracle.prefilled))
         );
-        for k in [Kind::RoundRobin, Kind::LeastConn] {
+        for k in [Kind::RoundRobin, Kind::LeastConn, Kind::Smg] {
             if let Some(f) = get(k) {
                 let _ = write!(
                     text,

@@ -14,6 +14,7 @@ use crossbar::config::Config;
 use crossbar::server::Server;
 use crossbar::store::Store;
 
+use crate::crossbar_toml::{Form, HostForm};
 use crate::frontend::{crossbar_config, Running};
 use crate::hosts::{Host, Setup};
 use crate::workload::{self, Shape};
@@ -68,14 +69,21 @@ fn one(setup: &Setup, n: usize, shape: &Shape, dir: &std::path::Path, spread: bo
         .map(|_| Host::start(setup, None))
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("cannot start a host: {e}"));
-    let mut text = crossbar_config(&hosts, setup.slots, dir, ("", ""), setup.similarity);
+    let form = Form {
+        hosts: HostForm::Configured,
+        host_extra: "",
+        route_extra: "",
+        slots: setup.slots,
+        similarity: setup.similarity,
+    };
+    let mut text = crossbar_config(&hosts, dir, &form);
     if spread {
         // The route table is the config's last: this line belongs to it.
         text.push_str("spread_new = true\n");
     }
     let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let server = Server::start(config).unwrap_or_else(|e| panic!("crossbar: {e}"));
-    crate::wait_for_first_polls(&server, n);
+    crate::wait_for_first_polls(&server, n).unwrap_or_else(|e| panic!("{e}"));
     let base = format!("http://{}/bench", server.client_addr());
     let running = Running::Crossbar(Some(Box::new(server)), base.clone());
     let stop = AtomicBool::new(false);

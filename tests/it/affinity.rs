@@ -94,7 +94,7 @@ fn a_model_listing_neither_steers_new_conversations_nor_waits_for_a_slot() {
 fn turn(prev_prompt: u64, prompt_n: u64, cache_n: u64) -> TurnFacts {
     TurnFacts {
         ok: true,
-        ttft_ms: 10.0,
+        ttfb_ms: 10.0,
         prompt_n,
         cache_n,
         prev_prompt,
@@ -155,7 +155,7 @@ fn figures_sum_the_hosts_work_and_the_clients_view() {
         turn(500, 620, 0),
         TurnFacts {
             failed_attempts: 2,
-            ttft_ms: 30.0,
+            ttfb_ms: 30.0,
             ..turn(620, 100, 600)
         },
         TurnFacts {
@@ -171,8 +171,8 @@ fn figures_sum_the_hosts_work_and_the_clients_view() {
         (1300, 600, 500 + 20)
     );
     assert!((f.cached_share() - 600.0 / 1900.0).abs() < 1e-9);
-    assert!((f.ttft_mean_ms - 50.0 / 3.0).abs() < 1e-9);
-    assert_eq!(f.ttft_p95_ms, 30.0);
+    assert!((f.ttfb_mean_ms - 50.0 / 3.0).abs() < 1e-9);
+    assert_eq!(f.ttfb_p95_ms, 30.0);
     assert!((f.turns_per_s - 1.5).abs() < 1e-9);
     assert_eq!(
         (

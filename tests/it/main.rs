@@ -2,6 +2,7 @@
 
 mod admin;
 mod affinity;
+mod affinity_config;
 mod apis;
 mod blame;
 mod broken;
