@@ -69,12 +69,24 @@ pub struct Info {
     pub weight: u32,
     /// Tokens of the request's family prefix held warm there (0: cold, or no family).
     pub family_tokens: u64,
+    /// The request's family's size in tokens, warm there or not (0: no family). What prefilling
+    /// it costs the fleet again where it is cold while another candidate holds it warm.
+    pub family_size: u64,
+    /// Slots there are picked by prompt similarity (llama-server's default) and crossbar does not
+    /// pin them: a new sibling takes a live sibling's idle slot and wipes its history.
+    pub kept_apart: bool,
+    /// Its RAM prompt cache gives an evicted conversation its history back: what its slots
+    /// cannot hold still lasts there, so a warm family is not judged against the KV alone.
+    pub ram: bool,
+    /// Cold answers on reused leases there lately (issue 47): as many as its seats, and it is
+    /// oversubscribed — what it holds does not last.
+    pub colds: usize,
+    /// Routes whose only candidate it is: among equals it keeps its room for them.
+    pub reserved: usize,
     /// Its live conversations: of the most recently used conversations across the candidates,
     /// as many as their slots together, those on this host.
     pub live: usize,
-    /// On a host whose slot similarity is on (llama-server's default): how many of its live
-    /// conversations are siblings (the request's family); 0 without a family, or with
-    /// similarity off.
+    /// How many of its live conversations are siblings (the request's family); 0 without one.
     pub siblings: usize,
     /// Prefill speed, tokens per second (the host's measured one, else the route's median).
     pub prefill_tps: f64,
@@ -107,6 +119,12 @@ pub enum Why {
     LeastLoaded,
 }
 
+/// How much one more prefill of a family somewhere in the fleet weighs against a request's own
+/// time to first token (issue 47): as much. Prefill is the fleet's one shared cost — a slot busy
+/// prefilling a family again is a slot no conversation has — so a family gathers where its wait
+/// costs less than its prefill twice, and spreads past that (a saturated host).
+pub const FLEET: f64 = 1.0;
+
 /// Slowest a host may look: a prefill speed of 0 or less is read as this.
 const MIN_TPS: f64 = 1.0;
 /// Estimates within this share of the best are tied...
@@ -124,17 +142,37 @@ impl Info {
         self.healthy && !self.draining && self.serves
     }
 
-    /// The family prefix that counts for a prompt of `prompt` tokens: none when the host has no
-    /// room left to keep it (held tokens plus the prompt over its capacity), or no free slot
-    /// while the wait for one is a guess (no slot hold measured yet).
+    /// The family prefix that counts for a prompt of `prompt` tokens. None where it would not
+    /// last or not be found: the host is oversubscribed (as many cold answers lately as seats);
+    /// a live sibling there would lose its slot to this request (slots picked by similarity,
+    /// unpinned); its KV has no room left to keep it (held tokens plus the prompt over its
+    /// capacity) and no RAM cache to keep it in; or it has no free slot while the wait for one
+    /// is a guess (no slot hold measured yet).
     pub fn warm_tokens(&self, prompt: u64) -> u64 {
-        let over = self.capacity > 0 && self.held.saturating_add(prompt) > self.capacity;
+        let oversubscribed = self.colds >= self.seats.max(1);
+        let wipes_a_sibling = self.kept_apart && self.siblings > 0;
+        let over =
+            !self.ram && self.capacity > 0 && self.held.saturating_add(prompt) > self.capacity;
         let full_unmeasured = self.free == 0 && !self.hold_known;
-        if over || full_unmeasured {
+        if oversubscribed || wipes_a_sibling || over || full_unmeasured {
             0
         } else {
             self.family_tokens.min(prompt)
         }
+    }
+
+    /// What a new conversation of `prompt` tokens costs placed here: its time to first token
+    /// ([`Info::estimate_ms`]), and, where its family is cold while another candidate holds it
+    /// warm (`warm_elsewhere`), the family's prefill once more in the fleet, at [`FLEET`] times its
+    /// time. A family gathers where the wait costs less than prefilling it again elsewhere.
+    pub fn cost_ms(&self, prompt: u64, warm_elsewhere: bool) -> f64 {
+        let again = warm_elsewhere && self.warm_tokens(prompt) == 0;
+        let fleet = if again {
+            FLEET * self.prefill_ms(self.family_size.min(prompt))
+        } else {
+            0.0
+        };
+        self.estimate_ms(prompt) + fleet
     }
 
     /// Milliseconds to prefill `tokens` here.
@@ -179,9 +217,12 @@ pub fn best(infos: &[Info], prompt: u64) -> Option<(&Info, Why)> {
     // The class: not failing, loaded, room. Only the best class competes on the estimate.
     let class = |i: &Info| (!i.failing, i.loaded, i.room);
     let top = usable.iter().map(|(_, i)| class(i)).max()?;
-    let contenders: Vec<(usize, &Info, f64)> = (usable.into_iter())
+    let best_class: Vec<(usize, &Info)> = (usable.into_iter())
         .filter(|(_, i)| class(i) == top)
-        .map(|(at, i)| (at, i, i.estimate_ms(prompt)))
+        .collect();
+    let warm_somewhere = (best_class.iter()).any(|(_, i)| i.warm_tokens(prompt) > 0);
+    let contenders: Vec<(usize, &Info, f64)> = (best_class.into_iter())
+        .map(|(at, i)| (at, i, i.cost_ms(prompt, warm_somewhere)))
         .collect();
     let least = (contenders.iter())
         .map(|(_, _, e)| *e)
@@ -204,11 +245,15 @@ pub fn best(infos: &[Info], prompt: u64) -> Option<(&Info, Why)> {
 fn tie_break(a: &Info, b: &Info) -> Ordering {
     // x / host.weight against the other's, without division: `n` times the other's weight.
     let per_weight = |n: usize, other: &Info| n as u64 * u64::from(other.weight);
-    // The same per slot.
+    // The same per seat.
     let per_seat = |n: usize, other: &Info| n as u64 * other.seats.max(1) as u64;
+    // Siblings count where they would take each other's slots.
+    let siblings = |i: &Info| if i.kept_apart { i.siblings } else { 0 };
     a.inherited
         .cmp(&b.inherited)
-        .then(per_weight(b.siblings, a).cmp(&per_weight(a.siblings, b)))
+        .then(per_weight(siblings(b), a).cmp(&per_weight(siblings(a), b)))
+        .then(per_seat(b.colds, a).cmp(&per_seat(a.colds, b)))
+        .then(b.reserved.cmp(&a.reserved))
         .then(per_seat(b.live, a).cmp(&per_seat(a.live, b)))
         .then(b.held_share().total_cmp(&a.held_share()))
         .then(a.free.cmp(&b.free))

@@ -56,6 +56,8 @@ pub const MIN_FAMILY_HIT: u64 = 64;
 pub struct Facts {
     /// Tokens of the request's family prefix the host holds warm (0: none, or no family).
     pub family_tokens: u64,
+    /// The family's size in tokens, warm there or not (0: no family).
+    pub family_size: u64,
     /// New conversations placed there that have not taken a slot yet.
     pub arriving: usize,
     /// Measured prefill speed, tokens per second, once [`MIN_SPEED_SAMPLES`] prefills measured it.
@@ -97,6 +99,9 @@ struct Pair {
     warm: HashMap<u32, u64>,
     /// When each arrival was placed, oldest first.
     arriving: VecDeque<i64>,
+    /// Answers the host gave for this model (issue 47: how many turns took its slots since a
+    /// conversation's last one).
+    turns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -138,6 +143,7 @@ impl Holdings {
         let failing = host_facts.is_some_and(|h| h.failing);
         let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) else {
             return Facts {
+                family_size: size,
                 prefill_tps,
                 failing,
                 ..Facts::default()
@@ -149,6 +155,7 @@ impl Holdings {
         let warm = family.and_then(|f| pair.warm.get(&f.id));
         Facts {
             family_tokens: if warm.is_some() { size } else { 0 },
+            family_size: size,
             arriving: pair.arriving.len(),
             prefill_tps,
             failing,
@@ -192,6 +199,7 @@ impl Holdings {
         let mut inner = self.inner.lock();
         let tick = inner.next_tick();
         inner.host(host).failing = false;
+        inner.pair(host, model).turns += 1;
         let (true, Some(family)) = (served.ok, served.family) else {
             return;
         };
@@ -202,6 +210,12 @@ impl Holdings {
             }
         }
         warm(inner.pair(host, model), family.id, tick);
+    }
+
+    /// Answers `host` gave for `model` so far.
+    pub fn turns(&self, host: &str, model: &str) -> u64 {
+        let inner = self.inner.lock();
+        (inner.pairs.get(host).and_then(|m| m.get(model))).map_or(0, |p| p.turns)
     }
 
     /// A prefill of `tokens` took `us` microseconds on `host` (an answer's `timings`): it counts

@@ -184,6 +184,14 @@ impl Hold {
     pub fn set_held(&self, tokens: u64, family: Option<u32>) {
         self.shared.inner.lock().set_held(&self.key, tokens, family);
     }
+
+    /// The held lease's answer showed its host had lost its cache (issue 47): its next turn is
+    /// placed again as if new ([`Placed::Cold`]).
+    pub fn went_cold(&self) {
+        if let Some(entry) = self.shared.inner.lock().leases.get_mut(&self.key) {
+            entry.cold = true;
+        }
+    }
 }
 
 impl Drop for Hold {

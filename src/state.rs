@@ -46,8 +46,8 @@ pub struct Gateway {
     pub admin_failures: crate::failures::Failures,
     /// What each pinning host's slots hold (`pin_slots`).
     pub slots: crate::slots::Slots,
-    /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
-    last_prompt: Mutex<HashMap<Key, (i64, u64)>>,
+    /// Each conversation's previous turn, to notice a cache that went cold.
+    last_prompt: Mutex<HashMap<Key, Turn>>,
     /// The llama-server client: forwarding pools and crossbar's own side calls.
     pub upstream: Upstream,
     /// What crossbar learned of each host that it does not report (issue 47).
@@ -226,16 +226,14 @@ impl Gateway {
         *self.config.write() = Arc::new(new);
     }
 
-    /// Remembers this turn's prompt size and returns the previous turn's, if any.
-    /// With the prompt goes the host's unload count of the model then (see `Health::unloads`),
-    /// so a cold turn can say whether a router swapped the model out in between.
-    pub fn swap_last_prompt(&self, key: &Key, prompt: i64, unloads: u64) -> Option<(i64, u64)> {
+    /// Remembers this turn and returns the conversation's previous one, if any.
+    pub fn swap_last_turn(&self, key: &Key, turn: Turn) -> Option<Turn> {
         let mut last = self.last_prompt.lock();
         // A conversation's later turns find their entry: no copy of the key (three strings).
         if let Some(entry) = last.get_mut(key) {
-            return Some(std::mem::replace(entry, (prompt, unloads)));
+            return Some(std::mem::replace(entry, turn));
         }
-        last.insert(key.clone(), (prompt, unloads))
+        last.insert(key.clone(), turn)
     }
 
     /// What placement sees of `host`+`model` (issue 23): tokens its slots hold (its most recently
@@ -269,6 +267,18 @@ impl Gateway {
             last.remove(key);
         }
     }
+}
+
+/// One turn of a conversation, as its next turn compares with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// Its prompt tokens.
+    pub prompt: i64,
+    /// The host's unload count of the model then (see `Health::unloads`): a cold turn can say
+    /// whether a router swapped the model out in between.
+    pub unloads: u64,
+    /// Answers the host had given for the model by then (`Holdings::turns`), this one included.
+    pub turns: u64,
 }
 
 /// Each host's configured similarity (on above 0) and RAM cache, `None` where the config leaves

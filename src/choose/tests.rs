@@ -22,6 +22,11 @@ pub(crate) fn host(name: &str) -> Info {
         leases: 0,
         weight: 1,
         family_tokens: 0,
+        family_size: 0,
+        kept_apart: false,
+        ram: false,
+        colds: 0,
+        reserved: 0,
         live: 0,
         siblings: 0,
         prefill_tps: 1000.0,
@@ -97,11 +102,13 @@ fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
                     siblings: 1,
                     live: 1,
                     free: 1,
+                    kept_apart: true,
                     ..host("beside a sibling")
                 },
                 Info {
                     live: 2,
                     free: 1,
+                    kept_apart: true,
                     ..host("apart")
                 },
             ],

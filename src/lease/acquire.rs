@@ -142,6 +142,9 @@ impl Table {
         //    route moves conversations off a busy host and this one is worth moving.
         let mut moving_from = None;
         if let Some(lease) = inner.leases.get(key) {
+            if lease.cold && self.hosts.healthy(&lease.host) {
+                return self.replace_cold(inner, key, candidates, now, ask);
+            }
             if self.hosts.healthy(&lease.host) {
                 let host = lease.host.clone();
                 if let Some(to) = self.busy_move(inner, key, &host, candidates, now, ask) {
@@ -168,6 +171,7 @@ impl Table {
         let offer = Offer {
             excluded: moving_from.as_deref(),
             inherit,
+            stay: None,
         };
         let (host, placed) = self.choose_locked(inner, key, candidates, offer, now, ask)?;
         Ok(match moving_from {
@@ -270,6 +274,44 @@ impl Table {
         })
     }
 
+    /// A lease whose last answer showed its host had lost its cache (issue 47) is placed again as
+    /// if new: what it held there is gone, so only load and warm families decide. Its host, which
+    /// prefilled it whole on that turn, is preferred among equals; a move is event `cold`.
+    fn replace_cold(
+        &self,
+        inner: &mut Inner,
+        key: &Key,
+        candidates: &[String],
+        now: i64,
+        ask: &Ask,
+    ) -> Result<Step, LeaseError> {
+        let Some(entry) = inner.leases.get_mut(key) else {
+            return Err(LeaseError::NoHost);
+        };
+        entry.cold = false;
+        let current = entry.host.clone();
+        let offer = Offer {
+            excluded: None,
+            inherit: false,
+            stay: Some(&current),
+        };
+        let (host, _) = self.choose_locked(inner, key, candidates, offer, now, ask)?;
+        if host == current {
+            inner.touch(key, now);
+            return Ok(Step::Done(Acquired {
+                host,
+                reused: true,
+                placed: Placed::Cold,
+            }));
+        }
+        Ok(Step::Write {
+            host,
+            reason: Reason::Cold,
+            from: current,
+            placed: Placed::Cold,
+        })
+    }
+
     /// The chooser's pick among healthy, non-draining candidates (as `offer` says), each
     /// offered with its lease count and held tokens for the model (reservations included).
     fn choose_locked(
@@ -283,7 +325,8 @@ impl Table {
     ) -> Result<(String, Placed), LeaseError> {
         let parent = (offer.inherit)
             .then(|| route_lease_host(inner, key))
-            .flatten();
+            .flatten()
+            .or(offer.stay);
         let usable: Vec<Candidate> = candidates
             .iter()
             .filter(|h| Some(h.as_str()) != offer.excluded)
@@ -305,11 +348,14 @@ impl Table {
 }
 
 /// Which candidates the chooser is offered: all but `excluded` (the host a conversation is
-/// leaving), the route-level lease's host marked inherited when `inherit` (a new conversation's).
+/// leaving), the route-level lease's host marked inherited when `inherit` (a new conversation's),
+/// or the host it `stay`s on unless another is better (a conversation placed again after a cold
+/// answer).
 #[derive(Debug, Clone, Copy, Default)]
 struct Offer<'a> {
     excluded: Option<&'a str>,
     inherit: bool,
+    stay: Option<&'a str>,
 }
 
 /// `host` as the chooser sees it for a lease of `model`; `parent`: the host of the route-level

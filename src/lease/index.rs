@@ -29,6 +29,9 @@ pub(super) struct Entry {
     /// The client whose request made it (issue 46; memory only: no one, `ClientId::default()`,
     /// for a lease read back at start). A move keeps it.
     pub(super) owner: ClientId,
+    /// Its last answer showed its host had lost its cache: its next turn is placed again
+    /// (issue 47). Memory only.
+    pub(super) cold: bool,
 }
 
 /// Invariants:
@@ -106,6 +109,7 @@ impl Inner {
             busy_moved: 0,
             family: None,
             owner,
+            cold: false,
         };
         self.leases.insert(key, entry);
     }

@@ -22,6 +22,8 @@ pub enum Placed {
     Busy,
     /// Moved because its host is down.
     Unhealthy,
+    /// Placed again after its host lost its cache (issue 47): stayed or moved, by the chooser.
+    Cold,
     /// The route's pin.
     Pinned,
     /// No placement: metadata, or refused before one was made.
@@ -29,7 +31,7 @@ pub enum Placed {
 }
 
 impl Placed {
-    pub const ALL: [Placed; 9] = [
+    pub const ALL: [Placed; 10] = [
         Placed::Sticky,
         Placed::Family,
         Placed::Inherit,
@@ -37,6 +39,7 @@ impl Placed {
         Placed::Ctx,
         Placed::Busy,
         Placed::Unhealthy,
+        Placed::Cold,
         Placed::Pinned,
         Placed::None,
     ];
@@ -49,6 +52,7 @@ impl Placed {
             Placed::LeastLoaded => "least-loaded",
             Placed::Ctx => "ctx",
             Placed::Busy => "busy",
+            Placed::Cold => "cold",
             Placed::Unhealthy => "unhealthy",
             Placed::Pinned => "pinned",
             Placed::None => "none",
@@ -64,6 +68,7 @@ impl Placed {
                 | Placed::LeastLoaded
                 | Placed::Busy
                 | Placed::Unhealthy
+                | Placed::Cold
         )
     }
 }

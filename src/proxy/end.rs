@@ -22,7 +22,7 @@ use crate::store::Coming;
 use super::blame::host_failed;
 use super::pin;
 use super::plan::{Ctx, LeaseUse, Plan};
-use super::record::{log_request, record, record_then_send, refuse, warn_on_cold_cache};
+use super::record::{log_request, record, record_then_send, refuse};
 use super::ProxyError;
 
 /// How a request ended.
@@ -105,8 +105,69 @@ pub(super) fn end(
     let Some(plan) = &plan else { return };
     log_request(&ctx.row, plan.lease.as_str());
     if plan.slot && plan.lease != LeaseUse::Stateless {
-        warn_on_cold_cache(gw, &plan.key, &ctx.row, plan.lease == LeaseUse::Reused);
+        compare_turns(ctx, plan);
     }
+}
+
+/// A cold turn: its prompt found less than half of its previous turn's prompt cached.
+fn cold(cached: i64, previous: i64) -> bool {
+    cached.saturating_mul(2) < previous
+}
+
+/// Previous prompts shorter than this say nothing of a cache (a few words of chat).
+const MIN_COLD: i64 = 64;
+
+/// What a turn's answer says against the conversation's previous turn (issue 47). A reused
+/// lease that came back cold lost its cache on its host: it is placed again at its next turn
+/// (`lease::Hold::went_cold`), the host counts one more cold answer (oversubscribed, if they
+/// repeat), and whether its slot had gone to others since is evidence about the host's RAM cache
+/// (`learn`). Kept for the next turn: this one's prompt, and where the host's counts stood.
+fn compare_turns(ctx: &Ctx<'_>, plan: &Plan<'_>) {
+    let (gw, row) = (ctx.gw, &ctx.row);
+    let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) else {
+        return;
+    };
+    let (host, model) = (row.host.as_str(), plan.model());
+    let turn = crate::state::Turn {
+        prompt,
+        unloads: gw.health.unloads(host, model),
+        turns: gw.holdings.turns(host, model),
+    };
+    let previous = gw.swap_last_turn(&plan.key, turn);
+    let reused = plan.lease == LeaseUse::Reused;
+    let (true, Some(previous)) = (reused && row.err.is_empty(), previous) else {
+        return;
+    };
+    if previous.prompt < MIN_COLD {
+        return;
+    }
+    let warm = !cold(cached, previous.prompt);
+    // Other conversations' answers there since its last turn, as many as the host has seats:
+    // its slot went to one of them.
+    let others = turn.turns.saturating_sub(previous.turns + 1);
+    let displaced = others >= gw.seats(host, model).max(1) as u64;
+    gw.answered(host, crate::learn::Answered { displaced, warm });
+    if warm {
+        return;
+    }
+    if let Some(hold) = &plan.hold {
+        hold.went_cold();
+    }
+    // A router that unloaded the model between the turns (`--models-max` swapped another in)
+    // dropped its cache: say so, it is the operator's fix, not a placement's.
+    let swap = if turn.unloads > previous.unloads {
+        " cause=\"model unloaded by the host between turns (router swap)\""
+    } else {
+        ""
+    };
+    log::warn!(
+        "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={}{swap}: \
+         placed again at its next turn",
+        crate::logfmt::val(&row.route),
+        crate::logfmt::val(host),
+        crate::logfmt::val(crate::fingerprint::short(&row.fp)),
+        previous.prompt
+    );
 }
 
 /// What a request the host answered whole teaches placement, before the answer's end goes out (a

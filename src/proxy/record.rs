@@ -7,7 +7,6 @@ use std::sync::Arc;
 use crate::conn::{Request, Tail};
 use crate::envelope::Shape;
 use crate::fingerprint;
-use crate::lease::Key;
 use crate::logfmt::{val, Fields};
 use crate::metrics::Metrics;
 use crate::state::Gateway;
@@ -104,33 +103,6 @@ pub(super) fn log_request(row: &RequestRow, lease: &str) {
         line.val("err", &row.err);
     }
     log::info!("{}", line.as_str());
-}
-
-/// Warns when a reused lease's answer shows a cold cache (cached tokens far below the previous
-/// turn's prompt): stickiness failed somewhere, e.g. the host restarted or evicted the prompt.
-pub(super) fn warn_on_cold_cache(gw: &Gateway, key: &Key, row: &RequestRow, reused: bool) {
-    let (Some(prompt), Some(cached)) = (row.prompt_tokens, row.cached_tokens) else {
-        return;
-    };
-    let unloads = gw.health.unloads(&row.host, &key.model);
-    let previous = gw.swap_last_prompt(key, prompt, unloads);
-    if let (true, Some((previous, unloads_then))) = (reused, previous) {
-        if cached.saturating_mul(2) < previous {
-            // A router that unloaded the model between the turns (`--models-max` swapped another
-            // in) dropped its cache: say so, it is the operator's fix, not a stickiness failure.
-            let swap = if unloads > unloads_then {
-                " cause=\"model unloaded by the host between turns (router swap)\""
-            } else {
-                ""
-            };
-            log::warn!(
-                "cold cache on a reused lease route={} host={} fp={} cached={cached} previous_prompt={previous}{swap}",
-                val(&row.route),
-                val(&row.host),
-                val(fingerprint::short(&row.fp))
-            );
-        }
-    }
 }
 
 fn or_dash(s: &str) -> &str {

@@ -40,6 +40,13 @@ pub fn seats(config: &Config, health: &Health, host: &str, model: &str) -> usize
     }
 }
 
+/// [`Gateway::pinning`], for the placement view, which has no gateway.
+pub(super) fn pinning(host: &Host, health: &Health, learned: &learn::Learned, now: i64) -> bool {
+    host.exclusive
+        && health.own_slots(&host.name).is_some()
+        && learned.get(&host.name).is_none_or(|h| h.quiet(now))
+}
+
 impl Gateway {
     /// Limiter seats of `host` for `model` now ([`seats`]).
     pub fn seats(&self, host: &str, model: &str) -> usize {
@@ -50,9 +57,12 @@ impl Gateway {
     /// single-model host whose slots `/props` told, and showed no task crossbar did not start
     /// within the last [`learn::QUIET_MS`].
     pub fn pinning(&self, host: &Host) -> bool {
-        host.exclusive
-            && self.health.own_slots(&host.name).is_some()
-            && (self.learned.get(&host.name)).is_none_or(|h| h.quiet(unix_ms(SystemTime::now())))
+        pinning(
+            host,
+            &self.health,
+            &self.learned,
+            unix_ms(SystemTime::now()),
+        )
     }
 
     /// The limiter's seats for every model of `host`, as [`seats`] says now.

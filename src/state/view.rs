@@ -157,6 +157,14 @@ impl View {
         let capacity = capacity(&self.health, host, model, parallel);
         // Unknown until the host is probed: llama-server's default (on) until then.
         let similarity = self.learned.similarity(name).unwrap_or(true);
+        let pinned = super::hosts::pinning(host, &self.health, &self.learned, now);
+        let learned = self.learned.get(name);
+        let colds = learned.as_ref().map_or(0, |l| l.recent_colds(now));
+        // Unknown: as without one, the KV alone.
+        let ram = learned.is_some_and(|l| l.ram.value == Some(true));
+        let reserved = (config.routes.values())
+            .filter(|r| r.hosts.len() == 1 && r.hosts[0] == *name)
+            .count();
         choose::Info {
             name: name.clone(),
             healthy: self.health.healthy(name),
@@ -169,10 +177,16 @@ impl View {
             queued: busy.saturating_sub(parallel),
             leases: c.leases,
             weight: host.weight,
-            // Siblings would take each other's slots there (llama-server's similarity above 0):
-            // their family is not worth gathering (issue 23's agents benchmark); better apart.
-            family_tokens: if similarity { 0 } else { facts.family_tokens },
-            siblings: if similarity { live.siblings } else { 0 },
+            family_tokens: facts.family_tokens,
+            family_size: facts.family_size,
+            // Siblings take each other's slots where llama-server picks them by similarity and
+            // crossbar does not pin them (issue 23's agents benchmark): a family gathers there
+            // only while no sibling is live (`choose::Info::warm_tokens`).
+            kept_apart: similarity && !pinned,
+            ram,
+            colds,
+            reserved,
+            siblings: live.siblings,
             live: live.all,
             prefill_tps: facts.prefill_tps.unwrap_or(0.0),
             hold_ms: load.hold_ms.unwrap_or(0.0),

@@ -45,6 +45,9 @@ pub enum Reason {
     Evicted,
     /// Its host was so busy that starting over elsewhere was quicker (`move_when_busy`, issue 23).
     Busy,
+    /// Its last answer showed its host had lost its cache, and it was placed again as if new
+    /// (issue 47).
+    Cold,
 }
 
 /// One row of the `lease_events` table; `id` is 0 until stored.
@@ -116,10 +119,11 @@ impl Reason {
             Reason::Removed => "removed",
             Reason::Evicted => "evicted",
             Reason::Busy => "busy",
+            Reason::Cold => "cold",
         }
     }
 
-    pub(crate) const ALL: [Reason; 9] = [
+    pub(crate) const ALL: [Reason; 10] = [
         Reason::New,
         Reason::Unhealthy,
         Reason::Idle,
@@ -129,6 +133,7 @@ impl Reason {
         Reason::Removed,
         Reason::Evicted,
         Reason::Busy,
+        Reason::Cold,
     ];
 }
 

@@ -48,16 +48,20 @@ fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
     // long conversation of another family. Each goes where the fewest of its family are under way
     // per unit of weight, whatever the tokens held: a gets 4 of 8, b and c 2 each (by held
     // tokens alone b would get none).
+    let apart = |name| Info {
+        kept_apart: true,
+        ..idle(name, 4)
+    };
     let mut hosts = vec![
         Info {
             weight: 2,
-            ..idle("a", 4)
+            ..apart("a")
         },
         Info {
             leased: 60_000,
-            ..idle("b", 4)
+            ..apart("b")
         },
-        idle("c", 4),
+        apart("c"),
     ];
     let placed = place_in_turn(&mut hosts, 8, |host| {
         host.siblings += 1;
@@ -70,12 +74,12 @@ fn with_slot_similarity_on_a_family_spreads_by_weight_before_held_tokens() {
     // history.
     let beside_siblings = Info {
         siblings: 3,
-        ..idle("a", 4)
+        ..apart("a")
     };
     let fuller_but_apart = Info {
         siblings: 1,
         leased: 50_000,
-        ..idle("b", 4)
+        ..apart("b")
     };
     assert_eq!(
         winner(&[beside_siblings, fuller_but_apart], 1000),
