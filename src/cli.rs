@@ -164,7 +164,7 @@ pub(crate) fn emit(text: &str) -> Result<(), CliError> {
 fn run_command(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
     let args = parse(args)?;
     if args.version {
-        return emit(&format!("crossbar {}\n", env!("CARGO_PKG_VERSION")));
+        return emit(&format!("crossbar {}\n", crate::version::describe()));
     }
     if args.help || args.command.is_empty() {
         match help::command(&args.command) {
@@ -333,12 +333,14 @@ fn serve_until_stopped(args: &Args) -> Result<(), CliError> {
                 server.reload(new);
             }
             Err(err) => {
-                for line in err.problems() {
+                let problems = err.problems();
+                for line in &problems {
                     log::error!(
                         "config reload refused kept=old problem={}",
-                        crate::logfmt::val(&line)
+                        crate::logfmt::val(line)
                     );
                 }
+                server.reload_refused(&problems);
             }
         }
     }

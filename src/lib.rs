@@ -33,4 +33,5 @@ pub mod tee;
 mod testlog;
 #[cfg(test)]
 mod testwait;
+pub mod version;
 pub mod wire;

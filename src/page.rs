@@ -39,11 +39,15 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         out,
         "<!doctype html><html lang=en><head><meta charset=utf-8>\
          <meta http-equiv=refresh content={REFRESH_S}><title>crossbar</title><style>{STYLE}</style></head><body>\
-         <h1>crossbar</h1><div class=muted>{} hosts · {} routes · {} leases · refreshes every {REFRESH_S}s</div>",
+         <h1>crossbar</h1><div class=muted>{} hosts · {} routes · {} leases · refreshes every {REFRESH_S}s · \
+         crossbar {}{}</div>",
         config.hosts.len(),
         config.routes.len(),
-        snapshot.len()
+        snapshot.len(),
+        esc(&crate::version::describe()),
+        reloaded(gw, now)
     );
+    refused_reload(gw, now, &mut out);
     let store = gw.store.status();
     if !store.ok {
         let _ = write!(
@@ -231,6 +235,29 @@ pub fn render(gw: &Gateway, now: i64) -> String {
     }
     out.push_str("</table></body></html>\n");
     out
+}
+
+/// How the last config reload went (issue 48): a refused one in red with its problems, since
+/// the old config keeps serving and the log was the only place that said so.
+fn reloaded(gw: &Gateway, now: i64) -> String {
+    match gw.metrics.last_reload() {
+        None => " · no reload since start".to_string(),
+        Some(r) if r.applied => format!(" · last reload applied {} ago", ago(now - r.at)),
+        Some(_) => String::new(),
+    }
+}
+
+/// The refused reload's line of [`reloaded`].
+fn refused_reload(gw: &Gateway, now: i64, out: &mut String) {
+    if let Some(r) = gw.metrics.last_reload().filter(|r| !r.applied) {
+        let _ = write!(
+            out,
+            "<p><span class=down>last reload refused</span> {} ago; the config before it keeps \
+             serving: {}</p>",
+            ago(now - r.at),
+            esc(&r.problems.join("; "))
+        );
+    }
 }
 
 /// Requests and tokens per API since start: the same prompt/cached/completion meaning for all.

@@ -157,4 +157,15 @@ fn a_spent_budget_names_when_it_starts_again_issue_48() {
         message.contains(&format!("retry in {retry} s")),
         "{message}"
     );
+    // The admin API says what each key spent, as the page and `/metrics` did.
+    let admin = h.server().admin_addr();
+    let status = crate::support::request(admin, "GET", "/admin/status", &[], b"").json();
+    let key = &status["keys"][0];
+    assert_eq!(
+        (&key["name"], &key["tokens_per_day"]),
+        (&"laptop".into(), &1.into()),
+        "{status}"
+    );
+    assert!(key["tokens_today"].as_u64().unwrap() > 1, "{status}");
+    assert!(!status.to_string().contains(KEY), "never the key itself");
 }

@@ -204,8 +204,11 @@ fn a_serving_crossbar_never_logs_its_admin_token() {
             "serve exited: {log}"
         );
         log.push_str(&line);
-        if let Some(addr) = line.split("admin=").nth(1) {
-            break addr.trim().parse().unwrap();
+        if let Some(addr) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("admin="))
+        {
+            break addr.parse().unwrap();
         }
     };
     let good = format!("Bearer {token}");
@@ -330,10 +333,27 @@ fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
 fn version_per_command_help_and_a_bare_admin_address() {
     let h = Harness::start(vec![host("titan", 1)], "");
     let version = crossbar(&h.dir, &["--version"]);
+    let version = check_ok(&version);
     assert_eq!(
-        check_ok(&version),
-        format!("crossbar {}\n", env!("CARGO_PKG_VERSION"))
+        version,
+        format!("crossbar {}\n", crossbar::version::describe())
     );
+    // Issue 48: which build, not only which release: the commit git has for this checkout.
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match head {
+        Ok(out) if out.status.success() => {
+            let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let want = format!("crossbar {} (commit {head}", env!("CARGO_PKG_VERSION"));
+            assert!(version.starts_with(&want), "{version:?}, HEAD {head}");
+        }
+        _ => assert!(
+            version.contains("(unknown commit: built without git)"),
+            "{version:?}"
+        ),
+    }
     let global = crossbar(&h.dir, &["--help"]);
     let serve = crossbar(&h.dir, &["serve", "--help"]);
     assert!(
