@@ -376,6 +376,44 @@ fn version_per_command_help_and_a_bare_admin_address() {
 
 /// Issue 13: `check` names a typo'd key's likely meaning, shows where TOML broke, and says a
 /// host URL must not end in /v1.
+/// Issue 48: `check` printed `ok` on a db `serve` was about to migrate. It says so now, and
+/// that the backup taken before the upgrade is the way back; a db a newer crossbar wrote, which
+/// `serve` would refuse, fails the check.
+#[test]
+fn check_says_when_serve_will_migrate_the_db_and_the_way_back_issue_48() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let copy = h.dir.join("week-old.db");
+    crossbar::store::backup(&h.dir.join("crossbar.db"), &copy).unwrap();
+    let known = crossbar::store::Reader::open(&copy)
+        .unwrap()
+        .schema_version()
+        .unwrap();
+    let set_version = |v: i64| {
+        let conn = rusqlite::Connection::open(&copy).unwrap();
+        conn.pragma_update(None, "user_version", v).unwrap();
+    };
+    let config = write_config(&h.dir, &copy, "http://127.0.0.1:9", "");
+    let config = config.to_str().unwrap();
+    let current = crossbar(&h.dir, &["check", "-c", config]);
+    assert_eq!(check_ok(&current), "ok\n");
+    set_version(known - 3);
+    let old = crossbar(&h.dir, &["check", "-c", config]);
+    let out = check_ok(&old);
+    let want = format!(
+        "has schema version {}; `serve` will migrate it to version {known} when it starts",
+        known - 3
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(
+        out.contains("the way back is the backup taken before the upgrade"),
+        "{out}"
+    );
+    assert!(out.ends_with("ok\n"), "{out}");
+    set_version(known + 1);
+    let newer = crossbar(&h.dir, &["check", "-c", config]);
+    check_fails(&newer, "run a newer crossbar");
+}
+
 #[test]
 fn check_explains_typos_syntax_errors_and_a_v1_url() {
     let dir = temp_dir();
