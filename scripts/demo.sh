@@ -117,7 +117,7 @@ start_sim mini2 --ctx 8192 --slots 1
 
 # `totals: requests=N prompt=N cached=N prefilled=N prefill_ms=N` -> the value of key $2 in file $1.
 total() { grep '^totals:' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-HEADLINE="$("$BIN/crossbar" status --admin "$ADMIN" | grep '^prefill saved')"
+HEADLINE="$("$BIN/crossbar" status --admin "$ADMIN" | grep '^served from cache')"
 STICKY=$(total "$WORK/sticky.out" prefilled); RR=$(total "$WORK/rr.out" prefilled)
 CONTRAST="$(
   echo "with crossbar:            prefilled $STICKY of $(total "$WORK/sticky.out" prompt) prompt tokens ($(total "$WORK/sticky.out" prefill_ms) ms of prefill)"

@@ -325,7 +325,7 @@ pub fn status(gw: &Gateway) -> Value {
     let (tokens, seconds) = crate::metrics::recent::saved(&hours);
     let store = gw.store.status();
     json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
-            "prefill_saved": { "tokens": tokens, "seconds": seconds },
+            "served_from_cache": { "tokens": tokens, "seconds": seconds },
             "store": { "ok": store.ok, "since": store.since, "cause": store.cause,
                        "write_errors": store.write_errors, "db": config.db },
             "build": build(), "last_reload": last_reload(gw), "keys": keys(gw, &config, now) })

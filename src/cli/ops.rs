@@ -248,11 +248,12 @@ pub fn status(args: &Args) -> Result<(), CliError> {
         ]);
     }
     out.push_str(&table(&rows));
-    let saved = &status["prefill_saved"];
+    let saved = &status["served_from_cache"];
     if let (Some(tokens), Some(seconds)) = (saved["tokens"].as_u64(), saved["seconds"].as_f64()) {
         out.push_str(&format!(
-            "\nprefill saved: {tokens} tokens (≈ {} at each host's measured prefill rate, from \
-             llama-server's timings) since crossbar started\n",
+            "\nserved from cache: {tokens} prompt tokens (≈ {} of prefill at each host's measured \
+             rate, from llama-server's timings) since crossbar started; every cache hit, also \
+             those a host would have had without crossbar\n",
             crate::metrics::recent::in_words(seconds)
         ));
     }

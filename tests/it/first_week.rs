@@ -169,3 +169,60 @@ fn a_spent_budget_names_when_it_starts_again_issue_48() {
     assert!(key["tokens_today"].as_u64().unwrap() > 1, "{status}");
     assert!(!status.to_string().contains(KEY), "never the key itself");
 }
+
+#[test]
+fn the_page_shows_each_requests_conversation_placement_and_key_and_labels_refusals_issue_48() {
+    let h = keyed("");
+    let bearer = format!("Bearer {KEY}");
+    let path = "/projA/v1/chat/completions";
+    for turns in 0..2 {
+        let answer = h.post_with(
+            path,
+            &[("Authorization", &bearer)],
+            &chat("hi", turns, false),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    // Refused before the route (and so the API) was known.
+    assert_eq!(h.post(path, &chat("hi", 0, false)).status, 401);
+    let admin = h.server().admin_addr();
+    let page = crate::support::request(admin, "GET", "/", &[], b"").text();
+    let recent = &page[page.find("<h2>Recent requests</h2>").unwrap()..];
+    for shown in [
+        "<th>key</th>",
+        "<th>conversation</th>",
+        "<th>placed</th>",
+        "<td>laptop</td>",
+        "<td>sticky</td>",
+    ] {
+        assert!(recent.contains(shown), "no {shown} in\n{recent}");
+    }
+    // The same conversation's two turns: one fingerprint, shown twice.
+    let fp = crossbar::fingerprint::short(&h.rows()[1].fp).to_string();
+    assert_eq!(
+        recent.matches(&format!("<code>{fp}</code>")).count(),
+        2,
+        "{recent}"
+    );
+    let apis = &page[page.find("<h2>APIs</h2>").unwrap()..];
+    let apis = &apis[..apis.find("</table>").unwrap()];
+    assert!(apis.contains("<td>(refused before routing)</td>"), "{apis}");
+    assert!(!apis.contains("<td>-</td>"), "{apis}");
+    // The headline says what it counts: every cache hit, not what crossbar alone saved.
+    assert!(page.contains("served from cache: <b>"), "{page}");
+    assert!(page.contains("also those a host would have had without crossbar"));
+    let db = h.dir.join("crossbar.db");
+    let report = crossbar::report::run(
+        &db,
+        std::time::Duration::from_secs(3600),
+        None,
+        false,
+        false,
+    )
+    .unwrap();
+    // The 401's row had a blank ROUTE: its line starts with the label now.
+    assert!(
+        report.lines().any(|l| l.starts_with("(no route)")),
+        "{report}"
+    );
+}

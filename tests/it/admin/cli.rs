@@ -84,7 +84,7 @@ fn every_operator_verb_works_against_a_running_crossbar() {
     assert_eq!(turn(&h, "cli conversation", 1).0, "titan");
 
     let table = verb(&h, &["status"]);
-    for shown in ["HOST", "titan", "mini", "projA", "prefill saved: "] {
+    for shown in ["HOST", "titan", "mini", "projA", "served from cache: "] {
         assert!(check_ok(&table).contains(shown), "{table:#?}");
     }
     let json: Value = serde_json::from_str(check_ok(&verb(&h, &["status", "--json"]))).unwrap();
