@@ -123,6 +123,8 @@ CONTRAST="$(
   echo "with crossbar:            prefilled $STICKY of $(total "$WORK/sticky.out" prompt) prompt tokens ($(total "$WORK/sticky.out" prefill_ms) ms of prefill)"
   echo "round robin, not sticky:  prefilled $RR of $(total "$WORK/rr.out" prompt) prompt tokens ($(total "$WORK/rr.out" prefill_ms) ms of prefill)"
   awk -v s="$STICKY" -v r="$RR" 'BEGIN { if (s > 0) printf "without stickiness the hosts would have prefilled %.1fx the tokens\n", r / s }'
+  # What crossbar saved is this difference; the status line above counts every cache hit.
+  echo "prefill saved against round robin: $((RR - STICKY)) tokens"
 )"
 
 say "stopping"
