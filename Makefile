@@ -1,7 +1,7 @@
 # crossbar — make targets. `make gate` is what every commit must pass.
 CARGO ?= cargo
 
-.PHONY: build test test-browser test-install gate fmt clippy run demo static bench bench-affinity soak fuzz drill-wal clean
+.PHONY: build test test-browser test-clients test-install gate fmt clippy run demo static bench bench-affinity soak fuzz drill-wal clean
 
 build:
 	$(CARGO) build --release
@@ -16,6 +16,12 @@ test-browser:
 
 test-install:
 	scripts/install-test.sh
+
+# Issue 48: docs/CLIENTS.md's snippets against a real crossbar: the openai and anthropic SDKs, the
+# configs of Open WebUI, aider and Codex as the requests they make, Claude Code and Codex
+# themselves (installed outside the repository if missing; run in a loopback-only namespace).
+test-clients:
+	scripts/client-test.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -3,7 +3,8 @@
 # from Debian's packages (installed if missing, saying so) against a crossbar and a crossbar-sim on
 # 127.0.0.1. scripts/browser_test.py does the steps; only Python's standard library is needed.
 # The screenshot goes to $SCREENSHOT (default target/status-page-signed-in.png;
-# SCREENSHOT=docs/status-page-signed-in.png refreshes the one in the docs).
+# SCREENSHOT=docs/status-page-signed-in.png refreshes the one in the docs); those at 1400 and
+# 1900 px wide (issue 48) to target/release/../status-page-1400.png and -1900.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"

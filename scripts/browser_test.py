@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 """`make test-browser` (issue 27): the status page behind an admin_token, in a real browser.
 
-Starts a `crossbar-sim` and a `crossbar serve` with an admin_token on 127.0.0.1, sends a few
-conversations through it so the charts have data, then drives headless Chromium over the DevTools
+Starts two `crossbar-sim`s and a `crossbar serve` with an admin_token and a client key on
+127.0.0.1 (a third host is down: nothing listens on its port), sends a few conversations through
+it so the charts have data, then drives headless Chromium over the DevTools
 protocol (on a pipe: `--remote-debugging-pipe`, so nothing but the standard library is needed):
 it opens the page and gets the sign-in form, signs in with the form, checks the session cookie's
 flags (HttpOnly, SameSite=Strict, not the token) and that the page shows its charts, takes a
-screenshot, then uses the page's one action, "Sign out", and checks the form is back. Last, the
-log must not hold the token. Prints one line per step with its time; exits 0 only if all pass.
+screenshot, checks that nothing overflows the window at 1400 and 1900 px wide (issue 48: the hosts
+table did, with a real host's model path and a down host's reason) with a screenshot at each, then
+uses the page's one action, "Sign out", and checks the form is back. Last, the log must not hold
+the token. Prints one line per step with its time; exits 0 only if all pass.
 
-usage: browser_test.py BIN_DIR SCREENSHOT.png
+usage: browser_test.py BIN_DIR SCREENSHOT.png (the 1400 and 1900 px ones go to BIN_DIR/../)
 """
 
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -152,42 +156,54 @@ def main():
         fail("no chromium (Debian: apt-get install chromium)")
     work = tempfile.mkdtemp(prefix="crossbar-browser.")
     token = "tok-" + secrets.token_hex(16)
+    key = "cb-" + secrets.token_hex(16)
+    key_hash = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
     children = []
     browser = None
     try:
-        sim_out = os.path.join(work, "sim.out")
-        with open(sim_out, "w") as out:
-            children.append(subprocess.Popen(
-                [os.path.join(bin_dir, "crossbar-sim"), "--listen", "127.0.0.1:0", "--alias",
-                 "qwen-coder", "--slots", "2", "--prefill-us", "300"],
-                stdout=out, stderr=subprocess.STDOUT))
-        sim_url = wait_line(sim_out, "sim listening on ").split("on ", 1)[1]
-        listen, admin = free_port(), free_port()
+        # titan lists its model by the file's path, as llama-server does when started without -a.
+        sims = {}
+        for name, alias in [("titan", "/srv/models/Qwen2.5-Coder-32B-Instruct-Q4_K_M.gguf"),
+                            ("mini", "qwen-coder")]:
+            sim_out = os.path.join(work, f"{name}.out")
+            with open(sim_out, "w") as out:
+                children.append(subprocess.Popen(
+                    [os.path.join(bin_dir, "crossbar-sim"), "--listen", "127.0.0.1:0", "--alias",
+                     alias, "--slots", "2", "--prefill-us", "300"],
+                    stdout=out, stderr=subprocess.STDOUT))
+            sims[name] = wait_line(sim_out, "sim listening on ").split("on ", 1)[1]
+        listen, admin, nobody = free_port(), free_port(), free_port()
         config = os.path.join(work, "crossbar.toml")
+        hosts = "".join(f'[hosts.{name}]\nurl = "{url}"\n[hosts.{name}.models.qwen-coder]\n'
+                        'parallel = 2\n'
+                        for name, url in [*sims.items(), ("gpu-box-3", f"http://127.0.0.1:{nobody}")])
         with open(config, "w") as f:
             f.write(f'listen = "127.0.0.1:{listen}"\nadmin_listen = "127.0.0.1:{admin}"\n'
                     f'admin_token = "{token}"\ndb = "crossbar.db"\nhealth_interval = "1s"\n'
-                    f'[hosts.titan]\nurl = "{sim_url}"\n[hosts.titan.models.qwen-coder]\n'
-                    'parallel = 2\n[routes.projA]\nhosts = ["titan"]\nmodel = "qwen-coder"\n')
+                    f'{hosts}[routes.projA]\nhosts = ["titan", "mini", "gpu-box-3"]\n'
+                    f'model = "qwen-coder"\n[keys.laptop]\nhash = "{key_hash}"\n')
         log = os.path.join(work, "crossbar.log")
         with open(log, "w") as err:
             children.append(subprocess.Popen(
                 [os.path.join(bin_dir, "crossbar"), "serve", "-c", config],
                 stdout=subprocess.DEVNULL, stderr=err))
         wait_line(log, "crossbar listening")
-        wait_line(log, "host up")
-        for conversation in range(3):
-            messages = [{"role": "system", "content": "You are terse."}]
+        wait_line(log, "host up host=titan")
+        wait_line(log, "host up host=mini")
+        wait_line(log, "host down host=gpu-box-3")
+        for conversation in range(6):
+            messages = [{"role": "system", "content": f"You are terse. Team {conversation % 3}."}]
             for turn in range(3):
                 messages.append({"role": "user", "content": f"question {conversation}.{turn}"})
                 body = json.dumps({"messages": messages, "max_tokens": 8}).encode()
                 request = urllib.request.Request(
                     f"http://127.0.0.1:{listen}/projA/v1/chat/completions", data=body,
-                    headers={"Content-Type": "application/json"})
+                    headers={"Content-Type": "application/json",
+                             "Authorization": f"Bearer {key}"})
                 with urllib.request.urlopen(request, timeout=10) as answer:
                     reply = json.load(answer)["choices"][0]["message"]["content"]
                 messages.append({"role": "assistant", "content": reply})
-        step(f"crossbar with admin_token on 127.0.0.1:{admin}, 9 turns served through it")
+        step(f"crossbar with admin_token on 127.0.0.1:{admin}, 18 turns served through it")
 
         browser = Browser(chromium, os.path.join(work, "profile"))
         target = browser.send("Target.createTarget", {"url": "about:blank"}, session=False)
@@ -233,7 +249,7 @@ def main():
 
         text = browser.js("document.body.innerText")
         charts = browser.js("document.querySelectorAll('svg').length")
-        if "prefill saved" not in text or not charts:
+        if "served from cache" not in text or not charts:
             fail(f"the page lacks its headline or charts ({charts} svg):\n{text[:500]}")
         height = browser.js("document.documentElement.scrollHeight")
         browser.send("Emulation.setDeviceMetricsOverride",
@@ -242,8 +258,30 @@ def main():
         shot = browser.send("Page.captureScreenshot", {"format": "png"})
         with open(screenshot, "wb") as f:
             f.write(base64.b64decode(shot["data"]))
-        step(f"the page shows 'prefill saved' and {charts} charts; screenshot {screenshot} "
+        step(f"the page shows 'served from cache' and {charts} charts; screenshot {screenshot} "
              f"({os.path.getsize(screenshot) // 1024} KiB, 1280x{min(int(height), 4000)})")
+
+        # Issue 48: at 1400 and 1900 px the hosts table ran off the window.
+        for width in (1400, 1900):
+            browser.send("Emulation.setDeviceMetricsOverride",
+                         {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+            browser.load(lambda: browser.send("Page.reload"))
+            over = browser.js(
+                "[...document.querySelectorAll('table')].map(t => [t.previousElementSibling ? "
+                "t.previousElementSibling.textContent : '', Math.ceil(t.getBoundingClientRect().right)])"
+                ".filter(([_, right]) => right > window.innerWidth)")
+            wide = browser.js("document.documentElement.scrollWidth")
+            if over or wide > width:
+                fail(f"at {width} px the page is {wide} px wide; tables past the window: {over}")
+            height = browser.js("document.documentElement.scrollHeight")
+            browser.send("Emulation.setDeviceMetricsOverride",
+                         {"width": width, "height": min(int(height), 4000), "deviceScaleFactor": 1,
+                          "mobile": False})
+            shot = browser.send("Page.captureScreenshot", {"format": "png"})
+            path = os.path.join(os.path.dirname(os.path.abspath(bin_dir)), f"status-page-{width}.png")
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(shot["data"]))
+            step(f"at {width} px every table fits the window ({wide} px wide); screenshot {path}")
 
         actions = browser.js("[...document.querySelectorAll('form')].map(f => f.getAttribute('action'))")
         if actions != ["/signout"]:

@@ -117,12 +117,14 @@ start_sim mini2 --ctx 8192 --slots 1
 
 # `totals: requests=N prompt=N cached=N prefilled=N prefill_ms=N` -> the value of key $2 in file $1.
 total() { grep '^totals:' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-HEADLINE="$("$BIN/crossbar" status --admin "$ADMIN" | grep '^prefill saved')"
+HEADLINE="$("$BIN/crossbar" status --admin "$ADMIN" | grep '^served from cache')"
 STICKY=$(total "$WORK/sticky.out" prefilled); RR=$(total "$WORK/rr.out" prefilled)
 CONTRAST="$(
   echo "with crossbar:            prefilled $STICKY of $(total "$WORK/sticky.out" prompt) prompt tokens ($(total "$WORK/sticky.out" prefill_ms) ms of prefill)"
   echo "round robin, not sticky:  prefilled $RR of $(total "$WORK/rr.out" prompt) prompt tokens ($(total "$WORK/rr.out" prefill_ms) ms of prefill)"
   awk -v s="$STICKY" -v r="$RR" 'BEGIN { if (s > 0) printf "without stickiness the hosts would have prefilled %.1fx the tokens\n", r / s }'
+  # What crossbar saved is this difference; the status line above counts every cache hit.
+  echo "prefill saved against round robin: $((RR - STICKY)) tokens"
 )"
 
 say "stopping"

@@ -327,9 +327,40 @@ pub fn status(gw: &Gateway) -> Value {
     let (tokens, seconds) = crate::metrics::recent::saved(&hours);
     let store = gw.store.status();
     json!({ "hosts": hosts, "routes": routes, "leases": snapshot.len(),
-            "prefill_saved": { "tokens": tokens, "seconds": seconds },
+            "served_from_cache": { "tokens": tokens, "seconds": seconds },
             "store": { "ok": store.ok, "since": store.since, "cause": store.cause,
-                       "write_errors": store.write_errors, "db": config.db } })
+                       "write_errors": store.write_errors, "db": config.db },
+            "build": build(), "last_reload": last_reload(gw), "keys": keys(gw, &config, now) })
+}
+
+/// Which build answers (issue 48): `{"version", "commit", "dirty"}`, `commit` null without git.
+fn build() -> Value {
+    use crate::version;
+    json!({ "version": version::VERSION, "commit": version::commit(), "dirty": version::dirty() })
+}
+
+/// The last config reload since start (issue 48): when (unix ms), applied or refused, and its
+/// problems or warnings; null when there was none.
+fn last_reload(gw: &Gateway) -> Value {
+    match gw.metrics.last_reload() {
+        Some(r) => json!({ "at": r.at, "applied": r.applied, "problems": r.problems,
+                           "warnings": r.warnings }),
+        None => Value::Null,
+    }
+}
+
+/// Per client key, by its configured name (never the key): today's tokens (UTC) against its
+/// budget, requests in flight against its cap (issue 48: only the page, `/metrics` and `report`
+/// had them).
+fn keys(gw: &Gateway, config: &crate::config::Config, now: i64) -> Value {
+    let list: Vec<Value> = (gw.keys.usage(config, now).into_iter())
+        .map(|(name, spent, running)| {
+            let key = &config.keys[&name];
+            json!({ "name": name, "tokens_today": spent, "tokens_per_day": key.tokens_per_day,
+                    "in_flight": running, "max_in_flight": key.max_in_flight })
+        })
+        .collect();
+    Value::Array(list)
 }
 
 /// What crossbar learned of `host` that it does not report, with the evidence (issue 47).

@@ -162,7 +162,7 @@ pub(crate) fn emit(text: &str) -> Result<(), CliError> {
 fn run_command(args: impl IntoIterator<Item = OsString>) -> Result<(), CliError> {
     let args = parse(args)?;
     if args.version {
-        return emit(&format!("crossbar {}\n", env!("CARGO_PKG_VERSION")));
+        return emit(&format!("crossbar {}\n", crate::version::describe()));
     }
     if args.help || args.command.is_empty() {
         match help::command(&args.command) {
@@ -255,6 +255,7 @@ fn check(args: &Args) -> Result<(), CliError> {
             config.db.display()
         ));
     }
+    out.push_str(&migration_note(&config.db)?);
     let mut warnings: String = (config.warnings.iter())
         .map(|w| format!("warning: {w}\n"))
         .collect();
@@ -268,6 +269,24 @@ fn check(args: &Args) -> Result<(), CliError> {
     to_stderr(&warnings);
     out.push_str("ok\n");
     emit(&out)
+}
+
+/// What `serve` will do to the db's schema (issue 48: `check` said `ok` on a db it was about to
+/// migrate): a note when it will migrate it, naming the way back; a db from a newer crossbar is a
+/// problem, since `serve` refuses it. A missing db is created by `serve`; other errors are
+/// `serve`'s to report.
+fn migration_note(db: &std::path::Path) -> Result<String, CliError> {
+    match store::Reader::open(db) {
+        Err(store::StoreError::TooOld { found, known, .. }) => Ok(format!(
+            "note: database {} has schema version {found}; `serve` will migrate it to version \
+             {known} when it starts (migrations only add). An older crossbar cannot read it after \
+             that: the way back is the backup taken before the upgrade (crossbar backup -c CONFIG \
+             FILE; OPERATIONS.md, \"Upgrade, keeping the db\")\n",
+            db.display()
+        )),
+        Err(err @ store::StoreError::TooNew { .. }) => Err(CliError::Failed(err.to_string())),
+        _ => Ok(String::new()),
+    }
 }
 
 /// Whether a file can be created in `dir` (the real test: permissions, read-only mounts, ACLs).
@@ -331,12 +350,14 @@ fn serve_until_stopped(args: &Args) -> Result<(), CliError> {
                 server.reload(new);
             }
             Err(err) => {
-                for line in err.problems() {
+                let problems = err.problems();
+                for line in &problems {
                     log::error!(
                         "config reload refused kept=old problem={}",
-                        crate::logfmt::val(&line)
+                        crate::logfmt::val(line)
                     );
                 }
+                server.reload_refused(&problems);
             }
         }
     }

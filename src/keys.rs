@@ -36,8 +36,12 @@ const DAY_MS: i64 = 86_400_000;
 /// Why a request's key was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
-    /// No key, an unknown key, or keys that disagree: 401.
+    /// No key: 401.
     Unauthorized,
+    /// A key no configured key matches: 401, told apart from none (issue 48).
+    UnknownKey,
+    /// Keys that disagree, one header twice, an `Authorization` that is not `Bearer`: 401.
+    Unreadable,
     /// A known key not allowed on the route: 403.
     Forbidden,
     /// Over the key's `max_in_flight`, its day's budget, or too many failures from the address:
@@ -96,7 +100,7 @@ impl Drop for Admitted {
     }
 }
 
-/// The key a request carries: `Ok(None)` when it sends none, [`Denied::Unauthorized`] when it
+/// The key a request carries: `Ok(None)` when it sends none, [`Denied::Unreadable`] when it
 /// sends two that disagree, one header twice, or an `Authorization` that is not `Bearer`.
 pub fn presented(headers: &Headers) -> Result<Option<&str>, Denied> {
     let mut found: Option<&str> = None;
@@ -106,18 +110,18 @@ pub fn presented(headers: &Headers) -> Result<Option<&str>, Denied> {
             continue;
         };
         if sent.next().is_some() {
-            return Err(Denied::Unauthorized);
+            return Err(Denied::Unreadable);
         }
         let value = if name == "authorization" {
             match value.split_once(' ') {
                 Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-                _ => return Err(Denied::Unauthorized),
+                _ => return Err(Denied::Unreadable),
             }
         } else {
             value.trim()
         };
         match found {
-            Some(other) if other != value => return Err(Denied::Unauthorized),
+            Some(other) if other != value => return Err(Denied::Unreadable),
             _ => found = Some(value),
         }
     }
@@ -154,7 +158,8 @@ impl Keys {
             let why = "too many failed keys from this address";
             return Err(Denied::TooMany { retry_after, why });
         }
-        let found = presented(headers).ok().flatten().and_then(|key| {
+        let presented = presented(headers);
+        let found = presented.ok().flatten().and_then(|key| {
             let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
             // Every configured key is compared, in constant time: the time taken says nothing
             // about which one came close.
@@ -170,7 +175,12 @@ impl Keys {
             Some(name) => Ok(Some(name)),
             None => {
                 self.failed(peer, now);
-                Err(Denied::Unauthorized)
+                // What was sent, never what it came close to: every refusal says only that.
+                Err(match presented {
+                    Ok(None) => Denied::Unauthorized,
+                    Ok(Some(_)) => Denied::UnknownKey,
+                    Err(denied) => denied,
+                })
             }
         }
     }
@@ -195,7 +205,7 @@ impl Keys {
         if let Some(budget) = key.tokens_per_day {
             if inner.spent.get(name).copied().unwrap_or(0) >= budget {
                 let retry_after = ((DAY_MS - now.rem_euclid(DAY_MS)) as u64).div_ceil(1000);
-                let why = "this key's tokens_per_day are spent";
+                let why = "this key's tokens_per_day are spent; they start afresh at 00:00 UTC";
                 return Err(Denied::TooMany { retry_after, why });
             }
         }

@@ -40,4 +40,5 @@ mod testlog;
 #[cfg(test)]
 mod testwait;
 pub mod upstream;
+pub mod version;
 pub mod wire;

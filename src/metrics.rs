@@ -4,6 +4,7 @@
 
 mod histogram;
 pub mod recent;
+mod reload;
 mod render;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use parking_lot::Mutex;
 use crate::store::RequestRow;
 use histogram::Histogram;
 pub use recent::HourView;
+pub use reload::LastReload;
 
 /// Upper bounds (seconds) of the request-duration and time-to-first-byte histogram buckets.
 const BUCKETS: &[f64] = &[
@@ -59,6 +61,8 @@ struct Inner {
     apis: BTreeMap<String, ApiTotals>,
     /// Host with `pin_slots` → its pins and its unpinned requests' waits.
     slot_pins: BTreeMap<String, SlotPins>,
+    /// Config reloads since start and the last one (issue 48).
+    reloads: reload::Reloads,
 }
 
 /// One pinning host's requests: sent with a slot crossbar chose, and without one; of those

@@ -1,6 +1,6 @@
 //! The status page at the admin listener's `/`: one self-contained HTML document (no scripts, no
 //! external assets) rendered on the server from live state, refreshing itself every few seconds:
-//! the "prefill saved" headline, per-host charts of the last hour (inline SVG, `chart`), and
+//! the "served from cache" headline, per-host charts of the last hour (inline SVG, `chart`), and
 //! tables of hosts, routes, leases and recent requests.
 
 mod chart;
@@ -19,8 +19,10 @@ const RECENT: usize = 20;
 pub(crate) const STYLE: &str =
     "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
 h1{font-size:1.3em;margin:0 0 .2em}h2{font-size:1.05em;margin:1.4em 0 .4em}\
-table{border-collapse:collapse;background:#fff;box-shadow:0 0 0 1px #ddd}\
+table{border-collapse:collapse;background:#fff;box-shadow:0 0 0 1px #ddd;max-width:100%}\
 th,td{padding:.3em .8em;text-align:left;border-bottom:1px solid #eee;white-space:nowrap}\
+td.w{white-space:normal;overflow-wrap:anywhere;min-width:7em;max-width:26em}td.h{min-width:13em}\
+th{white-space:normal}\
 th{background:#f0f0f0;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 .up{color:#0a7a2f;font-weight:600}.down{color:#b3261e;font-weight:600}.warn{color:#9a6700}\
 .muted{color:#777}code{font-size:.95em}\
@@ -39,11 +41,15 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         out,
         "<!doctype html><html lang=en><head><meta charset=utf-8>\
          <meta http-equiv=refresh content={REFRESH_S}><title>crossbar</title><style>{STYLE}</style></head><body>\
-         <h1>crossbar</h1><div class=muted>{} hosts · {} routes · {} leases · refreshes every {REFRESH_S}s</div>",
+         <h1>crossbar</h1><div class=muted>{} hosts · {} routes · {} leases · refreshes every {REFRESH_S}s · \
+         crossbar {}{}</div>",
         config.hosts.len(),
         config.routes.len(),
-        snapshot.len()
+        snapshot.len(),
+        esc(&crate::version::describe()),
+        reloaded(gw, now)
     );
+    refused_reload(gw, now, &mut out);
     let store = gw.store.status();
     if !store.ok {
         let _ = write!(
@@ -131,9 +137,9 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         };
         let _ = write!(
             out,
-            "<tr><td><b>{}</b> <span class=muted>{}</span></td><td>{state}</td><td class=n>{ctx}</td>\
-             <td>{}</td><td class=n>{busy} / {total}{pinned}</td><td class=n>{queued}</td><td class=n>{leases}</td>\
-             <td class=n>{} / {capacity}</td><td>{}</td></tr>",
+            "<tr><td class=\"w h\"><b>{}</b><br><span class=muted>{}</span></td><td class=w>{state}</td><td class=n>{ctx}</td>\
+             <td class=w>{}</td><td class=n>{busy} / {total}{pinned}</td><td class=n>{queued}</td><td class=n>{leases}</td>\
+             <td class=n>{} / {capacity}</td><td class=w>{}</td></tr>",
             esc(&host.name),
             esc(&host.url),
             esc(&loaded),
@@ -188,10 +194,22 @@ pub fn render(gw: &Gateway, now: i64) -> String {
     api_table(gw, &mut out);
     keys_table(gw, now, &mut out);
 
-    out.push_str(
-        "<h2>Recent requests</h2><table><tr><th>when</th><th>route</th><th>api</th><th>host</th><th>status</th>\
-         <th>queued ms</th><th>ttfb ms</th><th>total ms</th><th>prompt</th><th>cached</th><th>cached share</th>\
+    recent_requests(gw, now, &mut out);
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// The last [`RECENT`] rows, with what makes stickiness visible (issue 48): each request's
+/// conversation, where it was placed and why (`sticky` is its own lease), and its client key.
+fn recent_requests(gw: &Gateway, now: i64, out: &mut String) {
+    let keyed = !gw.config().keys.is_empty();
+    let _ = write!(
+        out,
+        "<h2>Recent requests</h2><table><tr><th>when</th><th>route</th><th>api</th>{}\
+         <th>conversation</th><th>host</th><th>placed</th><th>status</th><th>queued ms</th>\
+         <th>ttfb ms</th><th>total ms</th><th>prompt</th><th>cached</th><th>cached share</th>\
          <th>completion</th></tr>",
+        if keyed { "<th>key</th>" } else { "" }
     );
     match gw.store.recent_requests(RECENT) {
         Ok(rows) => {
@@ -202,15 +220,30 @@ pub fn render(gw: &Gateway, now: i64) -> String {
                 };
                 let tokens = |t: Option<i64>| t.map_or("-".to_string(), |n| n.to_string());
                 let class = if row.status >= 400 { " class=down" } else { "" };
+                let dash = |s: &str| {
+                    if s.is_empty() {
+                        "-".to_string()
+                    } else {
+                        esc(s)
+                    }
+                };
+                let key = if keyed {
+                    format!("<td>{}</td>", dash(&row.key))
+                } else {
+                    String::new()
+                };
                 let _ = write!(
                     out,
-                    "<tr><td>{} ago</td><td>{}</td><td>{}</td><td>{}</td><td{class}>{}</td><td class=n>{}</td>\
+                    "<tr><td>{} ago</td><td>{}</td><td>{}</td>{key}<td><code>{}</code></td><td>{}</td>\
+                     <td>{}</td><td{class}>{}</td><td class=n>{}</td>\
                      <td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{share}</td>\
                      <td class=n>{}</td></tr>",
                     ago(now - row.started),
-                    esc(&row.route),
-                    esc(if row.api.is_empty() { "-" } else { &row.api }),
-                    esc(&row.host),
+                    dash(&row.route),
+                    dash(&row.api),
+                    dash(fingerprint::short(&row.fp)),
+                    dash(&row.host),
+                    dash(&row.placed),
                     row.status,
                     row.queued_ms,
                     row.ttfb_ms,
@@ -224,13 +257,40 @@ pub fn render(gw: &Gateway, now: i64) -> String {
         Err(err) => {
             let _ = write!(
                 out,
-                "<tr><td colspan=12 class=down>cannot read requests: {}</td></tr>",
+                "<tr><td colspan=16 class=down>cannot read requests: {}</td></tr>",
                 esc(&err.to_string())
             );
         }
     }
-    out.push_str("</table></body></html>\n");
-    out
+    out.push_str(
+        "</table><div class=muted>placed: <b>sticky</b> the conversation's own lease (its host \
+         holds its cache); <b>family</b>, <b>inherit</b>, <b>least-loaded</b> a new conversation \
+         placed there; <b>ctx</b>, <b>busy</b>, <b>unhealthy</b> moved; <b>pinned</b> the \
+         route's pin; <b>none</b> metadata (no lease)</div>",
+    );
+}
+
+/// How the last config reload went (issue 48): a refused one in red with its problems, since
+/// the old config keeps serving and the log was the only place that said so.
+fn reloaded(gw: &Gateway, now: i64) -> String {
+    match gw.metrics.last_reload() {
+        None => " · no reload since start".to_string(),
+        Some(r) if r.applied => format!(" · last reload applied {} ago", ago(now - r.at)),
+        Some(_) => String::new(),
+    }
+}
+
+/// The refused reload's line of [`reloaded`].
+fn refused_reload(gw: &Gateway, now: i64, out: &mut String) {
+    if let Some(r) = gw.metrics.last_reload().filter(|r| !r.applied) {
+        let _ = write!(
+            out,
+            "<p><span class=down>last reload refused</span> {} ago; the config before it keeps \
+             serving: {}</p>",
+            ago(now - r.at),
+            esc(&r.problems.join("; "))
+        );
+    }
 }
 
 /// Requests and tokens per API since start: the same prompt/cached/completion meaning for all.
@@ -249,7 +309,12 @@ fn api_table(gw: &Gateway, out: &mut String) {
             out,
             "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td>\
              <td class=n>{share}</td><td class=n>{}</td></tr>",
-            esc(&api),
+            // Requests refused before their path named an API (no key, no route) have none.
+            esc(if api == "-" {
+                "(refused before routing)"
+            } else {
+                &api
+            }),
             t.requests,
             t.prompt,
             t.cached,
@@ -285,7 +350,11 @@ fn keys_table(gw: &Gateway, now: i64, out: &mut String) {
     out.push_str("</table>");
 }
 
-/// "prefill saved: N tokens (≈ M minutes at each host's measured prefill rate)".
+/// "served from cache: N prompt tokens (≈ M minutes of prefill at each host's measured rate)".
+/// Issue 48: it was "prefill saved", which read as what crossbar saved; it counts every cache
+/// hit, those a host would have had without crossbar too. What crossbar adds needs the same
+/// traffic sent without it (the demo does, and the affinity benchmark), which a live gateway
+/// cannot measure: the page says what it counts instead.
 fn headline(out: &mut String, hours: &[(&str, HourView)]) {
     let views: Vec<HourView> = hours.iter().map(|(_, h)| h.clone()).collect();
     let (tokens, seconds) = crate::metrics::recent::saved(&views);
@@ -296,9 +365,11 @@ fn headline(out: &mut String, hours: &[(&str, HourView)]) {
         .collect();
     let _ = write!(
         out,
-        "<div class=headline>prefill saved: <b>{} tokens</b> (≈ <b>{}</b> at each host's measured \
-         prefill rate, from llama-server's <code>timings</code>)</div>\
-         <div class=muted>prompt tokens the hosts served from their caches since crossbar started",
+        "<div class=headline>served from cache: <b>{} prompt tokens</b> (≈ <b>{}</b> of prefill at \
+         each host's measured rate, from llama-server's <code>timings</code>)</div>\
+         <div class=muted>every prompt token the hosts reused from their caches since crossbar \
+         started: all cache hits, also those a host would have had without crossbar (a turn that \
+         reached its host by chance, a shared system prompt)",
         group(tokens),
         crate::metrics::recent::in_words(seconds)
     );
@@ -331,7 +402,7 @@ fn last_hour(out: &mut String, hours: &[(&str, HourView)]) {
             });
         let _ = write!(
             out,
-            "<div class=host><div class=name><b>{}</b><br><span class=muted>saved {} tokens ≈ {}<br>{rate}</span></div>{}{}{}</div>",
+            "<div class=host><div class=name><b>{}</b><br><span class=muted>cached {} tokens ≈ {}<br>{rate}</span></div>{}{}{}</div>",
             esc(name),
             group(hour.cached_total),
             crate::metrics::recent::in_words(hour.saved_seconds().unwrap_or(0.0)),

@@ -148,8 +148,15 @@ fn render(lines: &[Line], since: Duration) -> String {
     .to_vec()];
     let ms = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{v}ms"));
     for l in lines {
+        // Requests refused before a route was known (no key, no or an unknown route): issue 48,
+        // a blank cell.
+        let route = if l.route.is_empty() {
+            NO_ROUTE
+        } else {
+            &l.route
+        };
         rows.push(vec![
-            l.route.clone(),
+            route.to_string(),
             l.host.clone(),
             l.api.clone(),
             l.requests.to_string(),
@@ -174,6 +181,9 @@ fn render(lines: &[Line], since: Duration) -> String {
     }
     out
 }
+
+/// The ROUTE of rows refused before their route was known.
+const NO_ROUTE: &str = "(no route)";
 
 fn pretty_window(hours: f64) -> String {
     if hours >= 48.0 && hours % 24.0 == 0.0 {

@@ -92,9 +92,11 @@ impl Server {
         let sweeper = Some(start_sweeper(gateway.clone()));
         let poller = Mutex::new(Some(start_poller(&gateway)));
         log::info!(
-            "crossbar listening clients={} admin={}",
+            "crossbar listening clients={} admin={} version={} commit={}",
             client.addr(),
-            admin.addr()
+            admin.addr(),
+            crate::version::VERSION,
+            crate::version::commit_token()
         );
         Ok(Server {
             gateway,
@@ -129,6 +131,7 @@ impl Server {
     pub fn reload(&self, config: Config) {
         warn_about(&config);
         let old = self.gateway.config();
+        let mut warnings = config.warnings.clone();
         if config.listen != old.listen
             || config.admin_listen != old.admin_listen
             || config.workers != old.workers
@@ -137,15 +140,29 @@ impl Server {
             log::warn!(
                 "config reload needs a restart keys=listen,admin_listen,workers,client_limits"
             );
+            warnings.push(
+                "listen, admin_listen, workers and the client connection limits change only at \
+                 a restart"
+                    .to_string(),
+            );
         }
-        self.gateway
-            .apply_config(config, unix_ms(SystemTime::now()));
+        let now = unix_ms(SystemTime::now());
+        self.gateway.apply_config(config, now);
+        // Issue 48: the status, the page and `/metrics` say how the last reload went.
+        self.gateway.metrics.observe_reload_applied(now, &warnings);
         let mut poller = self.poller.lock();
         if let Some(old) = poller.take() {
             old.stop();
         }
         *poller = Some(start_poller(&self.gateway));
         log::info!("config reloaded");
+    }
+
+    /// A reload was refused for `problems` (the config did not load): the old config serves on,
+    /// and the status, the page and `/metrics` say so (issue 48).
+    pub fn reload_refused(&self, problems: &[String]) {
+        let now = unix_ms(SystemTime::now());
+        self.gateway.metrics.observe_reload_refused(now, problems);
     }
 
     /// Stops taking requests, gives in-flight ones up to `grace` to finish, then joins every

@@ -69,6 +69,10 @@ pub struct SimConfig {
     pub models_max: usize,
     /// Tokens generated when the request sets no `max_tokens`/`n_predict` (then it ends as "stop").
     pub default_max_tokens: u64,
+    /// The simulated model's own end of answer: at most this many tokens, ending as "stop"
+    /// (`end_turn`), however many the request allows. A client that treats "length" as an error
+    /// (Claude Code) needs one (issue 48's client test); `None`: never.
+    pub eos_after: Option<u64>,
     /// Which token-count endpoints the server has (older builds lack some).
     pub counts: Counts,
 }
@@ -102,6 +106,7 @@ impl Default for SimConfig {
             api_key: None,
             router_models: None,
             default_max_tokens: 8,
+            eos_after: None,
             counts: Counts::Exact,
             models_max: 0,
         }

@@ -26,6 +26,8 @@ OPTIONS:
                            pick a slot by common prefix above this share, 0 = LRU only [default: 0.1]
   --api-key KEY            require this API key (Bearer or X-Api-Key)
   --max-tokens N           tokens generated when a request sets no limit [default: 8]
+  --eos-after N            the model ends its answer (stop) after N tokens, whatever the request
+                           allows, as a real model's end of text would [default: never]
   --router-models LIST     router mode: the models it knows, comma-separated, each NAME or
                            NAME=STATE (a llama-server state: loaded, unloaded, ...; default
                            unloaded); a request loads the model it names [default: off]
@@ -168,6 +170,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Option<Flags>, lexopt::Er
             }
             Long("api-key") => cfg.api_key = Some(parser.value()?.string()?),
             Long("max-tokens") => cfg.default_max_tokens = number(&mut parser, "--max-tokens")?,
+            Long("eos-after") => cfg.eos_after = Some(number(&mut parser, "--eos-after")?),
             Long("router-models") => {
                 cfg.router_models = Some(router_models(&parser.value()?.string()?)?);
             }

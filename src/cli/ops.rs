@@ -240,11 +240,12 @@ pub fn status(args: &Args) -> Result<(), CliError> {
         ]);
     }
     out.push_str(&table(&rows));
-    let saved = &status["prefill_saved"];
+    let saved = &status["served_from_cache"];
     if let (Some(tokens), Some(seconds)) = (saved["tokens"].as_u64(), saved["seconds"].as_f64()) {
         out.push_str(&format!(
-            "\nprefill saved: {tokens} tokens (≈ {} at each host's measured prefill rate, from \
-             llama-server's timings) since crossbar started\n",
+            "\nserved from cache: {tokens} prompt tokens (≈ {} of prefill at each host's measured \
+             rate, from llama-server's timings) since crossbar started; every cache hit, also \
+             those a host would have had without crossbar\n",
             crate::metrics::recent::in_words(seconds)
         ));
     }
@@ -257,7 +258,67 @@ pub fn status(args: &Args) -> Result<(), CliError> {
             text(&store["cause"])
         ));
     }
+    out.push_str(&keys_table(&status["keys"]));
+    out.push_str(&last_reload(&status["last_reload"]));
+    let build = &status["build"];
+    if let Some(version) = build["version"].as_str() {
+        let commit = match (build["commit"].as_str(), build["dirty"].as_bool()) {
+            (Some(commit), Some(true)) => format!("commit {commit}, dirty"),
+            (Some(commit), _) => format!("commit {commit}"),
+            (None, _) => "unknown commit: built without git".to_string(),
+        };
+        out.push_str(&format!("serving: crossbar {version} ({commit})\n"));
+    }
     emit(&out)
+}
+
+/// Today's spending per client key (issue 48), when the gateway has keys.
+fn keys_table(keys: &Value) -> String {
+    let Some(keys) = keys.as_array().filter(|k| !k.is_empty()) else {
+        return String::new();
+    };
+    let mut rows = vec![header(&[
+        "KEY",
+        "TOKENS TODAY (UTC)",
+        "TOKENS PER DAY",
+        "IN FLIGHT",
+        "MAX IN FLIGHT",
+    ])];
+    for k in keys {
+        rows.push(vec![
+            text(&k["name"]),
+            text(&k["tokens_today"]),
+            text(&k["tokens_per_day"]),
+            text(&k["in_flight"]),
+            text(&k["max_in_flight"]),
+        ]);
+    }
+    format!("\n{}", table(&rows))
+}
+
+/// How the last config reload went (issue 48): a refused one said only in the log before.
+fn last_reload(reload: &Value) -> String {
+    let Some(at) = reload["at"].as_i64() else {
+        return "\nlast reload: none since start\n".to_string();
+    };
+    let ago = (crate::store::unix_ms(std::time::SystemTime::now()) - at).max(0) / 1000;
+    let lines = |field: &str, prefix: &str| -> String {
+        (reload[field].as_array().into_iter().flatten())
+            .map(|l| format!("  {prefix}{}\n", text(l)))
+            .collect()
+    };
+    if reload["applied"].as_bool() == Some(true) {
+        format!(
+            "\nlast reload: applied {ago}s ago\n{}",
+            lines("warnings", "warning: ")
+        )
+    } else {
+        format!(
+            "\nLAST RELOAD REFUSED {ago}s ago; the config before it keeps serving. Fix these, \
+             `crossbar check`, reload again:\n{}",
+            lines("problems", "")
+        )
+    }
 }
 
 pub fn leases(args: &Args) -> Result<(), CliError> {

@@ -136,6 +136,26 @@ model = "qwen"
     );
 }
 
+/// Issue 48: a misspelled host in a route gets the nearest configured one, as keys get theirs.
+#[test]
+fn a_misspelled_host_in_a_route_says_which_one_was_meant_issue_48() {
+    let text = r#"
+[hosts.mini]
+url = "http://127.0.0.1:9"
+[hosts.mini.models.qwen]
+[routes.projA]
+hosts = ["mni", "zzzzzz"]
+model = "qwen"
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            "routes.projA.hosts: unknown host \"mni\"; did you mean \"mini\"?",
+            "routes.projA.hosts: unknown host \"zzzzzz\"",
+        ]
+    );
+}
+
 #[test]
 fn unknown_keys_are_named_with_their_path() {
     let text = MINIMAL.replace("parallel = 2", "parallel = 2\nslots = 4");

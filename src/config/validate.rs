@@ -253,9 +253,12 @@ fn validate_route(
     }
     for (i, host) in raw.hosts.iter().enumerate() {
         if !hosts.contains_key(host) {
+            // Issue 48: `mni` → `mini`, as config keys get.
+            let near = crate::nearest::nearest(host, hosts.keys().map(String::as_str))
+                .map_or(String::new(), |near| format!("; did you mean {near:?}?"));
             problems.push(Problem::new(
                 format!("{key}.hosts"),
-                format!("unknown host {host:?}"),
+                format!("unknown host {host:?}{near}"),
             ));
         } else if raw.hosts[..i].contains(host) {
             problems.push(Problem::new(

@@ -63,16 +63,25 @@ fn a_key_is_read_from_every_place_real_clients_put_it() {
         ("x-api-key", "k-alice"),
     ]);
     assert_eq!(keys.identify(&c, &both, PEER, 0), Ok(Some("alice".into())));
-    for refused in [
-        headers(&[("Authorization", "Bearer k-alice"), ("x-api-key", "k-bob")]),
-        headers(&[("x-api-key", "k-alice"), ("x-api-key", "k-alice")]),
-        headers(&[("Authorization", "Basic k-alice")]),
-        headers(&[("x-api-key", "k-nobody")]),
-        headers(&[]),
+    for (refused, why) in [
+        (
+            headers(&[("Authorization", "Bearer k-alice"), ("x-api-key", "k-bob")]),
+            Denied::Unreadable,
+        ),
+        (
+            headers(&[("x-api-key", "k-alice"), ("x-api-key", "k-alice")]),
+            Denied::Unreadable,
+        ),
+        (
+            headers(&[("Authorization", "Basic k-alice")]),
+            Denied::Unreadable,
+        ),
+        (headers(&[("x-api-key", "k-nobody")]), Denied::UnknownKey),
+        (headers(&[]), Denied::Unauthorized),
     ] {
         assert_eq!(
             keys.identify(&c, &refused, PEER, 0),
-            Err(Denied::Unauthorized),
+            Err(why),
             "{refused:?}"
         );
     }
@@ -120,10 +129,7 @@ fn more_than_ten_failures_a_minute_shut_an_address_out_even_with_a_right_key() {
     let wrong = headers(&[("x-api-key", "guess")]);
     let right = headers(&[("x-api-key", "k-alice")]);
     for t in 0..=MAX_FAILURES as i64 {
-        assert_eq!(
-            keys.identify(&c, &wrong, PEER, t),
-            Err(Denied::Unauthorized)
-        );
+        assert_eq!(keys.identify(&c, &wrong, PEER, t), Err(Denied::UnknownKey));
     }
     assert!(matches!(
         keys.identify(&c, &right, PEER, 20),

@@ -1,5 +1,5 @@
 //! The last hour per host, minute by minute, for the status page's charts (requests, cached-token
-//! share, TTFB p50/p95), and what the "prefill saved" headline needs: cached tokens since start
+//! share, TTFB p50/p95), and what the "served from cache" headline needs: cached tokens since start
 //! and the host's measured prefill rate from llama-server's `timings`. Pure and bounded: a ring of
 //! [`MINUTES`] slots per host, each a few counters and one small histogram.
 

@@ -251,6 +251,37 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{} {n}", labels(&[("api", api), ("kind", kind)]));
             }
         }
+        let name = "crossbar_config_reloads_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Config reloads (SIGHUP) since start, applied or refused.",
+        );
+        for (result, n) in [
+            ("applied", inner.reloads.applied),
+            ("refused", inner.reloads.refused),
+        ] {
+            let _ = writeln!(out, "{name}{} {n}", labels(&[("result", result)]));
+        }
+        if let Some(last) = &inner.reloads.last {
+            header(
+                &mut out,
+                "crossbar_config_last_reload_successful",
+                "gauge",
+                "1 when the last reload was applied; 0 when it was refused and the old config serves.",
+            );
+            let ok = u8::from(last.applied);
+            let _ = writeln!(out, "crossbar_config_last_reload_successful {ok}");
+            let name = "crossbar_config_last_reload_timestamp_seconds";
+            header(
+                &mut out,
+                name,
+                "gauge",
+                "When the last reload was (unix seconds).",
+            );
+            let _ = writeln!(out, "{name} {:.3}", last.at as f64 / 1000.0);
+        }
         drop(inner);
         header(
             &mut out,

@@ -24,6 +24,12 @@ pub enum ProxyError {
     MissingV1 {
         route: String,
     },
+    /// The client's base URL carries what the client adds itself, or the route in the wrong
+    /// place (issue 48): `/projA/v1/v1/messages`. Refused before the lease.
+    BaseUrl {
+        route: String,
+        mistake: Mistake,
+    },
     /// No candidate of the route lists the model (spec §2): 404 with what the route serves.
     ModelNotFound {
         model: String,
@@ -65,8 +71,14 @@ pub enum ProxyError {
     /// The head, as crossbar would send it upstream, is over what it writes
     /// (`upstream::HEAD_ROOM`): the client's 431, decided before anything is sent.
     HeadTooLarge,
-    /// No client key, an unknown one, or two that disagree (issue 25). Names no key or route.
+    /// No client key sent (issue 25). Names no key or route.
     Unauthorized,
+    /// A client key this gateway does not know (issue 48: told apart from none at all). Says
+    /// nothing about the keys it knows.
+    UnknownKey,
+    /// Keys that cannot be read as one: two that disagree, one header twice, an `Authorization`
+    /// that is not `Bearer`.
+    UnreadableKey,
     /// A client key not allowed on the route.
     Forbidden,
     /// A client key over its limits, or an address over its failed keys: retry after so many
@@ -100,10 +112,11 @@ impl ProxyError {
             ProxyError::UnknownRoute { .. }
             | ProxyError::NotFound
             | ProxyError::MissingV1 { .. }
+            | ProxyError::BaseUrl { .. }
             | ProxyError::ModelNotFound { .. } => 404,
             ProxyError::BodyTooLarge => 413,
             ProxyError::HeadTooLarge => 431,
-            ProxyError::Unauthorized => 401,
+            ProxyError::Unauthorized | ProxyError::UnknownKey | ProxyError::UnreadableKey => 401,
             ProxyError::Forbidden => 403,
             ProxyError::TooManyRequests { .. } => 429,
             ProxyError::BodyTimeout => 408,
@@ -128,7 +141,7 @@ impl ProxyError {
     /// client's addressing mistake a `hint` (issue 13).
     pub fn body(&self, shape: Shape) -> serde_json::Value {
         let mut fields = Vec::new();
-        if let Some(hint) = self.hint() {
+        if let Some(hint) = self.hint(shape) {
             fields.push(("hint", hint.into()));
         }
         match self {
@@ -162,14 +175,14 @@ impl ProxyError {
             _ => {}
         }
         let code = self.to_string();
-        let message = format!("{code}: {}", self.what());
+        let message = format!("{code}: {}", self.what(shape));
         envelope::body(shape, self.status(), &code, &message, fields)
     }
 
     /// What went wrong, or for an addressing mistake how to fix it (its [`hint`](Self::hint)): a
     /// sentence a person can act on, naming nothing a client should not see (an upstream's or an
     /// internal error's detail stays in the log and the row).
-    fn what(&self) -> String {
+    fn what(&self, shape: Shape) -> String {
         match self {
             ProxyError::ConflictingRoute => {
                 "the path names one route and X-Crossbar-Route another; name one".to_string()
@@ -183,9 +196,20 @@ impl ProxyError {
                  SDKs: api_key), x-api-key (Anthropic SDK, Claude Code) or api-key"
                     .to_string()
             }
+            ProxyError::UnknownKey => {
+                "the client key sent is not one this gateway knows: check the key you were given \
+                 (a character missing, a space, a key for another gateway)"
+                    .to_string()
+            }
+            ProxyError::UnreadableKey => {
+                "the client key cannot be read: send one key, once, as Authorization: Bearer <key>, \
+                 x-api-key or api-key (two that differ, or one header twice, are refused)"
+                    .to_string()
+            }
             ProxyError::Forbidden => "this client key may not use this route".to_string(),
-            ProxyError::TooManyRequests { why, .. } => {
-                format!("{why}; retry after Retry-After seconds")
+            // SDKs show the message, not the headers: the wait is in it (issue 48).
+            ProxyError::TooManyRequests { why, retry_after } => {
+                format!("{why}; retry in {retry_after} s (Retry-After)")
             }
             ProxyError::HeadTooLarge => {
                 "the request's headers are too large to forward; send fewer or shorter ones"
@@ -257,13 +281,19 @@ impl ProxyError {
             | ProxyError::UnknownRoute { .. }
             | ProxyError::NotFound
             | ProxyError::MissingV1 { .. }
-            | ProxyError::ModelNotFound { .. } => self.hint().unwrap_or_default(),
+            | ProxyError::BaseUrl { .. }
+            | ProxyError::ModelNotFound { .. } => self.hint(shape).unwrap_or_default(),
         }
     }
 
-    /// How to fix a request crossbar cannot place: the URL shape and the names that exist.
-    fn hint(&self) -> Option<String> {
-        let shape = "use http://<gateway>/<route>/v1 as the base URL, or send the header X-Crossbar-Route: <route>";
+    /// How to fix a request crossbar cannot place: the URL shape and the names that exist. The
+    /// base URL is the one of the client's API (issue 48): an OpenAI SDK's ends in `/v1`, an
+    /// Anthropic SDK's does not (it adds `/v1/messages` itself).
+    fn hint(&self, api: Shape) -> Option<String> {
+        let shape = format!(
+            "use {} as the base URL, or send the header X-Crossbar-Route: <route>",
+            base_url(api, "<route>")
+        );
         Some(match self {
             ProxyError::MissingRoute { routes } => {
                 format!("no route named; {shape}; routes: {}", names(routes))
@@ -292,6 +322,22 @@ impl ProxyError {
                  endpoints (/completion, /infill, /tokenize, /detokenize, /embedding, /rerank, \
                  /apply-template, /health, /props)"
                 .to_string(),
+            ProxyError::BaseUrl { route, mistake } => {
+                let what = match mistake {
+                    Mistake::V1Twice => "the path has /v1 twice",
+                    Mistake::RouteTwice => "the path names a route twice",
+                    Mistake::EndpointTwice => "the path repeats its endpoint",
+                    Mistake::RouteAfterV1 => "the route comes after /v1 instead of before it",
+                };
+                let adds = match api {
+                    Shape::Anthropic => "the Anthropic SDK and Claude Code add /v1/messages themselves",
+                    Shape::OpenAi => "the client adds /chat/completions, /responses or /models itself",
+                };
+                format!(
+                    "{what}: use {} as the base URL; {adds}",
+                    base_url(api, route)
+                )
+            }
             ProxyError::ModelNotFound { model, served } => format!(
                 "no host of this route serves {model:?}; name one of: {}",
                 names(served)
@@ -323,11 +369,15 @@ impl fmt::Display for ProxyError {
             ProxyError::MissingRoute { .. } => "missing route",
             ProxyError::ConflictingRoute => "conflicting route",
             ProxyError::UnknownRoute { .. } => "unknown route",
-            ProxyError::NotFound | ProxyError::MissingV1 { .. } => "not found",
+            ProxyError::NotFound | ProxyError::MissingV1 { .. } | ProxyError::BaseUrl { .. } => {
+                "not found"
+            }
             ProxyError::ModelNotFound { .. } => "model_not_found",
             ProxyError::BodyTooLarge => "body too large",
             ProxyError::HeadTooLarge => "headers too large",
-            ProxyError::Unauthorized => "unauthorized",
+            ProxyError::Unauthorized | ProxyError::UnknownKey | ProxyError::UnreadableKey => {
+                "unauthorized"
+            }
             ProxyError::Forbidden => "forbidden",
             ProxyError::TooManyRequests { .. } => "too many requests",
             ProxyError::PromptTooLarge { .. } => "prompt too large",
@@ -350,6 +400,29 @@ impl fmt::Display for ProxyError {
 }
 
 impl std::error::Error for ProxyError {}
+
+/// What a base URL that carries too much, or has the route in the wrong place, did to the path
+/// (issue 48).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mistake {
+    /// `/projA/v1/v1/messages`: the Anthropic SDK given an OpenAI-style base URL.
+    V1Twice,
+    /// `/projA/projA/v1/...`, `/projA/v1/projA/v1/...`.
+    RouteTwice,
+    /// `/projA/v1/chat/completions/chat/completions`: a whole endpoint's URL as the base URL.
+    EndpointTwice,
+    /// `/v1/projA/v1/...`.
+    RouteAfterV1,
+}
+
+/// The base URL a client of `api` is given for `route`: `http://<gateway>/<route>/v1` for the
+/// OpenAI SDKs, `http://<gateway>/<route>` for the Anthropic SDK and Claude Code.
+fn base_url(api: Shape, route: &str) -> String {
+    match api {
+        Shape::OpenAi => format!("http://<gateway>/{route}/v1"),
+        Shape::Anthropic => format!("http://<gateway>/{route}"),
+    }
+}
 
 /// Most names a hint lists; a config with more routes or models shows the first ones and a count.
 const MAX_NAMES: usize = 20;
@@ -405,6 +478,8 @@ impl From<crate::keys::Denied> for ProxyError {
         use crate::keys::Denied;
         match denied {
             Denied::Unauthorized => ProxyError::Unauthorized,
+            Denied::UnknownKey => ProxyError::UnknownKey,
+            Denied::Unreadable => ProxyError::UnreadableKey,
             Denied::Forbidden => ProxyError::Forbidden,
             Denied::TooMany { retry_after, why } => {
                 ProxyError::TooManyRequests { retry_after, why }

@@ -159,7 +159,7 @@ pub(super) fn refuse(ctx: &mut Ctx<'_>, request: &mut Request<'_>, mut err: Prox
     if let Some(secs) = err.retry_after(gw.config().health_interval.as_secs()) {
         headers.push(("Retry-After".to_string(), secs.to_string()));
     }
-    if err == ProxyError::Unauthorized {
+    if err.status() == 401 {
         headers.push((
             "WWW-Authenticate".to_string(),
             "Bearer realm=\"crossbar\"".to_string(),

@@ -5,6 +5,7 @@
 
 use crate::config::Config;
 
+use super::error::Mistake;
 use super::ProxyError;
 
 /// llama-server's native inference endpoints a client may reach besides `/v1/...`.
@@ -78,6 +79,14 @@ pub fn resolve(
             (named, rest)
         }
         None => {
+            // `/v1/projA/v1/...`: the route after `/v1` (issue 48).
+            let (second, _) = split_first(after_first);
+            if first == "v1" && config.routes.contains_key(second) {
+                return Err(ProxyError::BaseUrl {
+                    route: second.to_string(),
+                    mistake: Mistake::RouteAfterV1,
+                });
+            }
             let api_path = NATIVE.contains(&path) || API_WORDS.contains(&first);
             if first.is_empty() || first == "v1" || (api_path && !config.routes.contains_key(first))
             {
@@ -95,6 +104,13 @@ pub fn resolve(
         });
     }
     let rest = if rest.is_empty() { "/" } else { rest };
+    // Caught before the allow-list, which would forward `/v1/v1/messages` (issue 48).
+    if let Some(mistake) = repeated(rest, config) {
+        return Err(ProxyError::BaseUrl {
+            route: route.to_string(),
+            mistake,
+        });
+    }
     if !allowed(rest) {
         // `/projA/chat/completions`: right route, base URL without its `/v1`.
         let (word, _) = split_first(rest);
@@ -106,6 +122,33 @@ pub fn resolve(
         return Err(ProxyError::NotFound);
     }
     Ok((route.to_string(), rest.to_string()))
+}
+
+/// What a base URL that carries too much does to the path after the route (issue 48): the
+/// Anthropic SDK given `…/projA/v1` sends `/v1/v1/messages`; a client given a whole endpoint's URL
+/// repeats it (`/v1/chat/completions/chat/completions`); a route named twice.
+fn repeated(rest: &str, config: &Config) -> Option<Mistake> {
+    if rest == "/v1/v1" || rest.starts_with("/v1/v1/") {
+        return Some(Mistake::V1Twice);
+    }
+    // `/projA/v1/...` or `/v1/projA/v1/...` after the route: a route named again, then `/v1`.
+    let named_again = |path: &str| {
+        let (first, after) = split_first(path);
+        config.routes.contains_key(first) && (after == "/v1" || after.starts_with("/v1/"))
+    };
+    let tail = rest.strip_prefix("/v1").filter(|t| t.starts_with('/'));
+    if named_again(rest) || tail.is_some_and(named_again) {
+        return Some(Mistake::RouteTwice);
+    }
+    let tail = tail?;
+    let half = tail.len() / 2;
+    let twice = |a: &str, b: &str| a.len() > 1 && a == b && a.starts_with('/');
+    let endpoint_twice =
+        (tail.len() % 2 == 0 && tail.is_char_boundary(half) && twice(&tail[..half], &tail[half..]))
+            || tail
+                .find("/v1/")
+                .is_some_and(|i| twice(&tail[..i], &tail[i + 3..]));
+    endpoint_twice.then_some(Mistake::EndpointTwice)
 }
 
 /// Percent-decodes a request path (without its query) and re-encodes it in one canonical form, or
@@ -321,6 +364,43 @@ mod tests {
                 .body(Shape::OpenAi)["error"]["route"],
             "projC"
         );
+    }
+
+    /// Issue 48: a base URL that carries what the client adds itself is caught before the
+    /// allow-list (which forwarded `/v1/v1/messages`), with the route it meant.
+    #[test]
+    fn a_base_url_with_too_much_in_it_is_named_issue_48() {
+        for (path, mistake) in [
+            ("/projA/v1/v1/messages", Mistake::V1Twice),
+            ("/projA/v1/v1", Mistake::V1Twice),
+            ("/projA/projA/v1/models", Mistake::RouteTwice),
+            ("/projA/v1/projA/v1/chat/completions", Mistake::RouteTwice),
+            ("/projA/projB/v1/models", Mistake::RouteTwice),
+            (
+                "/projA/v1/chat/completions/chat/completions",
+                Mistake::EndpointTwice,
+            ),
+            ("/projA/v1/responses/v1/responses", Mistake::EndpointTwice),
+            ("/v1/projA/v1/chat/completions", Mistake::RouteAfterV1),
+        ] {
+            let got = resolve(path, None, &config());
+            let want = ProxyError::BaseUrl {
+                route: "projA".into(),
+                mistake,
+            };
+            assert_eq!(got, Err(want), "{path}");
+        }
+        let header = resolve("/v1/v1/messages", Some("projB"), &config());
+        assert!(matches!(header, Err(ProxyError::BaseUrl { route, .. }) if route == "projB"));
+        // Paths that only look alike are what they were.
+        for path in [
+            "/projA/v1/chat/completions",
+            "/projA/v1/v1beta",
+            "/projA/v1/models/projA",
+        ] {
+            assert!(resolve(path, None, &config()).is_ok(), "{path}");
+        }
+        check("/projA/v1x/v1/models", None, Err("not found"));
     }
 
     #[test]

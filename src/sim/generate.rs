@@ -88,13 +88,17 @@ pub(super) fn run(
     .filter(|n| *n >= 0)
     .map(|n| n as u64);
     let limit = asked.unwrap_or(sh.cfg.default_max_tokens);
-    let n_predict = limit.min(n_ctx - n_prompt);
-    // No EOS in a simulation: a default-length answer "stops", an explicit or context limit is "length".
-    let finish = if asked.is_some() || n_predict < limit {
+    let mut n_predict = limit.min(n_ctx - n_prompt);
+    // No EOS in a simulation unless `eos_after` gives one: a default-length answer "stops", an
+    // explicit or context limit is "length".
+    let mut finish = if asked.is_some() || n_predict < limit {
         "length"
     } else {
         "stop"
     };
+    if let Some(eos) = sh.cfg.eos_after.filter(|eos| *eos < n_predict) {
+        (n_predict, finish) = (eos, "stop");
+    }
     let use_cache = body
         .get("cache_prompt")
         .and_then(Value::as_bool)

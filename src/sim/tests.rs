@@ -185,6 +185,23 @@ fn metadata_endpoints_look_like_llama_server() {
     assert_eq!(sim.stats().requests, 7);
 }
 
+/// Issue 48: a client that takes "length" for an error (Claude Code's `max_tokens`) needs an
+/// answer that ends by itself.
+#[test]
+fn an_end_of_text_ends_an_answer_before_the_requests_limit() {
+    let sim = Sim::start(SimConfig {
+        eos_after: Some(3),
+        ..SimConfig::default()
+    });
+    let body = json!({"messages": convo("hi"), "max_tokens": 32000});
+    let (_, answer) = json_of(post(&sim, "/v1/chat/completions", &body));
+    assert_eq!(answer["usage"]["completion_tokens"], 3);
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    let short = json!({"messages": convo("hi"), "max_tokens": 2});
+    let (_, answer) = json_of(post(&sim, "/v1/chat/completions", &short));
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+}
+
 #[test]
 fn the_same_conversation_twice_reuses_the_prompt_cache() {
     let sim = sim();

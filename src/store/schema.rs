@@ -75,6 +75,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
 
 /// Brings the database up to `MIGRATIONS.len()` in one transaction; a no-op when it is already
 /// there. Always writes `user_version`, so a file that cannot be written fails here, at open.
+/// Once committed, each migration applied is logged with how long it took (issue 48: an upgrade
+/// was silent).
 pub(super) fn migrate(path: &Path, conn: &mut Connection) -> Result<(), StoreError> {
     migrate_with(path, conn, MIGRATIONS)
 }
@@ -98,16 +100,30 @@ pub(super) fn migrate_with(
             known: i64::try_from(known).unwrap_or(i64::MAX),
         });
     }
+    let mut took = Vec::new();
     for (i, sql) in migrations.iter().enumerate().skip(applied) {
+        let clock = std::time::Instant::now();
         tx.execute_batch(sql)
             .map_err(|source| StoreError::Migrate {
                 path: path.to_path_buf(),
                 version: i + 1,
                 source,
             })?;
+        took.push((i, clock.elapsed()));
     }
     tx.pragma_update(None, "user_version", known).map_err(err)?;
     tx.commit().map_err(err)?;
+    // A new file's creation is not an upgrade: only a database that had a schema is told of.
+    if applied > 0 {
+        for (i, took) in took {
+            log::info!(
+                "db migrated db={} from={i} to={} ms={:.1}",
+                crate::logfmt::val(&path.display().to_string()),
+                i + 1,
+                took.as_secs_f64() * 1000.0
+            );
+        }
+    }
     Ok(())
 }
 

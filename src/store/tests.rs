@@ -121,6 +121,34 @@ fn a_new_file_gets_the_whole_schema_and_keeps_it_across_reopens() {
     );
 }
 
+/// Issue 48: an upgrade from schema 3 to 6 left no line. Each migration applied to a database
+/// that had a schema is logged, from and to, and how long; a new file's creation is not.
+#[test]
+fn each_migration_applied_to_an_existing_db_is_logged_issue_48() {
+    crate::testlog::capture();
+    let migrations = &[
+        "CREATE TABLE a (x INTEGER);",
+        "CREATE TABLE b (y INTEGER);",
+        "CREATE TABLE c (z INTEGER);",
+    ];
+    let mut conn = Connection::open_in_memory().unwrap();
+    let path = Path::new("old.db");
+    migrate_with(path, &mut conn, &migrations[..1]).unwrap();
+    assert!(
+        crate::testlog::mine().is_empty(),
+        "{:?}",
+        crate::testlog::mine()
+    );
+    migrate_with(path, &mut conn, migrations).unwrap();
+    migrate_with(path, &mut conn, migrations).unwrap();
+    let lines = crate::testlog::mine();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (line, (from, to)) in lines.iter().zip([(1, 2), (2, 3)]) {
+        let want = format!("INFO db migrated db=old.db from={from} to={to} ms=");
+        assert!(line.starts_with(&want), "{line}");
+    }
+}
+
 #[test]
 fn migrations_run_twice_are_a_no_op() {
     // A migration that fails if it were ever run a second time.

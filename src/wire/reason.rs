@@ -6,6 +6,7 @@ pub fn reason(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         204 => "No Content",
+        303 => "See Other",
         304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
@@ -24,5 +25,14 @@ pub fn reason(status: u16) -> &'static str {
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 48: the sign-in's 303 went out as `303 Status`.
+    #[test]
+    fn a_redirect_has_its_own_phrase_issue_48() {
+        assert_eq!(super::reason(303), "See Other");
     }
 }

@@ -10,6 +10,7 @@ mod dbfiles;
 mod envelope;
 mod exact;
 mod examples;
+mod first_week;
 mod front;
 mod fuzz;
 mod guard;

@@ -295,6 +295,98 @@ fn sighup_applies_a_valid_config_keeping_leases_and_refuses_an_invalid_one() {
     }
 }
 
+/// Issue 48: a refused SIGHUP used to show only in the log; `crossbar status`, `/admin/status`,
+/// the page and `/metrics` all said nothing. And which build serves: the start-up line and the
+/// status name the commit.
+#[test]
+fn a_refused_reload_shows_in_the_status_the_page_and_the_metrics_issue_48() {
+    let titan = sim();
+    let hosts = host_text("titan", &titan);
+    let route = "[routes.projA]\nhosts = [\"titan\"]\nmodel = \"m\"\n";
+    let mut crossbar = Crossbar::start(|head| format!("{head}{hosts}{route}"));
+    let listening = (crossbar.seen.iter())
+        .find(|l| l.contains("crossbar listening"))
+        .cloned()
+        .unwrap();
+    let commit = crossbar::version::commit_token();
+    assert!(
+        listening.contains(&format!(
+            " version={} commit={commit}",
+            crossbar::version::VERSION
+        )),
+        "{listening}"
+    );
+    let admin: SocketAddr = (listening.split_whitespace())
+        .find_map(|w| w.strip_prefix("admin="))
+        .and_then(|a| a.parse().ok())
+        .unwrap();
+    let status = || request(admin, "GET", "/admin/status", &[], b"").json();
+    assert_eq!(status()["last_reload"], serde_json::Value::Null);
+    assert_eq!(
+        status()["build"]["commit"],
+        serde_json::json!(crossbar::version::commit())
+    );
+
+    let head = std::fs::read_to_string(&crossbar.config).unwrap();
+    rewrite(
+        &crossbar.config,
+        &format!("{head}[routes.projC]\nhosts = [\"mni\"]\nmodel = \"m\"\n"),
+    );
+    crossbar.signal("HUP");
+    crossbar.wait_log("config reload refused");
+    crate::support::wait_until("the status has the refused reload", || {
+        status()["last_reload"]["applied"] == false
+    });
+    let reload = &status()["last_reload"];
+    let problems = reload["problems"].to_string();
+    assert!(problems.contains("routes.projC.hosts"), "{reload}");
+    let cli = Command::new(env!("CARGO_BIN_EXE_crossbar"))
+        .args(["status", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&cli.stdout);
+    assert!(
+        cli.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    assert!(
+        out.contains("LAST RELOAD REFUSED") && out.contains("routes.projC.hosts"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "serving: crossbar {}",
+            crossbar::version::describe()
+        )),
+        "{out}"
+    );
+    let page = request(admin, "GET", "/", &[], b"").text();
+    assert!(page.contains("last reload refused"), "{page}");
+    let metrics = request(admin, "GET", "/metrics", &[], b"").text();
+    assert!(
+        metrics.contains("crossbar_config_last_reload_successful 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("crossbar_config_reloads_total{result=\"refused\"} 1"),
+        "{metrics}"
+    );
+
+    // Fixed and reloaded: applied.
+    rewrite(&crossbar.config, &head);
+    crossbar.signal("HUP");
+    crossbar.wait_log("config reloaded");
+    crate::support::wait_until("the status has the applied reload", || {
+        status()["last_reload"]["applied"] == true
+    });
+    let metrics = request(admin, "GET", "/metrics", &[], b"").text();
+    assert!(
+        metrics.contains("crossbar_config_last_reload_successful 1"),
+        "{metrics}"
+    );
+}
+
 /// Replaces the file whole, as an editor or a config tool would.
 fn rewrite(path: &Path, text: &str) {
     let tmp = path.with_extension("toml.new");

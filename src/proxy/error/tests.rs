@@ -76,6 +76,17 @@ fn issue27_each_refusal_has_its_status_kind_and_a_message_in_both_envelopes() {
             "not_found_error",
         ),
         (
+            ProxyError::BaseUrl {
+                route: "projA".into(),
+                mistake: Mistake::V1Twice,
+            },
+            404,
+            "not_found_error",
+        ),
+        (ProxyError::Unauthorized, 401, "authentication_error"),
+        (ProxyError::UnknownKey, 401, "authentication_error"),
+        (ProxyError::UnreadableKey, 401, "authentication_error"),
+        (
             ProxyError::ModelNotFound {
                 model: "x".into(),
                 served: vec!["m".into()],
@@ -115,7 +126,13 @@ fn issue27_each_refusal_has_its_status_kind_and_a_message_in_both_envelopes() {
         assert_eq!(err.status(), *status, "{err}");
         let openai = error_of(err, Shape::OpenAi, kind);
         let anthropic = error_of(err, Shape::Anthropic, kind);
-        assert_eq!(openai, anthropic, "the same error object in both envelopes");
+        // The same object, but for a base URL's shape (issue 48: below).
+        if openai["hint"]
+            .as_str()
+            .is_none_or(|h| !h.contains("base URL"))
+        {
+            assert_eq!(openai, anthropic, "the same error object in both envelopes");
+        }
     }
 }
 
@@ -160,4 +177,85 @@ fn issue27_crossbars_fields_stay_inside_the_error_object() {
     let err = ProxyError::Internal("lease table: poisoned".into());
     let error = error_of(&err, Shape::OpenAi, "api_error");
     assert!(!error.to_string().contains("poisoned"), "{error}");
+}
+
+/// Issue 48: an Anthropic SDK's base URL is `http://<gateway>/<route>` (it adds `/v1/messages`),
+/// an OpenAI SDK's `http://<gateway>/<route>/v1`: each hint names its client's.
+#[test]
+fn each_api_is_told_its_own_base_url_issue_48() {
+    let routes = vec!["projA".to_string()];
+    for (err, openai, anthropic) in [
+        (
+            ProxyError::MissingRoute {
+                routes: routes.clone(),
+            },
+            "use http://<gateway>/<route>/v1 as the base URL",
+            "use http://<gateway>/<route> as the base URL",
+        ),
+        (
+            ProxyError::UnknownRoute {
+                route: "projB".into(),
+                routes,
+            },
+            "use http://<gateway>/<route>/v1 as the base URL",
+            "use http://<gateway>/<route> as the base URL",
+        ),
+        (
+            ProxyError::BaseUrl {
+                route: "projA".into(),
+                mistake: Mistake::V1Twice,
+            },
+            "the path has /v1 twice: use http://<gateway>/projA/v1 as the base URL",
+            "the path has /v1 twice: use http://<gateway>/projA as the base URL; the Anthropic SDK",
+        ),
+    ] {
+        let hint = |shape| {
+            err.body(shape)["error"]["hint"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            hint(Shape::OpenAi).contains(openai),
+            "{}",
+            hint(Shape::OpenAi)
+        );
+        assert!(
+            hint(Shape::Anthropic).contains(anthropic),
+            "{}",
+            hint(Shape::Anthropic)
+        );
+        assert!(
+            !hint(Shape::Anthropic).contains("/v1 as"),
+            "{}",
+            hint(Shape::Anthropic)
+        );
+    }
+}
+
+/// Issue 48: someone who sent a key is not told to send one; nothing is said of the keys known.
+#[test]
+fn a_wrong_key_is_not_told_to_send_one_issue_48() {
+    let message = |err: ProxyError| err.body(Shape::OpenAi)["error"]["message"].to_string();
+    assert!(message(ProxyError::Unauthorized).contains("needs a client key: send it as"));
+    let wrong = message(ProxyError::UnknownKey);
+    assert!(wrong.contains("not one this gateway knows"), "{wrong}");
+    assert!(!wrong.contains("send it as"), "{wrong}");
+    let unreadable = message(ProxyError::UnreadableKey);
+    assert!(unreadable.contains("send one key, once"), "{unreadable}");
+}
+
+/// Issue 48: SDKs show the message, not `Retry-After`: the wait is in the message.
+#[test]
+fn a_429_says_how_long_to_wait_issue_48() {
+    let err = ProxyError::TooManyRequests {
+        retry_after: 3600,
+        why: "this key's tokens_per_day are spent; they start afresh at 00:00 UTC",
+    };
+    let error = error_of(&err, Shape::OpenAi, "rate_limit_error");
+    assert_eq!(
+        error["message"],
+        "too many requests: this key's tokens_per_day are spent; they start afresh at 00:00 UTC; \
+         retry in 3600 s (Retry-After)"
+    );
 }

@@ -84,7 +84,7 @@ fn every_operator_verb_works_against_a_running_crossbar() {
     assert_eq!(turn(&h, "cli conversation", 1).0, "titan");
 
     let table = verb(&h, &["status"]);
-    for shown in ["HOST", "titan", "mini", "projA", "prefill saved: "] {
+    for shown in ["HOST", "titan", "mini", "projA", "served from cache: "] {
         assert!(check_ok(&table).contains(shown), "{table:#?}");
     }
     let json: Value = serde_json::from_str(check_ok(&verb(&h, &["status", "--json"]))).unwrap();
@@ -204,8 +204,11 @@ fn a_serving_crossbar_never_logs_its_admin_token() {
             "serve exited: {log}"
         );
         log.push_str(&line);
-        if let Some(addr) = line.split("admin=").nth(1) {
-            break addr.trim().parse().unwrap();
+        if let Some(addr) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("admin="))
+        {
+            break addr.parse().unwrap();
         }
     };
     let good = format!("Bearer {token}");
@@ -330,10 +333,27 @@ fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
 fn version_per_command_help_and_a_bare_admin_address() {
     let h = Harness::start(vec![host("titan", 1)], "");
     let version = crossbar(&h.dir, &["--version"]);
+    let version = check_ok(&version);
     assert_eq!(
-        check_ok(&version),
-        format!("crossbar {}\n", env!("CARGO_PKG_VERSION"))
+        version,
+        format!("crossbar {}\n", crossbar::version::describe())
     );
+    // Issue 48: which build, not only which release: the commit git has for this checkout.
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match head {
+        Ok(out) if out.status.success() => {
+            let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let want = format!("crossbar {} (commit {head}", env!("CARGO_PKG_VERSION"));
+            assert!(version.starts_with(&want), "{version:?}, HEAD {head}");
+        }
+        _ => assert!(
+            version.contains("(unknown commit: built without git)"),
+            "{version:?}"
+        ),
+    }
     let global = crossbar(&h.dir, &["--help"]);
     let serve = crossbar(&h.dir, &["serve", "--help"]);
     assert!(
@@ -356,6 +376,44 @@ fn version_per_command_help_and_a_bare_admin_address() {
 
 /// Issue 13: `check` names a typo'd key's likely meaning, shows where TOML broke, and says a
 /// host URL must not end in /v1.
+/// Issue 48: `check` printed `ok` on a db `serve` was about to migrate. It says so now, and
+/// that the backup taken before the upgrade is the way back; a db a newer crossbar wrote, which
+/// `serve` would refuse, fails the check.
+#[test]
+fn check_says_when_serve_will_migrate_the_db_and_the_way_back_issue_48() {
+    let h = Harness::start(vec![host("titan", 1)], "");
+    let copy = h.dir.join("week-old.db");
+    crossbar::store::backup(&h.dir.join("crossbar.db"), &copy).unwrap();
+    let known = crossbar::store::Reader::open(&copy)
+        .unwrap()
+        .schema_version()
+        .unwrap();
+    let set_version = |v: i64| {
+        let conn = rusqlite::Connection::open(&copy).unwrap();
+        conn.pragma_update(None, "user_version", v).unwrap();
+    };
+    let config = write_config(&h.dir, &copy, "http://127.0.0.1:9", "");
+    let config = config.to_str().unwrap();
+    let current = crossbar(&h.dir, &["check", "-c", config]);
+    assert_eq!(check_ok(&current), "ok\n");
+    set_version(known - 3);
+    let old = crossbar(&h.dir, &["check", "-c", config]);
+    let out = check_ok(&old);
+    let want = format!(
+        "has schema version {}; `serve` will migrate it to version {known} when it starts",
+        known - 3
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(
+        out.contains("the way back is the backup taken before the upgrade"),
+        "{out}"
+    );
+    assert!(out.ends_with("ok\n"), "{out}");
+    set_version(known + 1);
+    let newer = crossbar(&h.dir, &["check", "-c", config]);
+    check_fails(&newer, "run a newer crossbar");
+}
+
 #[test]
 fn check_explains_typos_syntax_errors_and_a_v1_url() {
     let dir = temp_dir();

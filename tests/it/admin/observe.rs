@@ -188,7 +188,7 @@ fn the_status_page_shows_prefill_saved_and_charts_of_the_last_hour() {
     let cached: i64 = h.rows().iter().filter_map(|r| r.cached_tokens).sum();
     assert!(cached > 0, "later turns hit the cache");
     let page = get(&h, "/").text();
-    let headline = format!("prefill saved: <b>{cached} tokens</b>");
+    let headline = format!("served from cache: <b>{cached} prompt tokens</b>");
     let headline = if cached >= 1000 {
         headline.replace(
             &cached.to_string(),
@@ -228,5 +228,5 @@ fn issue27_a_fresh_gateway_saved_zero_seconds_not_minus_zero() {
     assert!(page.contains("(≈ <b>0.0 seconds</b>"), "{page}");
     assert!(!page.contains("-0.0"), "{page}");
     let status = get(&h, "/admin/status").json();
-    assert_eq!(status["prefill_saved"]["seconds"].to_string(), "0.0");
+    assert_eq!(status["served_from_cache"]["seconds"].to_string(), "0.0");
 }

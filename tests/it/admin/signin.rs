@@ -127,7 +127,7 @@ fn issue27_a_browser_signs_in_with_the_form_and_keeps_a_cookie_never_the_token()
     let cookie = format!("crossbar_session={id}");
     let shown = page(&h, &cookie);
     assert_eq!(shown.status, 200, "{}", shown.text());
-    for part in ["prefill saved", "<svg", "action=/signout"] {
+    for part in ["served from cache", "<svg", "action=/signout"] {
         assert!(shown.text().contains(part), "{part}: {}", shown.text());
     }
     assert!(!shown.text().contains("t0ken"));
