@@ -239,7 +239,7 @@ fn prepare<'c>(
         row.host = gw.leases.lookup(&key, &route.hosts, now)?;
         let host = configured_host(config, &row.host)?;
         let body = outgoing(host, body, &key.model, named);
-        let listing = listing::bound(incoming, host, &rest, config.first_byte_timeout);
+        let listing = listing::bound(incoming, &rest, config.first_byte_timeout);
         let lease = (LeaseUse::None, Placed::None);
         let mut plan = Plan::new(host, key, (api, rest), body, lease);
         (plan.listing, plan.admitted) = (listing, admitted);

@@ -42,7 +42,12 @@ pub(super) fn configured(
 /// Whether `host` knows its configured `model` as `name`: its `upstream` in the config, or a name
 /// the host lists for it — a router's names of that model's entry, or any name a single-model
 /// host lists (it serves one model under all of them) when that is the model it has.
-fn answers_to(host: &Host, status: Option<&HostStatus>, model: &str, name: &str) -> bool {
+pub(super) fn answers_to(
+    host: &Host,
+    status: Option<&HostStatus>,
+    model: &str,
+    name: &str,
+) -> bool {
     let known = host.upstream_name(model);
     if known == name {
         return true;

@@ -103,3 +103,34 @@ fn a_trickled_listing_ends_in_a_502_within_one_deadline_issue_15() {
     assert!(row.total_ms < 10_000, "{}", row.total_ms);
     drop(stop_tx);
 }
+
+/// Issue 48: through a route, a host's listing names models as the config does. A host started
+/// with an alias of its own (or none: its model file's path) lists the route's model, and a chat
+/// UI reading the list shows what a 404 would tell it to send.
+#[test]
+fn a_listing_through_a_route_shows_the_configured_names_issue_48() {
+    let sim = crossbar::sim::SimConfig {
+        alias: "upstream-qwen".into(),
+        ..crossbar::sim::SimConfig::default()
+    };
+    let spec = crate::support::HostSpec {
+        name: "titan",
+        sim,
+        parallel: 1,
+        weight: 1,
+        config: "",
+    };
+    let h = crate::support::Harness::start(vec![spec], "");
+    let listing = h.get("/projA/v1/models");
+    assert_eq!(listing.status, 200, "{}", listing.text());
+    let ids: Vec<String> = (listing.json()["data"].as_array().unwrap().iter())
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["m"], "the route's model, not the host's own name");
+    // And the name the listing shows is served.
+    let answer = h.post(
+        "/projA/v1/chat/completions",
+        &crate::support::chat("hello", 0, false),
+    );
+    assert_eq!(answer.status, 200);
+}
