@@ -275,7 +275,9 @@ pub fn status(gw: &Gateway) -> Value {
                     let families: Vec<Value> = (warm.iter().take(WARM_SHOWN))
                         .map(|(f, tokens)| json!({ "family": f.hex(), "tokens": tokens }))
                         .collect();
-                    let mut out = json!({ "model": model, "parallel": config.parallel(&host.name, model),
+                    let mut out = json!({ "model": model, "parallel": gw.seats(&host.name, model),
+                            "configured_parallel": config.parallel(&host.name, model),
+                            "host_slots": gw.health.slots_for(&host.name, model),
                             "in_flight": s.map_or(0, |s| s.in_flight), "queued": s.map_or(0, |s| s.queued),
                             "loaded": gw.health.is_loaded(&host.name, model),
                             "state": gw.health.model_state(&host.name, model),

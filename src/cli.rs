@@ -7,6 +7,7 @@
 //! command quietly, never in a panic.
 
 mod help;
+mod hosts;
 mod ops;
 mod pinned;
 
@@ -75,6 +76,8 @@ pub struct Args {
     pub route: Option<String>,
     /// `report --by key`: one line per client key.
     pub by: Option<String>,
+    /// `check --hosts`: ask each host what it runs (issue 47).
+    pub hosts: bool,
     pub help: bool,
     pub version: bool,
 }
@@ -121,6 +124,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, CliError>
             Long("admin") => out.admin = Some(parser.value()?.string()?),
             Long("token") => out.token = Some(parser.value()?.string()?),
             Long("json") => out.json = true,
+            Long("hosts") => out.hosts = true,
             Long("off") => out.off = true,
             Long("route") => out.route = Some(parser.value()?.string()?),
             Long("by") => out.by = Some(parser.value()?.string()?),
@@ -265,6 +269,20 @@ fn check(args: &Args) -> Result<(), CliError> {
              reach it can pin, drain and read leases\n",
             config.admin_listen
         ));
+    }
+    if args.hosts {
+        let asked = hosts::check(&config);
+        let (warned, noted): (Vec<&str>, Vec<&str>) =
+            asked.lines().partition(|l| l.starts_with("warning:"));
+        warned
+            .iter()
+            .for_each(|w| warnings.push_str(&format!("{w}\n")));
+        noted.iter().for_each(|n| out.push_str(&format!("{n}\n")));
+    } else {
+        out.push_str(
+            "note: no host was asked (check --hosts reads each one's slots and probes its \
+             similarity and RAM cache)\n",
+        );
     }
     to_stderr(&warnings);
     out.push_str("ok\n");

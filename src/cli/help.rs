@@ -14,6 +14,7 @@ const CONFIG: &str = "-c, --config FILE     config file (default: ./crossbar.tom
 const ADMIN: &str = "--admin ADDR          admin API, as 127.0.0.1:8081 or http://127.0.0.1:8081 (default: admin_listen from the config)";
 const TOKEN: &str = "--token TOKEN         admin token (default: admin_token from the config)";
 const JSON: &str = "--json                the admin API's JSON instead of a table";
+const HOSTS: &str = "--hosts               also ask each host: its slots from /props, and (idle) a probe of its similarity and RAM cache";
 
 const COMMANDS: &[Command] = &[
     Command {
@@ -31,8 +32,9 @@ const COMMANDS: &[Command] = &[
         summary: "validate the config; prints ok or every problem",
         about: "Reads the config as `serve` would and prints `ok`, or one line per problem naming its\n\
                 key (exit 1). Also fails when the db's directory is not writable, and notes a db\n\
-                that a running crossbar holds. Polls no host.",
-        options: &[CONFIG],
+                that a running crossbar holds. Asks no host unless --hosts: then each host's\n\
+                slots, similarity and RAM cache are checked against what the config says.",
+        options: &[CONFIG, HOSTS],
     },
     Command {
         name: "status",

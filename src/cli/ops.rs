@@ -219,6 +219,7 @@ pub fn status(args: &Args) -> Result<(), CliError> {
     }
     let mut out = table(&rows);
     out.push('\n');
+    out.push_str(&learned_table(&status));
     if let Some(slots) = super::pinned::slots_table(&status) {
         out.push_str(&slots);
         out.push('\n');
@@ -398,6 +399,45 @@ pub fn drain(args: &Args) -> Result<(), CliError> {
         (false, true) => format!("{host} takes new leases again ({leases} leases on it)\n"),
         (false, false) => format!("{host} was not draining; nothing changed\n"),
     })
+}
+
+/// What crossbar learned of each host that llama-server reports in no endpoint (issue 47), with
+/// where each fact comes from, and what the host says against the config.
+fn learned_table(status: &Value) -> String {
+    let mut rows = vec![header(&[
+        "HOST",
+        "SIMILARITY",
+        "RAM CACHE",
+        "PINNING",
+        "COLD",
+        "RESTARTS",
+        "BUILD",
+    ])];
+    let mut notes = Vec::new();
+    for h in status["hosts"].as_array().into_iter().flatten() {
+        let l = &h["learned"];
+        if l.is_null() {
+            continue;
+        }
+        rows.push(vec![
+            text(&h["name"]),
+            text(&l["similarity"]),
+            text(&l["ram_cache"]),
+            text(&l["pinning"]),
+            text(&l["colds"]),
+            text(&l["restarts"]),
+            text(&l["build"]),
+        ]);
+        for note in l["notes"].as_array().into_iter().flatten() {
+            notes.push(format!("warning: {}\n", text(note)));
+        }
+    }
+    let mut out = table(&rows);
+    for note in notes {
+        out.push_str(&note);
+    }
+    out.push('\n');
+    out
 }
 
 /// One operator change: a POST to the admin API.

@@ -87,6 +87,17 @@ fn every_operator_verb_works_against_a_running_crossbar() {
     for shown in ["HOST", "titan", "mini", "projA", "served from cache: "] {
         assert!(check_ok(&table).contains(shown), "{table:#?}");
     }
+    // What crossbar knows of each host that it does not report, and whence (issue 47): the
+    // harness states both facts in the config.
+    for shown in [
+        "SIMILARITY",
+        "RAM CACHE",
+        "PINNING",
+        "on (config)",
+        "no (config)",
+    ] {
+        assert!(check_ok(&table).contains(shown), "{table:#?}");
+    }
     let json: Value = serde_json::from_str(check_ok(&verb(&h, &["status", "--json"]))).unwrap();
     assert_eq!(json["hosts"].as_array().map(Vec::len), Some(2));
     let leases = verb(&h, &["leases"]);
@@ -260,15 +271,20 @@ fn a_serving_crossbar_never_logs_its_admin_token() {
 
 /// Issue 2's "Done when": `crossbar check` on the shipped example prints `ok`; a config with five
 /// different mistakes prints five lines, each naming its key, and exits 1.
+/// What `check` prints of a good config when no host was asked.
+const NO_HOST_ASKED: &str = "note: no host was asked (check --hosts reads each one's slots and \
+                             probes its similarity and RAM cache)\nok\n";
+
 #[test]
 fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
     let dir = temp_dir();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("crossbar.toml");
     let run = crossbar(&dir, &["check", "-c", example.to_str().unwrap()]);
-    // The example listens on the LAN without [keys]: check passes and says so (issue 25).
+    // The example listens on the LAN without [keys]: check passes and says so (issue 25). It
+    // asks none of its LAN hosts (issue 47: only `--hosts` does), and says that too.
     assert_eq!(
         (run.code, run.stdout.as_str()),
-        (Some(0), "ok\n"),
+        (Some(0), NO_HOST_ASKED),
         "{run:#?}"
     );
     assert!(run.stderr.contains("no [keys] are set"), "{run:#?}");
@@ -288,7 +304,7 @@ fn check_passes_the_example_and_names_every_mistake_of_a_bad_config() {
     let run = crossbar(&dir, &["check", "-c", open.to_str().unwrap()]);
     assert_eq!(
         (run.code, run.stdout.as_str()),
-        (Some(0), "ok\n"),
+        (Some(0), NO_HOST_ASKED),
         "{run:#?}"
     );
     assert!(
@@ -395,7 +411,7 @@ fn check_says_when_serve_will_migrate_the_db_and_the_way_back_issue_48() {
     let config = write_config(&h.dir, &copy, "http://127.0.0.1:9", "");
     let config = config.to_str().unwrap();
     let current = crossbar(&h.dir, &["check", "-c", config]);
-    assert_eq!(check_ok(&current), "ok\n");
+    assert_eq!(check_ok(&current), NO_HOST_ASKED);
     set_version(known - 3);
     let old = crossbar(&h.dir, &["check", "-c", config]);
     let out = check_ok(&old);
@@ -459,4 +475,36 @@ fn status_says_the_store_is_failing_while_it_is() {
     assert!(out.contains("STORE FAILING since"), "{out}");
     assert!(out.contains("database or disk is full"), "{out}");
     h.unfill_store();
+}
+
+/// Issue 47: `check --hosts` asks each host what it runs and warns where the config says
+/// otherwise: a `parallel` above its slots, a similarity its slot choice contradicts. A host that
+/// does not answer is said not checked.
+#[test]
+fn check_hosts_warns_where_a_host_contradicts_its_config_issue_47() {
+    let sim = crossbar::sim::Sim::start(crossbar::sim::SimConfig {
+        slots: 2,
+        ..crossbar::sim::SimConfig::default()
+    });
+    let dir = temp_dir();
+    let config = dir.join("crossbar.toml");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndb = {:?}\n\
+         [hosts.box]\nurl = \"{}\"\nslot_prompt_similarity = 0\n[hosts.box.models.m]\nparallel = 4\n\
+         [hosts.gone]\nurl = \"http://127.0.0.1:9\"\n\
+         [routes.r]\nhosts = [\"box\", \"gone\"]\nmodel = \"m\"\n",
+        dir.join("crossbar.db"),
+        sim.url()
+    );
+    std::fs::write(&config, text).unwrap();
+    let run = crossbar(&dir, &["check", "--hosts", "-c", config.to_str().unwrap()]);
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    for warned in [
+        "hosts.box.models.m.parallel is 4 but the host runs 2 slots",
+        "hosts.box.slot_prompt_similarity says off but the host behaves as on",
+    ] {
+        assert!(run.stderr.contains(warned), "{run:#?}");
+    }
+    assert!(run.stdout.contains("host gone did not answer"), "{run:#?}");
+    assert!(run.stdout.ends_with("ok\n"), "{run:#?}");
 }
