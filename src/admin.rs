@@ -237,7 +237,7 @@ pub fn leases(gw: &Gateway) -> Value {
     json!({ "leases": list, "pins": pins })
 }
 
-/// A pinning host+model's slots as crossbar believes them (`pin_slots`): per slot its state
+/// A pinning host+model's slots as crossbar believes them (an `exclusive` host): per slot its state
 /// (`busy`, `doubt`, `free`), the family and tokens it last held, whether it is in the RAM cache;
 /// and the requests running there that crossbar could not pin.
 fn pinned_slots(mirror: &crate::slots::Mirror) -> Value {

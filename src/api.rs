@@ -187,7 +187,7 @@ impl Api {
     }
 
     /// Whether llama-server keeps a body's `id_slot` on this API, so crossbar can pin the
-    /// request to a slot inside the host (`pin_slots`). Its Messages conversion drops the field;
+    /// request to a slot inside the host (`exclusive` hosts). Its Messages conversion drops the field;
     /// stateless and other requests hold no conversation to pin.
     pub fn keeps_id_slot(self) -> bool {
         match self {

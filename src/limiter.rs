@@ -149,7 +149,8 @@ impl Limiter {
     }
 
     /// Takes a seat for `host`+`model`, waiting in line when all are busy. Returns the permit and
-    /// how long the caller waited for it. A pair [`Limiter::set_capacity`] never named is refused,
+    /// how long the caller waited in line for it: zero when admitted at once, else at least a
+    /// millisecond. A pair [`Limiter::set_capacity`] never named is refused,
     /// so client-chosen model names cannot grow the table.
     pub fn acquire(&self, host: &str, model: &str) -> Result<(Permit, Duration), LimitError> {
         self.acquire_unless(host, model, Waiter::default(), || (), || false)
@@ -186,7 +187,8 @@ impl Limiter {
             seat.in_flight += 1;
             entered();
             drop(inner);
-            return Ok((self.permit(host, model), started.elapsed()));
+            // Admitted at once: it waited in no line.
+            return Ok((self.permit(host, model), Duration::ZERO));
         }
         if seat.waiting.len() >= queue_max {
             return Err(LimitError::QueueFull);
@@ -233,7 +235,9 @@ impl Limiter {
         };
         inner.held.leave(waiter);
         drop(inner);
-        outcome.map(|()| (self.permit(host, model), started.elapsed()))
+        // It stood in line: at least a millisecond, so a wait is never read as none.
+        let waited = started.elapsed().max(Duration::from_millis(1));
+        outcome.map(|()| (self.permit(host, model), waited))
     }
 
     /// Seats, requests in flight and queued, and the mean hold of `host`+`model` (all 0 when the

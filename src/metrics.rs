@@ -59,7 +59,7 @@ struct Inner {
     recent: BTreeMap<String, recent::Window>,
     /// Per API (`crate::api::Api::name`, `-` before the API is known): requests and tokens.
     apis: BTreeMap<String, ApiTotals>,
-    /// Host with `pin_slots` → its pins and its unpinned requests' waits.
+    /// Exclusive host → its pins and its unpinned requests' waits.
     slot_pins: BTreeMap<String, SlotPins>,
     /// Config reloads since start and the last one (issue 48).
     reloads: reload::Reloads,
@@ -253,7 +253,7 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// A request to a host with `pin_slots` went with a slot crossbar chose (`pinned`) or without.
+    /// A request to an exclusive host went with a slot crossbar chose (`pinned`) or without.
     pub fn observe_slot_pin(&self, host: &str, pinned: bool) {
         let mut inner = self.inner.lock();
         let counts = at(&mut inner.slot_pins, host, SlotPins::default);

@@ -1,4 +1,4 @@
-//! Slot pinning (a host's `pin_slots`, off by default): which of a host's slots each request
+//! Slot pinning (an `exclusive` host's, off by default): which of a host's slots each request
 //! takes, sent to llama-server as the request's `id_slot`.
 //!
 //! Left to itself llama-server (b11434, `get_available_slot`) gives a request the idle slot whose
@@ -62,7 +62,7 @@ pub(crate) use pick::{choose, choose_own, kept_whole};
 pub use polled::{parse_slots, Polled};
 pub use shown::{Mirror, Shown};
 
-/// Most host+model pairs the mirror keeps (hosts with `pin_slots` times their models); past it
+/// Most host+model pairs the mirror keeps (exclusive hosts times their models); past it
 /// the mirror starts over, which costs nothing but a few better placements.
 const MAX_PAIRS: usize = 1024;
 /// Most slots mirrored per host+model.

@@ -44,7 +44,7 @@ pub struct Gateway {
     pub sessions: crate::sessions::Sessions,
     /// Wrong admin tokens per address (issue 46).
     pub admin_failures: crate::failures::Failures,
-    /// What each pinning host's slots hold (`pin_slots`).
+    /// What each pinning host's slots hold (`exclusive` hosts).
     pub slots: crate::slots::Slots,
     /// Each conversation's previous turn, to notice a cache that went cold.
     last_prompt: Mutex<HashMap<Key, Turn>>,

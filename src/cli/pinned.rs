@@ -1,5 +1,5 @@
 //! `crossbar status`'s table of pinned slots: what crossbar believes each slot of a host with
-//! `pin_slots` holds, so an operator can see pinning at work (or why it is not).
+//! an exclusive host holds, so an operator can see pinning at work (or why it is not).
 
 use serde_json::Value;
 

@@ -140,7 +140,7 @@ impl Metrics {
             &mut out,
             "crossbar_slot_pins_total",
             "counter",
-            "Requests to a host with pin_slots sent with a slot crossbar chose (pinned=yes) or left to the host (a slot in doubt, none free, a request crossbar could not pin).",
+            "Requests to an exclusive host sent with a slot crossbar chose (pinned=yes) or left to the host (a slot in doubt, none free, a request crossbar could not pin).",
         );
         for (host, counts) in &inner.slot_pins {
             let name = "crossbar_slot_pins_total";
@@ -155,7 +155,7 @@ impl Metrics {
             &mut out,
             "crossbar_slot_saves_total",
             "counter",
-            "Sibling's slots a host with pin_slots was asked to save to its RAM cache before a returning conversation was pinned there, so that it reloads its own state (saved=no: the save failed and the request went unpinned).",
+            "Sibling's slots an exclusive host was asked to save to its RAM cache before a returning conversation was pinned there, so that it reloads its own state (saved=no: the save failed and the request went unpinned).",
         );
         for (host, counts) in &inner.slot_pins {
             let name = "crossbar_slot_saves_total";

@@ -1,4 +1,4 @@
-//! A request's slot on a host with `pin_slots` (`crate::slots`): taken once the request has its
+//! A request's slot on an `exclusive` host (`crate::slots`): taken once the request has its
 //! limiter slot, saved to the host's RAM cache first when the mirror says so, named in the body
 //! as `id_slot`, its end told with what the host counted.
 

@@ -91,7 +91,7 @@ pub(super) struct Plan<'c> {
     pub(super) keyed: bool,
     /// Its limiter slot, once it has one.
     pub(super) permit: Option<Permit>,
-    /// Its slot on a host with `pin_slots`, once it has its limiter slot.
+    /// Its slot on an `exclusive` host, once it has its limiter slot.
     pub(super) pin: Option<Pinned>,
 }
 
