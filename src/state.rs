@@ -1,8 +1,12 @@
 //! The gateway's shared state: what every worker, the admin API and the background threads see.
 //!
-//! [`Gateway`] owns the live config, the store, the lease table, the limiter, the health table and
-//! the drain set, and adapts them to the lease table's `HostView` and `Chooser` traits. It holds no
-//! sockets and starts no threads (that is `server`); its locks are never held across network I/O.
+//! [`Gateway`] owns the live config and everything built from it — the store, the lease table,
+//! the limiter, the health table, what hosts hold (`holdings`) and what crossbar learned of them
+//! (`learn`), client keys, sign-in sessions, the slot mirror, and the llama-server client
+//! (`upstream`: its pools and side calls, the only sockets here, used by the request path and the
+//! poll hook) — and adapts them to the lease table's `HostView` and `Chooser` (`view.rs`).
+//! `hosts.rs` says what a host is now and acts on each poll. It starts no threads (that is
+//! `server`), holds no lock across network I/O, and imports nothing of `proxy` or `admin`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
