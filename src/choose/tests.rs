@@ -4,6 +4,7 @@
 
 use super::*;
 
+mod estimate;
 mod spread;
 
 /// A usable host: healthy, serving, not loaded, one slot and none free, nothing queued, no
@@ -316,65 +317,6 @@ fn a_loaded_host_with_no_free_slot_still_beats_a_cold_idle_one() {
 }
 
 /// Issue 23's stories: the estimate (prefill less the warm family, plus the wait) decides.
-#[test]
-fn the_estimate_weighs_a_warm_family_against_the_queue_it_would_wait_in() {
-    let warm = |name: &str, tokens| Info {
-        family_tokens: tokens,
-        ..idle(name, 2)
-    };
-    // A 9,000-token first turn whose 8,000-token family is warm on b: 1 s there, 9 s on a.
-    let infos = [idle("a", 2), warm("b", 8000)];
-    assert_eq!(winner(&infos, 9000), Some(("b", Why::Family)));
-    // The same warm host with both slots busy and three waiting, slots held 30 s: a 60 s
-    // wait loses to a cold prefill on a free host.
-    let saturated = Info {
-        free: 0,
-        queued: 3,
-        hold_ms: 30_000.0,
-        ..warm("b", 8000)
-    };
-    assert_eq!(
-        winner(&[idle("a", 2), saturated.clone()], 9000),
-        Some(("a", Why::LeastLoaded))
-    );
-    // With slots held 2 s, one waiting: a 3 s wait plus 1 s of prefill beats 9 s cold.
-    let short = Info {
-        hold_ms: 2_000.0,
-        queued: 1,
-        ..saturated
-    };
-    assert_eq!(
-        winner(&[idle("a", 2), short], 9000),
-        Some(("b", Why::Family))
-    );
-}
-
-#[test]
-fn a_host_with_no_room_for_the_prompt_counts_its_family_as_cold() {
-    let full = Info {
-        family_tokens: 8000,
-        held: 60_000,
-        leased: 60_000,
-        capacity: 64_000,
-        ..idle("full", 2)
-    };
-    let roomy = Info {
-        held: 1_000,
-        leased: 1_000,
-        capacity: 64_000,
-        ..idle("roomy", 2)
-    };
-    assert_eq!(full.warm_tokens(9000), 0);
-    // Tied on a cold prefill, the lower share held wins.
-    assert_eq!(
-        winner(&[full.clone(), roomy.clone()], 9000),
-        Some(("roomy", Why::LeastLoaded))
-    );
-    // A small prompt still fits beside what it holds: the family counts.
-    assert_eq!(full.warm_tokens(3000), 3000);
-    assert_eq!(winner(&[roomy, full], 3500), Some(("full", Why::Family)));
-}
-
 #[test]
 fn the_inherited_host_wins_only_a_tie() {
     let inherited = |info: Info| Info {

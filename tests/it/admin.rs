@@ -2,6 +2,7 @@
 //! answers to bad input, drains and pins as a client sees them. `/metrics`, the status page and
 //! the probes are in `admin/observe.rs`, the CLI verbs in `admin/cli.rs`.
 
+mod check;
 mod cli;
 mod hints;
 mod observe;
