@@ -14,16 +14,8 @@ fn main() {
     let started = Instant::now();
     // Routing's promise about any path a head carries: canonical once accepted, no dot segment.
     let report = crossbar::conn::fuzz::run(cases, seed, |input, path| {
-        if let Ok(normal) = crossbar::proxy::normalize(path) {
-            assert_eq!(
-                crossbar::proxy::normalize(&normal).as_deref(),
-                Ok(normal.as_str()),
-                "{input:?}"
-            );
-            assert!(
-                !normal.split('/').any(|s| s == "." || s == ".."),
-                "{input:?}"
-            );
+        if let Err(broken) = crossbar::proxy::check_normal(path) {
+            panic!("{broken}: {input:?}");
         }
     });
     println!(

@@ -39,7 +39,7 @@ use end::{end, Outcome};
 pub use error::ProxyError;
 use plan::{configured_host, outgoing, Ctx, LeaseUse, Plan};
 pub use plan::{CTX_HEADER, HOST_HEADER, LEASE_HEADER, MAX_BODY, PLACEMENT_HEADER, ROUTE_HEADER};
-pub use route::{normalize, resolve};
+pub use route::{check_normal, normalize, resolve};
 
 /// Serves one client request completely. Never panics on client input; every outcome is answered
 /// (or, when the client left, recorded as 499).

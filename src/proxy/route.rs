@@ -151,6 +151,22 @@ fn repeated(rest: &str, config: &Config) -> Option<Mistake> {
     endpoint_twice.then_some(Mistake::EndpointTwice)
 }
 
+/// What routing promises of any path a head may carry (the fuzz runner's callers check it): one
+/// [`normalize`] accepts is in its own canonical form — normalising it again changes nothing —
+/// and holds no dot segment. `Err` says which promise broke.
+pub fn check_normal(path: &str) -> Result<(), String> {
+    let Ok(normal) = normalize(path) else {
+        return Ok(());
+    };
+    if normalize(&normal).as_deref() != Ok(normal.as_str()) {
+        return Err(format!("{normal:?} is not its own normal form"));
+    }
+    if normal.split('/').any(|s| s == "." || s == "..") {
+        return Err(format!("{normal:?} keeps a dot segment"));
+    }
+    Ok(())
+}
+
 /// Percent-decodes a request path (without its query) and re-encodes it in one canonical form, or
 /// refuses it (spec §2): a `.` or `..` segment, a backslash (raw or encoded), an encoded `/`, NUL or
 /// another control byte, or a `%` not followed by two hex digits. The upstream's URL parser would
