@@ -105,7 +105,7 @@ impl Host {
             ])
             .args(["--slot-prompt-similarity", &setup.similarity.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log_to(port))
             .spawn()
             .map_err(|e| format!("{}: {e}", real.binary.display()))?;
         let host = Host::Real {
@@ -210,4 +210,14 @@ impl Drop for Host {
             let _ = child.wait();
         }
     }
+}
+
+/// Where a real server's log goes: a file per port under `$AFFINITY_HOST_LOGS` when set (to read
+/// its slot choices and prompt-cache loads after a run), else nowhere.
+fn log_to(port: u16) -> Stdio {
+    let Some(dir) = std::env::var_os("AFFINITY_HOST_LOGS") else {
+        return Stdio::null();
+    };
+    let path = std::path::Path::new(&dir).join(format!("llama-{port}.log"));
+    std::fs::File::create(path).map_or_else(|_| Stdio::null(), Stdio::from)
 }
