@@ -170,7 +170,7 @@ fn prepare<'c>(
         Some(name) => Some(gw.keys.admit(config, name, &route_name, row.started)?),
         None => None,
     };
-    send::check_headers(incoming)?;
+    send::check_headers(incoming, !config.keys.is_empty())?;
     let api = Api::of(&rest);
     row.api = api.name().to_string();
     let body = request.read_body(MAX_BODY).map_err(|err| match err {

@@ -166,6 +166,18 @@ pub(super) fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The answer to a request on its head alone, before its body is read (`Fault::Early`): an
+/// inference POST gets the fault's status and the connection closes, its body unread, as
+/// llama-server answers a model still loading or a wrong key (issue 46).
+pub(super) fn early(sh: &Shared, method: &str, path: &str) -> Option<(u16, String)> {
+    match sh.fault() {
+        Fault::Early { status } if method == "POST" && generate::Kind::of(path).is_some() => {
+            Some((status, format!("simulated early answer (status {status})")))
+        }
+        _ => None,
+    }
+}
+
 fn authorized(sh: &Shared, req: &HttpRequest) -> bool {
     let Some(key) = &sh.cfg.api_key else {
         return true;
