@@ -39,5 +39,6 @@ pub mod tee;
 mod testlog;
 #[cfg(test)]
 mod testwait;
+pub mod unrouted;
 pub mod upstream;
 pub mod wire;

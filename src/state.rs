@@ -44,6 +44,8 @@ pub struct Gateway {
     pub sessions: crate::sessions::Sessions,
     /// Wrong admin tokens per address (issue 46).
     pub admin_failures: crate::failures::Failures,
+    /// Requests answered before their route and key are known: counted, logged per burst (issue 46).
+    pub unrouted: crate::unrouted::Unrouted,
     /// What each pinning host's slots hold (`pin_slots`).
     pub slots: crate::slots::Slots,
     /// The prompt size of each conversation's previous turn, to notice a cache that went cold.
@@ -170,6 +172,7 @@ impl Gateway {
             holdings,
             keys,
             sessions: crate::sessions::Sessions::default(),
+            unrouted: crate::unrouted::Unrouted::default(),
             // The admin listener's guard has the client keys' limits (issue 46).
             admin_failures: crate::failures::Failures::new(
                 crate::keys::MAX_FAILURES,

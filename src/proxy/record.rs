@@ -1,6 +1,7 @@
 //! The row and the line of a request's end (`end.rs` decides when): the accounting row (store and
 //! metrics, the key's spending), the one log line, the cold-cache warning, and the answer when
-//! crossbar refuses a request.
+//! crossbar refuses a request or answers a browser's preflight. A request answered before its
+//! route and key are known has no row and no line of its own (issue 46: `unrouted.rs`).
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::store::{Coming, RequestRow, StoreError};
 use crate::tee::Tee;
 
 use super::plan::{Ctx, HOST_HEADER};
-use super::ProxyError;
+use super::{cors, ProxyError};
 
 /// Writes the accounting row and waits for its commit (shared with concurrent requests), so it
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
@@ -196,6 +197,21 @@ pub(super) fn refuse(ctx: &mut Ctx<'_>, request: &mut Request<'_>, mut err: Prox
     if !row.host.is_empty() {
         headers.push((HOST_HEADER.to_string(), row.host.clone()));
     }
+    // Issue 46: refused before its route is known — and so its key, which is checked first —
+    // a request is a stranger's or a mistake: counted and logged once per burst, no row (a
+    // flood of them filled the disk). From its route on, every request keeps its row.
+    if row.route.is_empty() {
+        if row.status == 499 {
+            request.abandon();
+        } else {
+            let body = err.body(shape_of(request.target())).to_string();
+            if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
+                log::debug!("error answer not sent error={}", val(&err.to_string()));
+            }
+        }
+        let peer = request.peer_addr().map(|a| a.ip());
+        return (gw.unrouted).answered(&gw.metrics, unrouted(&err), row.status, peer);
+    }
     if row.status == 499 {
         // Nobody to answer.
         record(gw, row);
@@ -214,6 +230,32 @@ pub(super) fn refuse(ctx: &mut Ctx<'_>, request: &mut Request<'_>, mut err: Prox
         }
     }
     log_request(row, "-");
+}
+
+/// The reason a refusal before routing counts under (a metric label, as the connection layer's).
+fn unrouted(err: &ProxyError) -> &'static str {
+    match err {
+        ProxyError::Unauthorized => "unauthorized",
+        // Before a key is known, only the guard against guessing keys answers 429.
+        ProxyError::TooManyRequests { .. } => "failed_keys",
+        ProxyError::MissingRoute { .. } => "missing_route",
+        ProxyError::ConflictingRoute => "conflicting_route",
+        ProxyError::UnknownRoute { .. } => "unknown_route",
+        ProxyError::NotFound | ProxyError::MissingV1 { .. } => "not_found",
+        ProxyError::BadRequest(_) => "bad_request",
+        _ => "other",
+    }
+}
+
+/// Answers a browser's CORS preflight itself (issue 46): no key, route, body or host; counted and
+/// logged as answered before routing, no row.
+pub(super) fn preflight(ctx: &Ctx<'_>, request: &mut Request<'_>) {
+    let headers = cors::answer(&ctx.incoming);
+    if let Err(err) = request.send(200, &headers, b"") {
+        log::debug!("preflight answer not sent error={}", val(&err.to_string()));
+    }
+    let (gw, peer) = (ctx.gw, request.peer_addr().map(|a| a.ip()));
+    gw.unrouted.answered(&gw.metrics, "preflight", 200, peer);
 }
 
 /// Why each candidate of `route` could not take a request (issue 24: a refusal says why): its

@@ -40,6 +40,11 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         Fault::Loading => return reply_error(sock, 503, "Loading model", req.keep_alive),
         _ => {}
     }
+    // llama-server answers every OPTIONS before its key check, blank (its CORS middleware).
+    if req.method == "OPTIONS" {
+        return http::write_full(sock, 200, "text/html", b"", req.keep_alive).is_ok()
+            && req.keep_alive;
+    }
     if req.method == "POST" && counting(&path) {
         sh.count_gate();
     }

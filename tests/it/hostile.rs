@@ -9,3 +9,4 @@ mod bodies;
 mod heads;
 mod leases;
 mod slots;
+mod strangers;
