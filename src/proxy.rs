@@ -246,6 +246,14 @@ fn prepare<'c>(
         plan.keyed = !config.keys.is_empty();
         return Ok(plan);
     }
+    // Issue 46: what it may spend of its key's day, reserved before it costs anything.
+    if let Some(key) = &admitted {
+        let want = || crate::keys::Reserved {
+            prompt: ctxguard::estimate(incoming, body.len()),
+            output: (api.output_limit(&body)).unwrap_or(crate::keys::DEFAULT_OUTPUT),
+        };
+        key.reserve(config, want, now)?;
+    }
     let what = place::What {
         api,
         rest,

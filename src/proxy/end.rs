@@ -5,7 +5,8 @@
 //!    the row, so a client that sees the row never finds its slot still pinnable;
 //! 2. teaches placement what the answer showed: the host's prefill speed, whether it is failing,
 //!    the family now warm there, what the conversation holds;
-//! 3. gives back the limiter slot and the key's turn, before the client can send its next turn;
+//! 3. gives back the limiter slot and the key's turn, charging the key what the request spent in
+//!    place of what it reserved (issue 46), before the client can send its next turn;
 //! 4. fills in how it ended (status, error, total time) and records the row, sending what waited
 //!    for it (an answer's end, a refusal) once it is committed — except for a request answered
 //!    before its route and key are known (a refusal, a browser's preflight), which is counted and
@@ -24,7 +25,9 @@ use crate::store::Coming;
 use super::blame::host_failed;
 use super::pin;
 use super::plan::{Ctx, LeaseUse, Plan};
-use super::record::{log_request, preflight, record, record_then_send, refuse, warn_on_cold_cache};
+use super::record::{
+    log_request, preflight, record, record_then_send, refuse, spent, warn_on_cold_cache,
+};
 use super::ProxyError;
 
 /// How a request ended.
@@ -80,7 +83,7 @@ pub(super) fn end(
         }
         drop(plan.permit.take());
         if let Some(key) = &plan.admitted {
-            key.release();
+            key.settle(spent(&ctx.row, key.reserved()), ctx.row.started);
         }
     }
     let row = &mut ctx.row;

@@ -138,7 +138,8 @@ pub(super) fn relay(
         };
         if let Err(err) = sent {
             // Dropping `upstream` (on return) closes the upstream connection, so llama-server
-            // cancels the generation and frees its slot.
+            // cancels the generation and frees its slot. What it streamed so far counts.
+            ctx.read(&tee);
             return gone(&err);
         }
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::conn::{Request, Tail};
 use crate::envelope::Shape;
 use crate::fingerprint;
+use crate::keys::Reserved;
 use crate::lease::Key;
 use crate::logfmt::{val, Fields};
 use crate::metrics::Metrics;
@@ -49,15 +50,31 @@ pub(super) fn record_then_send(
     gw.store.record_then(row, coming, Box::new(then));
 }
 
-/// What a row counts before it is written: metrics, and the key's spending.
+/// What a row counts before it is written: its metrics. (The key's spending is settled with
+/// its turn, in `end.rs`.)
 fn account(gw: &Gateway, row: &RequestRow) {
     gw.metrics.observe_request(row);
-    if !row.key.is_empty() {
-        let tokens =
-            row.prompt_tokens.unwrap_or(0).max(0) + row.completion_tokens.unwrap_or(0).max(0);
-        let now = crate::store::unix_ms(std::time::SystemTime::now());
-        gw.keys.spent(&gw.config(), &row.key, tokens as u64, now);
-    }
+}
+
+/// What a request spent of its key's `tokens_per_day` (issue 46): the host's counts, a stream's
+/// events where the client left before them ([`Ctx::read`]); where the host's answer lacks them,
+/// what the request reserved — its prompt's estimate once the host answered or generated, its
+/// limit for a whole answer without a completion count (`"response_fields"` can leave the counts
+/// out). An answer that is not a 2xx and generated nothing spent nothing.
+pub(super) fn spent(row: &RequestRow, reserved: Reserved) -> u64 {
+    let count = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok());
+    let ok = (200..300).contains(&row.status);
+    let completion = count(row.completion_tokens).unwrap_or(if ok && !row.streamed {
+        reserved.output
+    } else {
+        0
+    });
+    let prompt = count(row.prompt_tokens).unwrap_or(if ok || completion > 0 {
+        reserved.prompt
+    } else {
+        0
+    });
+    prompt.saturating_add(completion)
 }
 
 fn row_lost(metrics: &Metrics, route: &str, err: &StoreError) {
@@ -144,14 +161,18 @@ fn or_dash(s: &str) -> &str {
 
 impl Ctx<'_> {
     /// Fills the row from what the tee read of the answer: its token counts, an upstream error
-    /// event, and the prefill the host reported (for its speed, learned at the end).
+    /// event, and the prefill the host reported (for its speed, learned at the end). A stream
+    /// whose completion count never came (the client left before it, or the host left it out)
+    /// counts the events it carried, one per token (issue 46: 8 streams left before their end
+    /// recorded 0 of their 440 tokens).
     pub(super) fn read(&mut self, tee: &Tee) {
         self.prefill = tee.prefill();
         let usage = tee.usage();
         let row = &mut self.row;
         row.prompt_tokens = usage.prompt_tokens;
         row.cached_tokens = usage.cached_tokens;
-        row.completion_tokens = usage.completion_tokens;
+        row.completion_tokens = (usage.completion_tokens)
+            .or_else(|| (tee.events() > 0).then(|| i64::try_from(tee.events()).unwrap_or(0)));
         if let Some(err) = tee.upstream_error() {
             row.err = format!("upstream error event: {err}");
         }

@@ -6,6 +6,7 @@
 //! its own.
 
 mod bodies;
+mod budget;
 mod heads;
 mod leases;
 mod slots;
