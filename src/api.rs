@@ -205,6 +205,21 @@ impl Api {
         self == Api::Completion && completion::counts_by_prompt(path)
     }
 
+    /// The most tokens a request of this API may generate, as llama-server reads its body (issue
+    /// 46: what a key's `tokens_per_day` reserves for the answer): the API's own limit field, or
+    /// its default; `None` where the body sets no bound (llama-server's `-1`, or no field on an
+    /// API without a default: the host generates until its context ends). Requests that generate
+    /// nothing (stateless, metadata) may generate 0.
+    pub fn output_limit(self, body: &[u8]) -> Option<u64> {
+        match self {
+            Api::Chat => chat::output_limit(body),
+            Api::Messages => messages::output_limit(body),
+            Api::Responses => responses::output_limit(body),
+            Api::Completion => completion::output_limit(body),
+            Api::Stateless | Api::Other => Some(0),
+        }
+    }
+
     /// Whether a request of this API holds a conversation lease. Stateless requests do not: each
     /// goes to the chooser's pick, with a slot.
     pub fn takes_lease(self) -> bool {
@@ -335,3 +350,18 @@ fn normalise_block(block: &Value) -> Value {
 
 #[cfg(test)]
 mod tests;
+
+/// The number the first of `names` in `body` holds, read as llama-server reads the field (its
+/// own name, then its aliases; of a key given twice, the last): `Ok(n)` for a whole number,
+/// `Err(true)` when none of them is there, `Err(false)` when it is there but not a whole number.
+fn limit_field(body: &[u8], names: &[&str]) -> Result<i64, bool> {
+    let raw = crate::members::first_named(body, names)
+        .flatten()
+        .ok_or(true)?;
+    raw.get().parse::<i64>().map_err(|_| false)
+}
+
+/// A limit field's number as a bound: llama-server's `-1` (or any negative number) is none.
+fn bound(n: i64) -> Option<u64> {
+    u64::try_from(n).ok()
+}

@@ -8,8 +8,16 @@
 //! configured key; the key itself is never kept, logged or recorded, only its configured name.
 //!
 //! State is in memory and bounded: a counter per configured key, today's tokens per configured key
-//! (rebuilt from the rows at start, never a query per request), and at most [`PEERS`] addresses
-//! with recent failures. No I/O, no clock (`now` is a parameter).
+//! (rebuilt from the rows at start, never a query per request), what its requests in flight have
+//! reserved of them, and at most [`PEERS`] addresses with recent failures. No I/O, no clock (`now`
+//! is a parameter).
+//!
+//! A day's budget (issue 46): 10 requests at once spent 803 tokens of a 200-token budget, as
+//! admission looked only at what was spent. Now each request reserves, once its body is read,
+//! what it may spend — its prompt's estimate and what it may generate — and is refused while
+//! what the key spent and what its requests in flight reserved reach the budget; at its end
+//! ([`Admitted::settle`]) what it spent replaces what it reserved, in one turn of the lock. So
+//! requests at once spend at most the budget and one request's reservation over it.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -32,6 +40,9 @@ pub const WINDOW_MS: i64 = 60_000;
 pub const PEERS: usize = 4096;
 /// A day, in ms: budgets reset at 00:00 UTC.
 const DAY_MS: i64 = 86_400_000;
+/// What a request that sets no bound on its answer reserves for it (llama-server's own default
+/// for a Messages body without `max_tokens`).
+pub const DEFAULT_OUTPUT: u64 = 4096;
 
 /// Why a request's key was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,14 +66,18 @@ pub struct Keys {
     inner: Mutex<Inner>,
 }
 
-/// Invariants: `in_flight` and `spent` have entries only for configured key names; `peers` holds
-/// at most [`PEERS`] addresses, each with failure times within [`WINDOW_MS`], oldest first.
+/// Invariants: `in_flight`, `spent` and `reserved` have entries only for configured key names;
+/// `reserved` is the sum of the reservations of the key's [`Admitted`] requests not yet settled;
+/// `peers` holds at most [`PEERS`] addresses, each with failure times within [`WINDOW_MS`],
+/// oldest first.
 #[derive(Debug, Default)]
 struct Inner {
     in_flight: HashMap<String, usize>,
     /// The UTC day (`now / DAY_MS`) `spent` counts, and tokens spent that day per key.
     day: i64,
     spent: HashMap<String, u64>,
+    /// Tokens the key's requests in flight may still spend (issue 46).
+    reserved: HashMap<String, u64>,
     peers: HashMap<IpAddr, Peer>,
 }
 
@@ -72,31 +87,95 @@ struct Peer {
     blocked_until: i64,
 }
 
-/// A request admitted under its key: counted in flight until released or dropped.
+/// A request admitted under its key: counted in flight, holding what it reserved of the key's
+/// day, until settled or dropped.
 #[derive(Debug)]
 pub struct Admitted {
     keys: Arc<Keys>,
     pub name: String,
     released: AtomicBool,
+    /// What it reserved: its prompt's estimate and what it may generate (issue 46).
+    reserved: Mutex<Reserved>,
+}
+
+/// Tokens a request reserved of its key's day.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// Its prompt, as estimated from the body.
+    pub prompt: u64,
+    /// What it may generate: its API's limit field, or [`DEFAULT_OUTPUT`].
+    pub output: u64,
+}
+
+impl Reserved {
+    fn total(self) -> u64 {
+        self.prompt.saturating_add(self.output)
+    }
 }
 
 impl Admitted {
-    /// No longer in flight, from now: before an answer's last bytes go out, so the client's next
-    /// request never finds its own finished one still counted. Once; the drop does nothing after.
-    pub fn release(&self) {
+    /// Reserves `want()` of the key's `tokens_per_day` for this request (nothing, and `want`
+    /// not asked, without a budget; once). Refused (429) while what the key spent today and what
+    /// its requests in flight reserved reach the budget: until midnight when spent, in a second
+    /// when reserved (those requests may leave some).
+    pub fn reserve(
+        &self,
+        config: &Config,
+        want: impl FnOnce() -> Reserved,
+        now: i64,
+    ) -> Result<(), Denied> {
+        let Some(budget) = config.keys.get(&self.name).and_then(|k| k.tokens_per_day) else {
+            return Ok(());
+        };
+        let want = want();
+        let mut inner = self.keys.inner.lock();
+        inner.roll(now);
+        if let Some(denied) = inner.over(&self.name, budget, now) {
+            return Err(denied);
+        }
+        let mut reserved = self.reserved.lock();
+        if *reserved == Reserved::default() && !self.released.load(Ordering::Relaxed) {
+            *reserved = want;
+            let total = inner.reserved.entry(self.name.clone()).or_default();
+            *total = total.saturating_add(want.total());
+        }
+        Ok(())
+    }
+
+    /// What this request reserved.
+    pub fn reserved(&self) -> Reserved {
+        *self.reserved.lock()
+    }
+
+    /// Ends the request having spent `tokens`: charged to its key's day, its reservation and
+    /// its place in flight given back, in one turn of the lock (no moment where another request
+    /// sees neither). Before an answer's last bytes go out, so the client's next request never
+    /// finds its own finished one still counted. Once; the drop does nothing after.
+    pub fn settle(&self, tokens: u64, now: i64) {
         if self.released.swap(true, Ordering::Relaxed) {
             return;
         }
+        let reserved = std::mem::take(&mut *self.reserved.lock()).total();
         let mut inner = self.keys.inner.lock();
         if let Some(n) = inner.in_flight.get_mut(&self.name) {
             *n = n.saturating_sub(1);
+        }
+        if let Some(r) = inner.reserved.get_mut(&self.name) {
+            *r = r.saturating_sub(reserved);
+        }
+        // (Its name was a configured key's when it was admitted.)
+        if tokens > 0 {
+            inner.roll(now);
+            let spent = inner.spent.entry(self.name.clone()).or_default();
+            *spent = spent.saturating_add(tokens);
         }
     }
 }
 
 impl Drop for Admitted {
+    /// A request that never reached its end (a refusal, a panic) spent nothing.
     fn drop(&mut self) {
-        self.release();
+        self.settle(0, 0);
     }
 }
 
@@ -186,7 +265,9 @@ impl Keys {
     }
 
     /// Admits a request of key `name` on `route`: the route must be allowed, the key under its
-    /// `max_in_flight` and its day's `tokens_per_day`. The returned guard counts it in flight.
+    /// `max_in_flight` and its day's `tokens_per_day` (what it spent and what its requests in
+    /// flight reserved). The returned guard counts it in flight; what it reserves comes once its
+    /// body is read ([`Admitted::reserve`]).
     pub fn admit(
         self: &Arc<Self>,
         config: &Config,
@@ -202,12 +283,9 @@ impl Keys {
         }
         let mut inner = self.inner.lock();
         inner.roll(now);
-        if let Some(budget) = key.tokens_per_day {
-            if inner.spent.get(name).copied().unwrap_or(0) >= budget {
-                let retry_after = ((DAY_MS - now.rem_euclid(DAY_MS)) as u64).div_ceil(1000);
-                let why = "this key's tokens_per_day are spent; they start afresh at 00:00 UTC";
-                return Err(Denied::TooMany { retry_after, why });
-            }
+        if let Some(denied) = (key.tokens_per_day).and_then(|budget| inner.over(name, budget, now))
+        {
+            return Err(denied);
         }
         let in_flight = inner.in_flight.entry(name.to_string()).or_default();
         if key.max_in_flight.is_some_and(|max| *in_flight >= max) {
@@ -222,18 +300,8 @@ impl Keys {
             keys: self.clone(),
             name: name.to_string(),
             released: AtomicBool::new(false),
+            reserved: Mutex::new(Reserved::default()),
         })
-    }
-
-    /// A request of key `name` ended having used `tokens` (prompt plus completion) at `now`.
-    pub fn spent(&self, config: &Config, name: &str, tokens: u64, now: i64) {
-        if tokens == 0 || !config.keys.contains_key(name) {
-            return;
-        }
-        let mut inner = self.inner.lock();
-        inner.roll(now);
-        let spent = inner.spent.entry(name.to_string()).or_default();
-        *spent = spent.saturating_add(tokens);
     }
 
     /// Today's tokens per key as the rows have them (at start).
@@ -293,6 +361,22 @@ impl Keys {
 }
 
 impl Inner {
+    /// Why key `name` may spend nothing more today, if so: what it spent reaches `budget`
+    /// (until midnight), or with what its requests in flight reserved (in a second).
+    fn over(&self, name: &str, budget: u64, now: i64) -> Option<Denied> {
+        let spent = self.spent.get(name).copied().unwrap_or(0);
+        let reserved = self.reserved.get(name).copied().unwrap_or(0);
+        if spent >= budget {
+            let retry_after = ((DAY_MS - now.rem_euclid(DAY_MS)) as u64).div_ceil(1000);
+            let why = "this key's tokens_per_day are spent; they start afresh at 00:00 UTC";
+            return Some(Denied::TooMany { retry_after, why });
+        }
+        (spent.saturating_add(reserved) >= budget).then_some(Denied::TooMany {
+            retry_after: 1,
+            why: "this key's tokens_per_day are reserved by its requests in flight",
+        })
+    }
+
     /// A new UTC day starts every budget afresh.
     fn roll(&mut self, now: i64) {
         let day = now.div_euclid(DAY_MS);

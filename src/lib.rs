@@ -39,6 +39,7 @@ pub mod tee;
 mod testlog;
 #[cfg(test)]
 mod testwait;
+pub mod unrouted;
 pub mod upstream;
 pub mod version;
 pub mod wire;

@@ -71,6 +71,26 @@ pub(crate) fn last<'b>(body: &'b [u8], name: &str) -> Option<Option<&'b RawValue
     Some(last.1)
 }
 
+/// The value of the first of `names` that `body` has (of a key given twice, the last), as its
+/// JSON text: llama-server's reading of a field with aliases (its schema takes the field's own
+/// name, then each alias in the order given). `Some(None)` when the body has none of them, `None`
+/// when it is not one object.
+pub(crate) fn first_named<'b>(body: &'b [u8], names: &[&str]) -> Option<Option<&'b RawValue>> {
+    struct Named<'b, 'n, 's>(&'n [&'s str], Vec<Option<&'b RawValue>>);
+    impl<'b> Take<'b> for Named<'b, '_, '_> {
+        fn member<A: MapAccess<'b>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+            let Some(at) = self.0.iter().position(|name| *name == key) else {
+                return Ok(false);
+            };
+            self.1[at] = Some(map.next_value()?);
+            Ok(true)
+        }
+    }
+    let mut named = Named(names, vec![None; names.len()]);
+    read(body, &mut named)?;
+    Some(named.1.into_iter().flatten().next())
+}
+
 /// Whether `body`, one JSON object, has a member `name` (whatever its value); `None` when it is
 /// not one object.
 pub(crate) fn has(body: &[u8], name: &str) -> Option<bool> {

@@ -309,7 +309,7 @@ fn api_table(gw: &Gateway, out: &mut String) {
             out,
             "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td>\
              <td class=n>{share}</td><td class=n>{}</td></tr>",
-            // Requests refused before their path named an API (no key, no route) have none.
+            // Rows an older crossbar kept of requests refused before routing have none.
             esc(if api == "-" {
                 "(refused before routing)"
             } else {

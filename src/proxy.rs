@@ -11,6 +11,7 @@
 
 mod alias;
 mod blame;
+mod cors;
 mod count;
 mod ctxguard;
 mod end;
@@ -45,6 +46,11 @@ pub use route::{check_normal, normalize, resolve};
 /// (or, when the client left, recorded as 499).
 pub fn handle(gw: &Gateway, request: &mut Request<'_>) {
     let mut ctx = Ctx::of(gw, request);
+    // A browser asking whether its page may send the real request: no credentials to check,
+    // nothing to route, nothing to forward (issue 46).
+    if cors::is_preflight(&ctx.incoming) {
+        return end(&mut ctx, request, None, Outcome::Preflight);
+    }
     let config = gw.config();
     let plan = match prepare(&mut ctx, &config, request) {
         Ok(plan) => plan,
@@ -148,16 +154,10 @@ fn prepare<'c>(
     request: &mut Request<'_>,
 ) -> Result<Plan<'c>, ProxyError> {
     let (gw, incoming, row) = (ctx.gw, &ctx.incoming, &mut ctx.row);
-    // Issue 25: who sent it, from the head alone, before anything that names a route or a model
-    // (a CORS preflight carries no credentials).
-    let client = match incoming.method.as_str() {
-        "OPTIONS" => None,
-        _ => {
-            let peer = (request.peer_addr()).map_or([0, 0, 0, 0].into(), |a| peer_key(a.ip()));
-            gw.keys
-                .identify(config, &incoming.headers, peer, row.started)?
-        }
-    };
+    // Issue 25: who sent it, from the head alone, before anything that names a route or a model.
+    // Every request, `OPTIONS` too (issue 46: only a preflight, answered in `handle`, needs none).
+    let peer = (request.peer_addr()).map_or([0, 0, 0, 0].into(), |a| peer_key(a.ip()));
+    let client = (gw.keys).identify(config, &incoming.headers, peer, row.started)?;
     row.key = client.clone().unwrap_or_default();
     // Who the request counts against where one client must not take what all share (issue
     // 46): its key, else its address.
@@ -170,7 +170,7 @@ fn prepare<'c>(
         Some(name) => Some(gw.keys.admit(config, name, &route_name, row.started)?),
         None => None,
     };
-    send::check_headers(incoming)?;
+    send::check_headers(incoming, !config.keys.is_empty())?;
     let api = Api::of(&rest);
     row.api = api.name().to_string();
     let body = request.read_body(MAX_BODY).map_err(|err| match err {
@@ -245,6 +245,14 @@ fn prepare<'c>(
         (plan.listing, plan.admitted) = (listing, admitted);
         plan.keyed = !config.keys.is_empty();
         return Ok(plan);
+    }
+    // Issue 46: what it may spend of its key's day, reserved before it costs anything.
+    if let Some(key) = &admitted {
+        let want = || crate::keys::Reserved {
+            prompt: ctxguard::estimate(incoming, body.len()),
+            output: (api.output_limit(&body)).unwrap_or(crate::keys::DEFAULT_OUTPUT),
+        };
+        key.reserve(config, want, now)?;
     }
     let what = place::What {
         api,

@@ -143,6 +143,12 @@ pub enum Fault {
     CutMidChunk {
         after_events: usize,
     },
+    /// Inference POSTs are answered this status on their head alone, and the connection closed
+    /// with the body unread (llama-server answers a model still loading, a wrong key or a head it
+    /// cannot read so): a large body's write then fails after the answer is there to read.
+    Early {
+        status: u16,
+    },
     /// Streams send this many events, then end the chunked body cleanly (`0\r\n\r\n`) without the
     /// rest: well framed, but no `[DONE]` or native `stop`. Non-streamed answers are not affected.
     EndEarly {

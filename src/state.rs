@@ -48,6 +48,8 @@ pub struct Gateway {
     pub sessions: crate::sessions::Sessions,
     /// Wrong admin tokens per address (issue 46).
     pub admin_failures: crate::failures::Failures,
+    /// Requests answered before their route and key are known: counted, logged per burst.
+    pub unrouted: crate::unrouted::Unrouted,
     /// What each pinning host's slots hold (`exclusive` hosts).
     pub slots: crate::slots::Slots,
     /// Each conversation's previous turn, to notice a cache that went cold.
@@ -174,6 +176,7 @@ impl Gateway {
             holdings,
             keys,
             sessions: crate::sessions::Sessions::default(),
+            unrouted: crate::unrouted::Unrouted::default(),
             // The admin listener's guard has the client keys' limits (issue 46).
             admin_failures: crate::failures::Failures::new(
                 crate::keys::MAX_FAILURES,

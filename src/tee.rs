@@ -121,6 +121,16 @@ impl Tee {
         }
     }
 
+    /// SSE: the events with data seen, `[DONE]` aside: one per generated token in llama-server's
+    /// streams, and a few of their own (a first role-only event, a last one). What a stream the
+    /// client left counts when the host's counts never came (issue 46). Other modes: 0.
+    pub fn events(&self) -> u64 {
+        match &self.mode {
+            Mode::Sse(s) => s.events,
+            Mode::Json(_) | Mode::Ignore => 0,
+        }
+    }
+
     /// SSE: `data: [DONE]`, a native `"stop": true` chunk or the API's named last event was seen.
     /// Other modes: always true.
     pub fn finished(&self) -> bool {
@@ -188,6 +198,8 @@ struct Sse {
     /// The current event's name has been acted on (its ending noted).
     name_seen: bool,
     done: bool,
+    /// Events with data, `[DONE]` aside.
+    events: u64,
     seen: Learnt,
 }
 
@@ -204,6 +216,7 @@ impl Sse {
             name: Vec::new(),
             name_seen: false,
             done: false,
+            events: 0,
             seen: Learnt::new(api),
         }
     }
@@ -279,6 +292,9 @@ impl Sse {
             return;
         }
         self.event_lines += 1;
+        if self.event_lines == 1 && value.trim_ascii() != b"[DONE]" {
+            self.events += 1;
+        }
         if self.event_lines == 1 {
             self.event.clear();
             self.event.extend_from_slice(value);

@@ -379,7 +379,8 @@ fn silent_bodies(run: &Run, hold_ms: u64) {
             };
             let head = format!(
                 "POST /junk/v1/chat/completions HTTP/1.1\r\nHost: soak\r\n\
-                 Content-Type: application/json\r\n{expect}Content-Length: 1048576\r\n\r\n"
+                 Content-Type: application/json\r\n{expect}{}Content-Length: 1048576\r\n\r\n",
+                http::KEY_LINE
             );
             if conn.send(head.as_bytes()).is_ok() {
                 conns.push(conn);

@@ -143,7 +143,9 @@ impl Client {
         let body = body.to_string().into_bytes();
         let session = conv.session.clone();
         let api = crossbar::api::Api::of(conv.api);
+        // With keys on, a conversation is its key's own (issue 46): the lease is the scoped one.
         let fp = crossbar::fingerprint::peek_as(api, &body, session.as_deref()).fp;
+        let fp = crossbar::fingerprint::scoped(&fp, "soak");
         let mut extra = Vec::new();
         if let Some(s) = &session {
             extra.push(("X-Session-Id", s.clone()));
@@ -269,7 +271,8 @@ impl Client {
             2 => {
                 let head = format!(
                     "POST {path} HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n\
-                     Content-Length: {}\r\n\r\n",
+                     {}Content-Length: {}\r\n\r\n",
+                    http::KEY_LINE,
                     (16 << 20) + 4096
                 );
                 let mut b = head.into_bytes();
@@ -280,7 +283,8 @@ impl Client {
             3 => {
                 let head = format!(
                     "POST {path} HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n\
-                     X-Session-Id: {session}\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                     X-Session-Id: {session}\r\n{}Content-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                    http::KEY_LINE,
                     body.len(),
                     body.len()
                 );

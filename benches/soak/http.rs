@@ -244,12 +244,23 @@ fn bad(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
-/// A whole POST request with a JSON body.
+/// The client key every well-behaved soak client sends (crossbar's config names it `soak`).
+pub const KEY: &str = "cb-soak-0123456789abcdef0123456789abcdef";
+/// The `Authorization` line of [`KEY`], for heads written by hand.
+pub const KEY_LINE: &str = "Authorization: Bearer cb-soak-0123456789abcdef0123456789abcdef\r\n";
+
+/// A whole POST request with a JSON body, with [`KEY`] unless `extra` names a key itself.
 pub fn post(path: &str, host: &str, extra: &[(&str, String)], body: &[u8]) -> Vec<u8> {
     let mut head = format!(
         "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
     );
+    if !extra
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+    {
+        head.push_str(KEY_LINE);
+    }
     for (k, v) in extra {
         head.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -1,7 +1,8 @@
 //! `make soak` (issue 14): the real `crossbar serve` against three `crossbar-sim` processes on
 //! loopback for `SOAK_S` seconds (default 600), with 64 clients and every fault crossbar handles
-//! happening at random and at once (see `clients` and `chaos`), then one line per check and the
-//! summary line; exit 0 only when every check passes.
+//! happening at random and at once (see `clients` and `chaos`), two hostile clients in windows of
+//! their own (`hostile`: a body filler, a refused-key flood; issue 46), then one line per check
+//! and the summary line; exit 0 only when every check passes. Every client sends a key.
 //!
 //! Seeded (`SOAK_SEED`, default 14): the same seed gives the same client plans and fault schedule;
 //! the interleaving is the machine's. `SOAK_EXTRA_TOML` is appended to the top of crossbar's config
@@ -14,6 +15,7 @@
 mod chaos;
 mod checks;
 mod clients;
+mod hostile;
 mod http;
 mod ledger;
 mod moves;
@@ -23,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use sha2::Digest;
 
 use chaos::Chaos;
 use clients::Client;
@@ -84,6 +88,12 @@ fn main() {
                 .expect("spawn a client")
         })
         .collect();
+    let windows = hostile::Windows::of(start, secs);
+    let tally = Arc::new(hostile::Tally::default());
+    let hostile = match env_num("SOAK_HOSTILE", 1) {
+        0 => Vec::new(),
+        _ => hostile::start(&run, windows, &tally),
+    };
     let chaos = Chaos::new(
         run.clone(),
         seed,
@@ -113,7 +123,7 @@ fn main() {
     let (_sims, mut crossbar, report) = chaos.join().expect("the chaos thread");
     run.stop.store(true, Ordering::SeqCst);
     run.set_paused(false);
-    for c in clients {
+    for c in clients.into_iter().chain(hostile) {
         let _ = c.join();
     }
     let load_stopped = Instant::now();
@@ -202,6 +212,41 @@ fn main() {
     rows_missing += over;
     rows_extra += under;
 
+    for line in hostile::latency(&ledger, &windows, &run) {
+        println!("{line}");
+    }
+    // The flood's answers keep no row, and (when it ran after the restart) each one counts in
+    // `/metrics`; no well-behaved client is ever refused for its key.
+    let keyed_rows = rows
+        .iter()
+        .filter(|r| matches!(r.status, 401 | 429))
+        .count() as u64;
+    let flood = tally.flood.lock().clone();
+    let answered: u64 = (flood.iter())
+        .filter(|(s, _)| matches!(s, 401 | 429))
+        .map(|(_, n)| n)
+        .sum();
+    let refused = |reason: &str| {
+        let line = format!("crossbar_refused_total{{listener=\"clients\",reason=\"{reason}\"}} ");
+        (metrics.lines())
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64
+    };
+    let counted = refused("unauthorized") + refused("failed_keys");
+    let after_kill = kill_at.is_none_or(|k| k < windows.flood.0);
+    let flood_ok = keyed_rows == 0 && (!after_kill || counted == answered);
+    println!(
+        "check flood: sent={} answers={flood:?} rows_401_429={keyed_rows} counted_in_metrics={counted}{} -> {}",
+        tally.flood_sent.load(Ordering::Relaxed),
+        if after_kill { "" } else { " (crossbar restarted during it: not compared)" },
+        verdict(flood_ok)
+    );
+    failed |= !flood_ok;
+    println!(
+        "check filler: answers={:?} (its rows are checked with the rest)",
+        tally.filler.lock()
+    );
     let (mut unexplained_moves, lines) = moves::moves(&ledger, &rows, &events, &run);
     for l in lines {
         println!("{l}");
@@ -287,11 +332,15 @@ client_write_timeout = "2s"
 # and 8 bodies being read at once.
 max_connections_per_peer = 1024
 max_body_readers_per_peer = 1024
-# One address is every client: its share of the requests waiting for a slot is all of them
-# (issue 46; half of workers wait at most, the rest serve what needs no wait).
+# One key (and one address) is every well-behaved client: its share of the requests waiting
+# for a slot is all of them (issue 46; half of workers wait at most, the rest serve what needs
+# no wait).
 queue_max_per_client = 16
 shutdown_grace = "5s"
 log_level = "info"
+# Whole bodies waiting for a slot: the body filler's share is half of this, four of its
+# bodies (issue 46).
+queue_body_mib = 4
 {extra}
 "#,
         db = dir.join("crossbar.db").display(),
@@ -302,6 +351,14 @@ log_level = "info"
             "\n[hosts.{name}]\nurl = \"{url}\"\nweight = {}\n[hosts.{name}.models.qwen]\nparallel = 2\n",
             w(i as u32)
         ));
+    }
+    // Every well-behaved client is `soak`; the body filler has a key of its own, so its share
+    // of what waits is its own (issue 46).
+    for (name, key) in [("soak", http::KEY), ("filler", hostile::FILLER_KEY)] {
+        let digest: String = (sha2::Sha256::digest(key.as_bytes()).iter())
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        text.push_str(&format!("\n[keys.{name}]\nhash = \"sha256:{digest}\"\n"));
     }
     text.push_str(
         r#"

@@ -24,6 +24,14 @@ pub(super) const COUNT_FALLBACK: (&str, &str) = ("/apply-template", "/tokenize")
 /// llama-server keeps a body's `id_slot` here.
 pub(super) const KEEPS_ID_SLOT: bool = true;
 
+/// `n_predict`, else its aliases `max_completion_tokens` and `max_tokens`, as llama-server's
+/// schema reads them; none is no bound (it generates until its context ends).
+pub(super) fn output_limit(body: &[u8]) -> Option<u64> {
+    super::limit_field(body, completion::LIMIT)
+        .ok()
+        .and_then(super::bound)
+}
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let Some(messages) = body.messages.as_ref().filter(|m| !m.is_empty()) else {
         return completion::whole_prefix(body);

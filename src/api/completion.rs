@@ -79,6 +79,15 @@ const FAMILY_WINDOW: usize = 64 << 10;
 /// llama-server keeps a body's `id_slot` here.
 pub(super) const KEEPS_ID_SLOT: bool = true;
 
+/// The field that bounds what a request generates and its aliases, in the order llama-server's
+/// schema reads them (b11434 `server-schema.cpp`); chat bodies share them.
+pub(super) const LIMIT: &[&str] = &["n_predict", "max_completion_tokens", "max_tokens"];
+
+/// What a completion-style body may generate: [`LIMIT`]; none is no bound.
+pub(super) fn output_limit(body: &[u8]) -> Option<u64> {
+    super::limit_field(body, LIMIT).ok().and_then(super::bound)
+}
+
 /// A body sent to `path` is counted by tokenizing its `prompt`: every completion path but
 /// `/infill`, whose body is more than its prompt (the text around the gap).
 pub(super) fn counts_by_prompt(path: &str) -> bool {

@@ -25,6 +25,19 @@ pub(super) const COUNT: &str = "/v1/messages/count_tokens";
 /// request cannot be pinned to a slot.
 pub(super) const KEEPS_ID_SLOT: bool = false;
 
+/// What llama-server's conversion gives a Messages body without `max_tokens` (b11434
+/// `server-chat.cpp`: Anthropic's API requires the field; llama-server is permissive).
+const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// `max_tokens`, else llama-server's default for this API; a negative one is no bound.
+pub(super) fn output_limit(body: &[u8]) -> Option<u64> {
+    match super::limit_field(body, &["max_tokens"]) {
+        Ok(n) => super::bound(n),
+        Err(true) => Some(DEFAULT_MAX_TOKENS),
+        Err(false) => None,
+    }
+}
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let messages = body.messages.as_ref().filter(|m| !m.is_empty())?;
     let system = body.system.as_ref().map_or(Value::Null, normalise_content);

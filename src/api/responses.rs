@@ -27,6 +27,14 @@ pub(super) const COUNT_UNVERSIONED: &str = "/responses/input_tokens";
 /// and carries the field over.
 pub(super) const KEEPS_ID_SLOT: bool = true;
 
+/// `max_output_tokens`, which llama-server's conversion makes the body's `max_tokens`; none is
+/// no bound.
+pub(super) fn output_limit(body: &[u8]) -> Option<u64> {
+    super::limit_field(body, &["max_output_tokens"])
+        .ok()
+        .and_then(super::bound)
+}
+
 pub(super) fn conversation(body: &Body) -> Option<Conversation> {
     let items: Vec<Value> = match body.input.as_ref()? {
         Input::Text(text) => vec![message("user", &Value::from(text.as_str()))],

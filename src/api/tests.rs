@@ -79,3 +79,37 @@ fn stream_endings_are_per_api() {
     }
     assert_eq!(Api::Chat.ending("message_stop"), None);
 }
+
+/// Issue 46: what a request may generate, as llama-server reads its body — the field's own name
+/// before its aliases, the last of a repeated key, escapes decoded, `-1` no bound — is what a
+/// key's `tokens_per_day` reserves for its answer.
+#[test]
+fn each_api_reads_its_own_limit_field_as_the_host_does_issue_46() {
+    let limit = |api: Api, body: &str| api.output_limit(body.as_bytes());
+    assert_eq!(limit(Api::Chat, r#"{"max_tokens":40}"#), Some(40));
+    assert_eq!(limit(Api::Chat, r#"{"max_completion_tokens":7}"#), Some(7));
+    assert_eq!(
+        limit(
+            Api::Chat,
+            r#"{"max_tokens":40,"n_predict":3,"max_tokens":9}"#
+        ),
+        Some(3),
+        "n_predict first"
+    );
+    assert_eq!(
+        limit(Api::Chat, r#"{"max_tokens":40,"max_tokens":9}"#),
+        Some(9)
+    );
+    assert_eq!(limit(Api::Chat, r#"{"max\u005ftokens":12}"#), Some(12));
+    assert_eq!(limit(Api::Chat, r#"{"max_tokens":-1}"#), None);
+    assert_eq!(limit(Api::Chat, r#"{"messages":[]}"#), None);
+    assert_eq!(
+        limit(Api::Completion, r#"{"prompt":"x","n_predict":64}"#),
+        Some(64)
+    );
+    assert_eq!(limit(Api::Messages, r#"{"max_tokens":100}"#), Some(100));
+    assert_eq!(limit(Api::Messages, r#"{"messages":[]}"#), Some(4096));
+    assert_eq!(limit(Api::Responses, r#"{"max_output_tokens":5}"#), Some(5));
+    assert_eq!(limit(Api::Responses, r#"{"max_tokens":5}"#), None);
+    assert_eq!(limit(Api::Stateless, r#"{"input":"x"}"#), Some(0));
+}

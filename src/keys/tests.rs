@@ -109,8 +109,11 @@ fn a_key_is_held_to_its_routes_its_requests_in_flight_and_its_days_tokens() {
     drop(three);
     // The day's budget: spent at 01:00 UTC, refused until midnight, afresh the next day.
     let hour = 3_600_000;
-    keys.spent(&c, "ci", 600, hour);
-    keys.spent(&c, "ci", 400, hour);
+    for spent in [600, 400] {
+        keys.admit(&c, "ci", "projB", hour)
+            .unwrap()
+            .settle(spent, hour);
+    }
     match keys.admit(&c, "ci", "projB", hour) {
         Err(Denied::TooMany { retry_after, .. }) => assert_eq!(retry_after, 23 * 3600),
         other => panic!("{other:?}"),
@@ -170,4 +173,59 @@ fn a_new_key_is_random_and_its_hash_is_what_the_config_takes() {
     let keys = Keys::default();
     let sent = headers(&[("Authorization", &format!("Bearer {key}"))]);
     assert_eq!(keys.identify(&c, &sent, PEER, 0), Ok(Some("me".into())));
+}
+
+/// Issue 46: 10 requests at once spent 803 tokens of a 200-token budget, as admission looked
+/// only at what was spent. Each reserves what it may spend; while the reservations of those in
+/// flight reach the budget the next is refused for a second, and at its end what a request spent
+/// replaces what it reserved.
+#[test]
+fn requests_in_flight_reserve_what_they_may_spend_of_the_days_tokens_issue_46() {
+    let c = config(&[("ci", "k-ci", None, None, Some(200))]);
+    let keys = Arc::new(Keys::default());
+    let want = || Reserved {
+        prompt: 30,
+        output: 50,
+    };
+    let mut running = Vec::new();
+    let mut refused = 0;
+    for _ in 0..10 {
+        match keys.admit(&c, "ci", "projA", 0) {
+            Ok(admitted) => match admitted.reserve(&c, want, 0) {
+                Ok(()) => running.push(admitted),
+                Err(Denied::TooMany { retry_after, why }) => {
+                    assert_eq!(retry_after, 1, "{why}");
+                    refused += 1;
+                }
+                Err(other) => panic!("{other:?}"),
+            },
+            Err(Denied::TooMany { retry_after: 1, .. }) => refused += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    // 0, 80 and 160 are under 200: three run, seven wait their turn.
+    assert_eq!((running.len(), refused), (3, 7));
+    assert_eq!(running[0].reserved(), want());
+    for admitted in running.drain(..) {
+        admitted.settle(60, 0);
+    }
+    assert_eq!(keys.usage(&c, 0), [("ci".to_string(), 180, 0)]);
+    // 180 spent, nothing reserved: one more may run, and may spend its reservation.
+    let last = keys.admit(&c, "ci", "projA", 0).unwrap();
+    last.reserve(&c, want, 0).unwrap();
+    drop(last);
+    assert_eq!(
+        keys.usage(&c, 0),
+        [("ci".to_string(), 180, 0)],
+        "a drop spends nothing"
+    );
+    let spent = keys.admit(&c, "ci", "projA", 0).unwrap();
+    spent.settle(20, 0);
+    assert!(matches!(
+        keys.admit(&c, "ci", "projA", 0),
+        Err(Denied::TooMany {
+            retry_after: 86_400,
+            ..
+        })
+    ));
 }

@@ -5,9 +5,12 @@
 //!    the row, so a client that sees the row never finds its slot still pinnable;
 //! 2. teaches placement what the answer showed: the host's prefill speed, whether it is failing,
 //!    the family now warm there, what the conversation holds;
-//! 3. gives back the limiter slot and the key's turn, before the client can send its next turn;
+//! 3. gives back the limiter slot and the key's turn, charging the key what the request spent in
+//!    place of what it reserved (issue 46), before the client can send its next turn;
 //! 4. fills in how it ended (status, error, total time) and records the row, sending what waited
-//!    for it (an answer's end, a refusal) once it is committed;
+//!    for it (an answer's end, a refusal) once it is committed — except for a request answered
+//!    before its route and key are known (a refusal, a browser's preflight), which is counted and
+//!    logged per burst, never stored (issue 46, `record::refuse`);
 //! 5. writes the request's one log line.
 //!
 //! `forward.rs` and `listing.rs` move bytes and return an outcome; nothing else records a row,
@@ -22,7 +25,7 @@ use crate::store::Coming;
 use super::blame::host_failed;
 use super::pin;
 use super::plan::{Ctx, LeaseUse, Plan};
-use super::record::{log_request, record, record_then_send, refuse};
+use super::record::{log_request, preflight, record, record_then_send, refuse, spent};
 use super::ProxyError;
 
 /// How a request ended.
@@ -43,6 +46,9 @@ pub(super) enum Outcome {
     Gone(String),
     /// crossbar answers with its own error; nothing of a host's answer went out.
     Refused(ProxyError),
+    /// A browser's CORS preflight, answered by crossbar itself (issue 46): no key, route, body,
+    /// host or plan.
+    Preflight,
 }
 
 /// Ends the request: see the module's order. `plan` is `None` for a request refused before it
@@ -71,11 +77,11 @@ pub(super) fn end(
                 let pair = (plan.host.name.as_str(), plan.model());
                 host_failed(gw, pair, &plan.rest, false, detail);
             }
-            Outcome::Gone(_) | Outcome::Refused(_) => {}
+            Outcome::Gone(_) | Outcome::Refused(_) | Outcome::Preflight => {}
         }
         drop(plan.permit.take());
         if let Some(key) = &plan.admitted {
-            key.release();
+            key.settle(spent(&ctx.row, key.reserved()), ctx.row.started);
         }
     }
     let row = &mut ctx.row;
@@ -101,6 +107,7 @@ pub(super) fn end(
         }
         // A refusal has its own log line, with no lease in play.
         Outcome::Refused(err) => return refuse(ctx, request, err),
+        Outcome::Preflight => return preflight(ctx, request),
     }
     let Some(plan) = &plan else { return };
     log_request(&ctx.row, plan.lease.as_str());

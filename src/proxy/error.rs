@@ -69,8 +69,12 @@ pub enum ProxyError {
     /// "bad request (+ what)"). The client's fault; it never counts against a host.
     BadRequest(String),
     /// The head, as crossbar would send it upstream, is over what it writes
-    /// (`upstream::HEAD_ROOM`): the client's 431, decided before anything is sent.
-    HeadTooLarge,
+    /// (`upstream::HEAD_ROOM`) or what llama-server reads (a line over 8,192 bytes, more than
+    /// 100 lines): the client's 431, saying which, decided before anything is sent.
+    HeadTooLarge(&'static str),
+    /// The request line, as crossbar would send it upstream, is over what llama-server reads
+    /// (32,768 bytes: past it the host closes without a word): the client's 414.
+    UriTooLong,
     /// No client key sent (issue 25). Names no key or route.
     Unauthorized,
     /// A client key this gateway does not know (issue 48: told apart from none at all). Says
@@ -115,7 +119,8 @@ impl ProxyError {
             | ProxyError::BaseUrl { .. }
             | ProxyError::ModelNotFound { .. } => 404,
             ProxyError::BodyTooLarge => 413,
-            ProxyError::HeadTooLarge => 431,
+            ProxyError::HeadTooLarge(_) => 431,
+            ProxyError::UriTooLong => 414,
             ProxyError::Unauthorized | ProxyError::UnknownKey | ProxyError::UnreadableKey => 401,
             ProxyError::Forbidden => 403,
             ProxyError::TooManyRequests { .. } => 429,
@@ -211,10 +216,14 @@ impl ProxyError {
             ProxyError::TooManyRequests { why, retry_after } => {
                 format!("{why}; retry in {retry_after} s (Retry-After)")
             }
-            ProxyError::HeadTooLarge => {
-                "the request's headers are too large to forward; send fewer or shorter ones"
-                    .to_string()
+            ProxyError::HeadTooLarge(why) => {
+                format!("the request's headers are too large to forward ({why}); send fewer or shorter ones")
             }
+            ProxyError::UriTooLong => format!(
+                "the request's path and query are too long to forward (a request line of at most \
+                 {} bytes reaches the host); send a shorter one",
+                super::send::HOST_REQUEST_LINE
+            ),
             ProxyError::PromptTooLarge {
                 estimate,
                 exact,
@@ -374,7 +383,8 @@ impl fmt::Display for ProxyError {
             }
             ProxyError::ModelNotFound { .. } => "model_not_found",
             ProxyError::BodyTooLarge => "body too large",
-            ProxyError::HeadTooLarge => "headers too large",
+            ProxyError::HeadTooLarge(_) => "headers too large",
+            ProxyError::UriTooLong => "uri too long",
             ProxyError::Unauthorized | ProxyError::UnknownKey | ProxyError::UnreadableKey => {
                 "unauthorized"
             }

@@ -46,10 +46,10 @@ impl Drop for ReadBuf {
 /// client that has the whole answer finds its row in the db and the host's slot free for its
 /// next turn).
 ///
-/// An answer that breaks off (a read error, a body shorter than its `Content-Length`, an SSE stream
-/// that ends before its API's last event: `[DONE]`, a native `stop`, `message_stop`,
-/// `response.completed`) ends the client's body visibly broken: never as a clean end, never left
-/// hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes inside are upstream's,
+/// An answer that breaks off (a read error, a body shorter than its `Content-Length` or its chunks
+/// cut off, a close-delimited SSE stream that ends before its API's last event: `[DONE]`, a native
+/// `stop`, `message_stop`, `response.completed`) ends the client's body visibly broken: never as
+/// a clean end, never left hanging. HTTP/1.1 clients therefore always get a chunked body (the bytes inside are upstream's,
 /// unchanged), whose end can be spoiled; HTTP/1.0 clients see the connection close where it broke.
 pub(super) fn relay(
     ctx: &mut Ctx<'_>,
@@ -84,6 +84,14 @@ pub(super) fn relay(
         HeadOut::Now
     };
     let streamed = row.streamed;
+    // Whether upstream's own framing says where the body ends (a length, or chunks): then the
+    // body's end is the host's word that it is whole (issue 46), whatever events it carried.
+    let framed = length.is_some()
+        || (response.headers().get("transfer-encoding")).is_some_and(|v| {
+            wire::text(v.as_bytes())
+                .to_ascii_lowercase()
+                .contains("chunked")
+        });
     // The head is written from upstream's headers where they lie, before its body is taken.
     let mut out = {
         let headers = response_headers(response.headers(), plan);
@@ -130,12 +138,13 @@ pub(super) fn relay(
         };
         if let Err(err) = sent {
             // Dropping `upstream` (on return) closes the upstream connection, so llama-server
-            // cancels the generation and frees its slot.
+            // cancels the generation and frees its slot. What it streamed so far counts.
+            ctx.read(&tee);
             return gone(&err);
         }
     }
     ctx.read(&tee);
-    if let Some(detail) = cut_short(&tee) {
+    if let Some(detail) = cut_short(&tee, framed) {
         let end = out.into_broken_end();
         return broke(request, end, detail.to_string());
     }
@@ -184,10 +193,15 @@ fn framing(incoming: &Incoming, status: u16) -> Framing {
     }
 }
 
-/// Why an answer that upstream ended without a read error is still incomplete, if it is: an SSE
-/// stream without its API's last event (see the tee). A stream ended by an error event is
-/// complete: that is how llama-server ends a failed stream, and the row has the error.
-fn cut_short(tee: &Tee) -> Option<&'static str> {
-    (!tee.finished() && tee.upstream_error().is_none())
+/// Why an answer that upstream ended without a read error is still incomplete, if it is: a
+/// close-delimited SSE stream without its API's last event (see the tee), where the connection's
+/// end is all there is to tell a whole stream from a broken one. A stream ended by an error event
+/// is complete: that is how llama-server ends a failed stream, and the row has the error. A
+/// stream whose own framing ended cleanly (llama-server's chunked end) is whole as the host sent
+/// it, last event or not (issue 46: `"response_fields": ["content"]` on a streamed `/completion`
+/// ends with `{"content":""}` and no `"stop": true`): relayed as it came, never the host's
+/// failure.
+fn cut_short(tee: &Tee, framed: bool) -> Option<&'static str> {
+    (!framed && !tee.finished() && tee.upstream_error().is_none())
         .then_some("upstream ended the stream before its last event")
 }

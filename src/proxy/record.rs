@@ -1,12 +1,14 @@
 //! The row and the line of a request's end (`end.rs` decides when): the accounting row (store and
 //! metrics, the key's spending), the one log line, the cold-cache warning, and the answer when
-//! crossbar refuses a request.
+//! crossbar refuses a request or answers a browser's preflight. A request answered before its
+//! route and key are known has no row and no line of its own (issue 46: `unrouted.rs`).
 
 use std::sync::Arc;
 
 use crate::conn::{Request, Tail};
 use crate::envelope::Shape;
 use crate::fingerprint;
+use crate::keys::Reserved;
 use crate::logfmt::{val, Fields};
 use crate::metrics::Metrics;
 use crate::state::Gateway;
@@ -14,7 +16,7 @@ use crate::store::{Coming, RequestRow, StoreError};
 use crate::tee::Tee;
 
 use super::plan::{Ctx, HOST_HEADER};
-use super::ProxyError;
+use super::{cors, ProxyError};
 
 /// Writes the accounting row and waits for its commit (shared with concurrent requests), so it
 /// is in the db before the answer's last bytes go out. A failure is counted and never shown to the
@@ -47,15 +49,31 @@ pub(super) fn record_then_send(
     gw.store.record_then(row, coming, Box::new(then));
 }
 
-/// What a row counts before it is written: metrics, and the key's spending.
+/// What a row counts before it is written: its metrics. (The key's spending is settled with
+/// its turn, in `end.rs`.)
 fn account(gw: &Gateway, row: &RequestRow) {
     gw.metrics.observe_request(row);
-    if !row.key.is_empty() {
-        let tokens =
-            row.prompt_tokens.unwrap_or(0).max(0) + row.completion_tokens.unwrap_or(0).max(0);
-        let now = crate::store::unix_ms(std::time::SystemTime::now());
-        gw.keys.spent(&gw.config(), &row.key, tokens as u64, now);
-    }
+}
+
+/// What a request spent of its key's `tokens_per_day` (issue 46): the host's counts, a stream's
+/// events where the client left before them ([`Ctx::read`]); where the host's answer lacks them,
+/// what the request reserved — its prompt's estimate once the host answered or generated, its
+/// limit for a whole answer without a completion count (`"response_fields"` can leave the counts
+/// out). An answer that is not a 2xx and generated nothing spent nothing.
+pub(super) fn spent(row: &RequestRow, reserved: Reserved) -> u64 {
+    let count = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok());
+    let ok = (200..300).contains(&row.status);
+    let completion = count(row.completion_tokens).unwrap_or(if ok && !row.streamed {
+        reserved.output
+    } else {
+        0
+    });
+    let prompt = count(row.prompt_tokens).unwrap_or(if ok || completion > 0 {
+        reserved.prompt
+    } else {
+        0
+    });
+    prompt.saturating_add(completion)
 }
 
 fn row_lost(metrics: &Metrics, route: &str, err: &StoreError) {
@@ -115,14 +133,18 @@ fn or_dash(s: &str) -> &str {
 
 impl Ctx<'_> {
     /// Fills the row from what the tee read of the answer: its token counts, an upstream error
-    /// event, and the prefill the host reported (for its speed, learned at the end).
+    /// event, and the prefill the host reported (for its speed, learned at the end). A stream
+    /// whose completion count never came (the client left before it, or the host left it out)
+    /// counts the events it carried, one per token (issue 46: 8 streams left before their end
+    /// recorded 0 of their 440 tokens).
     pub(super) fn read(&mut self, tee: &Tee) {
         self.prefill = tee.prefill();
         let usage = tee.usage();
         let row = &mut self.row;
         row.prompt_tokens = usage.prompt_tokens;
         row.cached_tokens = usage.cached_tokens;
-        row.completion_tokens = usage.completion_tokens;
+        row.completion_tokens = (usage.completion_tokens)
+            .or_else(|| (tee.events() > 0).then(|| i64::try_from(tee.events()).unwrap_or(0)));
         if let Some(err) = tee.upstream_error() {
             row.err = format!("upstream error event: {err}");
         }
@@ -168,6 +190,21 @@ pub(super) fn refuse(ctx: &mut Ctx<'_>, request: &mut Request<'_>, mut err: Prox
     if !row.host.is_empty() {
         headers.push((HOST_HEADER.to_string(), row.host.clone()));
     }
+    // Issue 46: refused before its route is known — and so its key, which is checked first —
+    // a request is a stranger's or a mistake: counted and logged once per burst, no row (a
+    // flood of them filled the disk). From its route on, every request keeps its row.
+    if row.route.is_empty() {
+        if row.status == 499 {
+            request.abandon();
+        } else {
+            let body = err.body(shape_of(request.target())).to_string();
+            if let Err(err) = request.send(row.status, &headers, body.as_bytes()) {
+                log::debug!("error answer not sent error={}", val(&err.to_string()));
+            }
+        }
+        let peer = request.peer_addr().map(|a| a.ip());
+        return (gw.unrouted).answered(&gw.metrics, unrouted(&err), row.status, peer);
+    }
     if row.status == 499 {
         // Nobody to answer.
         record(gw, row);
@@ -186,6 +223,34 @@ pub(super) fn refuse(ctx: &mut Ctx<'_>, request: &mut Request<'_>, mut err: Prox
         }
     }
     log_request(row, "-");
+}
+
+/// The reason a refusal before routing counts under (a metric label, as the connection layer's).
+fn unrouted(err: &ProxyError) -> &'static str {
+    match err {
+        ProxyError::Unauthorized | ProxyError::UnknownKey | ProxyError::UnreadableKey => {
+            "unauthorized"
+        }
+        // Before a key is known, only the guard against guessing keys answers 429.
+        ProxyError::TooManyRequests { .. } => "failed_keys",
+        ProxyError::MissingRoute { .. } => "missing_route",
+        ProxyError::ConflictingRoute => "conflicting_route",
+        ProxyError::UnknownRoute { .. } => "unknown_route",
+        ProxyError::NotFound | ProxyError::MissingV1 { .. } => "not_found",
+        ProxyError::BadRequest(_) => "bad_request",
+        _ => "other",
+    }
+}
+
+/// Answers a browser's CORS preflight itself (issue 46): no key, route, body or host; counted and
+/// logged as answered before routing, no row.
+pub(super) fn preflight(ctx: &Ctx<'_>, request: &mut Request<'_>) {
+    let headers = cors::answer(&ctx.incoming);
+    if let Err(err) = request.send(200, &headers, b"") {
+        log::debug!("preflight answer not sent error={}", val(&err.to_string()));
+    }
+    let (gw, peer) = (ctx.gw, request.peer_addr().map(|a| a.ip()));
+    gw.unrouted.answered(&gw.metrics, "preflight", 200, peer);
 }
 
 /// Why each candidate of `route` could not take a request (issue 24: a refusal says why): its

@@ -58,18 +58,42 @@ pub(super) enum ReadError {
     Io(io::Error),
 }
 
+/// What cpp-httplib, llama-server's HTTP library, reads of a head (b11434): a header line of at
+/// most this many bytes, CRLF included, and at most [`MAX_LINES`] of them (past either: 400, the
+/// connection closed, the body unread); a request line of at most [`MAX_REQUEST_LINE`] bytes
+/// (past it: closed without a word).
+const MAX_LINE: usize = 8192;
+const MAX_LINES: usize = 100;
+const MAX_REQUEST_LINE: usize = 32768;
+
 /// Reads the next request; `Err(Closed)` on a clean end of the connection. `w` receives the
-/// `100 Continue` a client asking for it (curl, for bodies over 1 KiB) waits for.
+/// `100 Continue` a client asking for it (curl, for bodies over 1 KiB) waits for. A head past
+/// cpp-httplib's bounds, or one `early` answers from its method and path alone (`Some((status,
+/// message))`), is `Bad` before a byte of its body is read, as llama-server's are.
 pub(super) fn read_request(
     inb: &mut Inbound<TcpStream>,
     w: &TcpStream,
+    early: impl FnOnce(&str, &str) -> Option<(u16, String)>,
 ) -> Result<HttpRequest, ReadError> {
     let head = match inb.read_head(Instant::now() + PATIENCE) {
         Ok(head) => head,
         Err(HeadError::Closed | HeadError::Timeout) => return Err(ReadError::Closed),
-        Err(HeadError::TooLarge) => return Err(ReadError::Bad(431, "head too large".into())),
+        // Over `MAX_LINES` lines (crossbar's parser stops at the same count) or 64 KiB.
+        Err(HeadError::TooLarge) => return Err(ReadError::Bad(400, "head too large".into())),
         Err(HeadError::Bad(what)) => return Err(ReadError::Bad(400, what)),
     };
+    if head.method.len() + head.target.len() + 12 > MAX_REQUEST_LINE {
+        return Err(ReadError::Closed);
+    }
+    let lines = head.headers.iter().count();
+    let long = (head.headers.iter()).any(|(name, value)| name.len() + value.len() + 4 > MAX_LINE);
+    if long || lines > MAX_LINES {
+        return Err(ReadError::Bad(400, "invalid headers".into()));
+    }
+    let path = head.target.split('?').next().unwrap_or("");
+    if let Some((status, message)) = early(&head.method, path) {
+        return Err(ReadError::Bad(status, message));
+    }
     let conn = head.header("connection").unwrap_or("").to_ascii_lowercase();
     let keep_alive = if head.http10 {
         conn.contains("keep-alive")

@@ -40,6 +40,11 @@ pub(super) fn handle(sh: &Shared, sock: &TcpStream, req: &HttpRequest) -> bool {
         Fault::Loading => return reply_error(sock, 503, "Loading model", req.keep_alive),
         _ => {}
     }
+    // llama-server answers every OPTIONS before its key check, blank (its CORS middleware).
+    if req.method == "OPTIONS" {
+        return http::write_full(sock, 200, "text/html", b"", req.keep_alive).is_ok()
+            && req.keep_alive;
+    }
     if req.method == "POST" && counting(&path) {
         sh.count_gate();
     }
@@ -164,6 +169,18 @@ pub(super) fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The answer to a request on its head alone, before its body is read (`Fault::Early`): an
+/// inference POST gets the fault's status and the connection closes, its body unread, as
+/// llama-server answers a model still loading or a wrong key (issue 46).
+pub(super) fn early(sh: &Shared, method: &str, path: &str) -> Option<(u16, String)> {
+    match sh.fault() {
+        Fault::Early { status } if method == "POST" && generate::Kind::of(path).is_some() => {
+            Some((status, format!("simulated early answer (status {status})")))
+        }
+        _ => None,
+    }
 }
 
 fn authorized(sh: &Shared, req: &HttpRequest) -> bool {

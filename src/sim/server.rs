@@ -412,7 +412,7 @@ fn serve_connection(shared: &Shared, sock: TcpStream, id: u64) {
     if let Ok(read_half) = sock.try_clone() {
         let mut reader = crate::conn::Inbound::new(read_half);
         loop {
-            match http::read_request(&mut reader, &sock) {
+            match http::read_request(&mut reader, &sock, |m, p| respond::early(shared, m, p)) {
                 Ok(req) => {
                     let keep = respond::handle(shared, &sock, &req);
                     if !(keep && req.keep_alive) {

@@ -400,3 +400,27 @@ fn fields_are_read_one_by_one_whatever_the_spacing() {
     fresh.absorb(br#"{"stop": "true"}"#);
     assert!(!fresh.stopped, "a string is not true");
 }
+
+/// Issue 46: a stream the client leaves has no counts from the host; what it carried is counted
+/// by its events (one per token in llama-server's streams, and its first and last), the same at
+/// every split, `[DONE]`, comments and the lines of one event not counted twice.
+#[test]
+fn the_events_a_stream_carried_are_counted_at_every_split_issue_46() {
+    let events = |chunks: &[&[u8]]| {
+        let mut tee = sse();
+        chunks.iter().for_each(|c| tee.feed(c));
+        tee.events()
+    };
+    let stream = CHAT_STREAM.as_bytes();
+    for i in 0..=stream.len() {
+        let (a, b) = stream.split_at(i);
+        assert_eq!(events(&[a, b]), 5, "split at byte {i}");
+    }
+    let cut = CHAT_STREAM.match_indices("\n\n").nth(1).unwrap().0 + 2;
+    assert_eq!(events(&[&stream[..cut]]), 2, "two events before the cut");
+    assert_eq!(
+        events(&[b"data: {\"a\":\ndata: 1}\n\n:\n\ndata: [DONE]\n\n"]),
+        1
+    );
+    assert_eq!(Tee::new("application/json").events(), 0);
+}

@@ -40,6 +40,9 @@ struct State {
     /// The connection turned out closed (a failed write, an end or reset before any byte of
     /// the answer): the host had closed it while it idled, so it accepted nothing of the request.
     found_closed: bool,
+    /// A write was refused as closed: nothing more is written, what the host may have answered
+    /// before it closed is read, and the connection never goes back to the pool.
+    write_failed: bool,
     /// `Some(false)` once the answer is known to be streamed: never pool that connection.
     poolable: Option<bool>,
     /// The next write is the request's head and a body follows: hold the head and send both
@@ -64,6 +67,7 @@ impl Exchange {
             sent: false,
             received: false,
             found_closed: false,
+            write_failed: false,
             poolable: None,
             hold_head: false,
         };
@@ -88,6 +92,7 @@ impl Exchange {
             s.sent = false;
             s.received = false;
             s.found_closed = false;
+            s.write_failed = false;
             again
         })
         .unwrap_or(false)
@@ -159,7 +164,17 @@ impl<T: Transport> Transport for Watched<T> {
     /// the host acknowledges the first on its own (8 segments per request against nginx's 6). The
     /// head of a request with a body is therefore held (copied, a few hundred bytes) and sent in
     /// one write with the body's first piece. Nothing waits for input with bytes held.
+    ///
+    /// A write the host refused as closed is not an error here (issue 46): a host that answers
+    /// on a head alone and closes without reading the body (llama-server's 400 for a head it
+    /// cannot read, its 503 while loading, its 401) resets the connection under the body's
+    /// write, and its answer is in the socket, to be read. So the rest of the request is dropped
+    /// and ureq goes on to read; a host that answered nothing is found there (an end or a reset
+    /// before any byte), and its attempt is retryable as before.
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), Error> {
+        if with_state(|s| s.write_failed) == Some(true) {
+            return Ok(());
+        }
         if with_state(|s| std::mem::take(&mut s.hold_head)) == Some(true) {
             self.held.clear();
             (self.held).extend_from_slice(&self.inner.buffers().output()[..amount]);
@@ -178,7 +193,15 @@ impl<T: Transport> Transport for Watched<T> {
             Err(Error::Io(e)) if closed(e.kind()) => s.found_closed |= !s.received,
             Err(_) => s.found_closed |= !s.sent,
         });
-        result
+        match result {
+            Err(Error::Io(e)) if closed(e.kind()) => {
+                log::debug!("upstream write refused as closed, reading its answer error={e}");
+                with_state(|s| s.write_failed = true);
+                self.held.clear();
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, Error> {
@@ -202,7 +225,12 @@ impl<T: Transport> Transport for Watched<T> {
     /// meanwhile is found anyway by the request's own write or first read, which sends it again
     /// on a fresh one ([`Exchange::retryable`]). Its age is ureq's to bound ([`IDLE_AGE`]).
     fn is_open(&mut self) -> bool {
-        with_state(|s| s.poolable.take()).flatten().unwrap_or(true)
+        let state = with_state(|s| (s.poolable.take(), s.write_failed));
+        match state {
+            Some((_, true)) => false,
+            Some((poolable, false)) => poolable.unwrap_or(true),
+            None => true,
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        414 => "URI Too Long",
         431 => "Request Header Fields Too Large",
         422 => "Unprocessable Content",
         429 => "Too Many Requests",

@@ -122,7 +122,7 @@ fn a_chat_completions_conversation_is_sticky_and_its_streams_end_clean() {
 fn a_messages_stream_that_breaks_off_still_ends_visibly_broken() {
     let h = Harness::start(vec![host("titan", 1)], "");
     h.sim("titan")
-        .set_fault(Fault::EndEarly { after_events: 3 });
+        .set_fault(Fault::CutMidChunk { after_events: 3 });
     let mut conn = h.open_chat("/projA/v1/messages", &messages("fragile", 0, true));
     short_timeout(&conn);
     assert_eq!(conn.read_head().0, 200);
@@ -146,7 +146,7 @@ fn a_messages_stream_that_breaks_off_still_ends_visibly_broken() {
 fn a_responses_stream_that_breaks_off_still_ends_visibly_broken() {
     let h = Harness::start(vec![host("titan", 1)], "");
     h.sim("titan")
-        .set_fault(Fault::EndEarly { after_events: 3 });
+        .set_fault(Fault::CutMidChunk { after_events: 3 });
     let mut conn = h.open_chat("/projA/v1/responses", &responses("fragile", 0, true));
     short_timeout(&conn);
     assert_eq!(conn.read_head().0, 200);

@@ -95,27 +95,6 @@ fn a_stream_cut_inside_a_chunk_ends_broken() {
     check_recovered(&h, 200);
 }
 
-#[test]
-fn a_well_framed_stream_without_its_last_event_ends_broken() {
-    let h = Harness::start(vec![host("titan", 1)], "");
-    let got = broken_answer(&h, Fault::EndEarly { after_events: 2 }, true);
-    assert!(!got.contains("[DONE]"), "{got:?}");
-    check_recovered(&h, 200);
-}
-
-#[test]
-fn a_native_stream_without_its_stop_chunk_ends_broken() {
-    let h = Harness::start(vec![host("titan", 1)], "");
-    h.sim("titan")
-        .set_fault(Fault::EndEarly { after_events: 1 });
-    let body = serde_json::json!({"prompt": "once upon", "n_predict": 3, "stream": true});
-    let mut conn = h.open_chat("/projA/completion", &body);
-    short_timeout(&conn);
-    assert_eq!(conn.read_head().0, 200);
-    read_broken_chunked(&mut conn);
-    check_recovered(&h, 200);
-}
-
 /// Sends an HTTP/1.0 chat request on a fresh connection.
 fn send_http10(h: &Harness, keep_alive: bool, stream: bool) -> Conn {
     let conn = Conn::open(h.addr());

@@ -55,11 +55,8 @@ fn dot_segments_and_backslashes_never_reach_the_host_issue_10() {
         count("/slots") <= count("/health") + 1,
         "a client's /slots reached the host"
     );
-    let rows = h.rows();
-    assert_eq!(rows.len(), 6, "{rows:#?}");
-    assert!(rows
-        .iter()
-        .all(|r| r.status == 400 && r.err.starts_with("bad request")));
+    // Refused before a route is known, they are counted, not stored (issue 46).
+    assert!(h.rows().is_empty(), "{:#?}", h.rows());
     // And the next normal request is served.
     let answer = h.post(CHAT, &chat("hi", 0, false));
     assert_eq!(answer.status, 200, "{}", answer.text());

@@ -134,10 +134,11 @@ fn upstream_error_statuses_pass_through_unchanged() {
 
 /// Issue 24: a head crossbar accepts is a head it can write upstream. A 20 KB header failed in
 /// ureq's 16 KiB output buffer and counted against the host: one request every 5 s kept a chosen
-/// host down and moved its leases. Heads up to the 64 KiB limit, through a header, the query
-/// string or a chat POST, now reach the host, which stays up and keeps its conversations.
+/// host down and moved its leases. Heads up to the 64 KiB limit, through headers, the query
+/// string or a chat POST, now reach the host, which stays up and keeps its conversations. (Since
+/// issue 46 a header line is at most 8,192 bytes, as llama-server reads them: longer is 431.)
 #[test]
-fn a_long_header_or_query_is_forwarded_and_never_takes_the_host_down_issue_24() {
+fn a_long_head_or_query_is_forwarded_and_never_takes_the_host_down_issue_24() {
     let h = Harness::start(
         vec![host("titan", 1), host("atlas", 1)],
         "health_interval = \"1h\"",
@@ -145,12 +146,10 @@ fn a_long_header_or_query_is_forwarded_and_never_takes_the_host_down_issue_24() 
     let first = h.post(CHAT, &chat("long heads", 0, false));
     assert_eq!(first.status, 200, "{}", first.text());
     let leased = first.header("X-Crossbar-Host").unwrap().to_string();
-    let big = "h".repeat(20_000);
-    let huge = "h".repeat(60_000);
-    for headers in [
-        vec![("X-Big", big.as_str())],
-        vec![("X-Huge", huge.as_str())],
-    ] {
+    let line = "h".repeat(8_000);
+    let names: Vec<String> = (0..7).map(|i| format!("X-Big-{i}")).collect();
+    let huge: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), line.as_str())).collect();
+    for headers in [huge[..3].to_vec(), huge] {
         let answer = h.post_with(CHAT, &headers, &chat("long heads", 1, false));
         assert_eq!(answer.status, 200, "{}", answer.text());
         assert_eq!(answer.header("X-Crossbar-Host"), Some(leased.as_str()));

@@ -96,7 +96,12 @@ fn issue27_each_refusal_has_its_status_kind_and_a_message_in_both_envelopes() {
         ),
         (ProxyError::BodyTimeout, 408, "invalid_request_error"),
         (ProxyError::BodyTooLarge, 413, "request_too_large"),
-        (ProxyError::HeadTooLarge, 431, "invalid_request_error"),
+        (
+            ProxyError::HeadTooLarge("why"),
+            431,
+            "invalid_request_error",
+        ),
+        (ProxyError::UriTooLong, 414, "invalid_request_error"),
         (ProxyError::Internal("boom".into()), 500, "api_error"),
         (
             ProxyError::Upstream {

@@ -7,12 +7,15 @@ use ureq::Error;
 
 use super::{Exchange, Watched};
 
-/// A transport that keeps each write apart, as the socket would have seen them.
+/// A transport that keeps each write apart, as the socket would have seen them; after
+/// `refuse_after` writes, each is refused as a broken pipe (the host closed).
 #[derive(Debug)]
 struct Wire {
     buffers: LazyBuffers,
     writes: Vec<Vec<u8>>,
     awaited: usize,
+    refuse_after: usize,
+    refused: usize,
 }
 
 impl Transport for Wire {
@@ -21,6 +24,11 @@ impl Transport for Wire {
     }
 
     fn transmit_output(&mut self, amount: usize, _: NextTimeout) -> Result<(), Error> {
+        if self.writes.len() >= self.refuse_after {
+            self.refused += 1;
+            let pipe = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+            return Err(Error::Io(pipe));
+        }
         let sent = self.buffers.output()[..amount].to_vec();
         self.writes.push(sent);
         Ok(())
@@ -42,6 +50,8 @@ fn watched(output: usize) -> Watched<Wire> {
             buffers: LazyBuffers::new(1024, output),
             writes: Vec::new(),
             awaited: 0,
+            refuse_after: usize::MAX,
+            refused: 0,
         },
         held: Vec::new(),
     }
@@ -113,4 +123,31 @@ fn issue12_without_a_body_to_follow_every_write_goes_out_at_once() {
     exchange.body_follows(false);
     write(&mut t, b"GET /v1/models HTTP/1.1\r\n\r\n");
     assert_eq!(t.inner.writes.len(), 1);
+}
+
+/// Issue 46: a host that answers a head alone and closes (llama-server's 400 for a head it cannot
+/// read) resets the connection under the body's write. The write is not the failure: the rest of
+/// the body is dropped, ureq goes on to read the answer, and the connection is never pooled.
+#[test]
+fn a_write_refused_as_closed_drops_the_rest_and_leaves_the_answer_to_be_read_issue_46() {
+    let exchange = Exchange::start(None);
+    let mut t = watched(1024);
+    t.inner.refuse_after = 1;
+    exchange.body_follows(false);
+    write(
+        &mut t,
+        b"POST /completion HTTP/1.1\r\ncontent-length: 8\r\n\r\n",
+    );
+    write(&mut t, b"body");
+    write(&mut t, b"more");
+    assert_eq!(t.inner.writes.len(), 1);
+    assert_eq!(t.inner.refused, 1, "nothing is written after the refusal");
+    assert!(t.await_input(NextTimeout::default()).is_ok());
+    assert!(
+        !t.is_open(),
+        "a connection cut under a write is never pooled"
+    );
+    // Here it answered nothing: a pooled connection the host had closed, sent again on a fresh
+    // one as before.
+    assert!(exchange.retryable());
 }

@@ -144,8 +144,9 @@ fn report_reads_the_db_and_its_figures_match_the_rows() {
     for turns in 0..3 {
         turn(&h, "report conversation", turns);
     }
+    // An unknown route's 404 keeps no row (issue 46): the report counts the three turns.
     assert_eq!(h.post("/nope/v1/models", &Value::Null).status, 404);
-    wait_until("four rows", || h.rows().len() == 4);
+    wait_until("three rows", || h.rows().len() == 3);
     let rows = h.rows();
     let config = write_config(&h.dir, &h.dir.join("crossbar.db"), "http://127.0.0.1:1", "");
     let config = config.to_str().unwrap();

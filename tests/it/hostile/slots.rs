@@ -77,8 +77,13 @@ fn an_escaped_id_slot_never_reaches_a_slot_another_conversation_streams_in_issue
     });
     let gw = h.server().gateway().clone();
     wait_until("the victim streams", || gw.limiter.in_flight("a", "m") == 1);
+    // Its slot is taken before its request reaches the host.
+    let forwarded = |r: &crossbar::sim::Received| r.path.ends_with("/chat/completions");
+    wait_until("the victim is forwarded", || {
+        sim.requests().iter().any(forwarded)
+    });
     let victim_slot = (sim.requests().iter())
-        .find(|r| r.path.ends_with("/chat/completions"))
+        .find(|r| forwarded(r))
         .map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["id_slot"].clone())
         .expect("the victim was forwarded");
     let attack = format!(

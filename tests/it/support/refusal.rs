@@ -9,7 +9,7 @@ use super::Answer;
 /// The error kind an SDK gets for a status (issue 27's table).
 fn kind(status: u16) -> &'static str {
     match status {
-        400 | 408 | 431 => "invalid_request_error",
+        400 | 408 | 414 | 431 => "invalid_request_error",
         401 => "authentication_error",
         403 => "permission_error",
         404 => "not_found_error",
