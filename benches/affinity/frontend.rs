@@ -69,6 +69,7 @@ impl Running {
                 // may be refused: that is this row's result, not the run's end.
                 let config = parse(&text, form)?;
                 let server = Server::start(config).map_err(|e| format!("crossbar: {e}"))?;
+                ready(&server);
                 let base = format!("http://{}/bench", server.client_addr());
                 Ok(Running::Crossbar(Some(Box::new(server)), base))
             }
@@ -117,6 +118,26 @@ impl Drop for Running {
             Running::Smg(smg) => println!("{}", smg.branches()),
             Running::Nginx(..) | Running::Oracle(..) => {}
         }
+    }
+}
+
+/// Until every host is up and crossbar knows its similarity and RAM cache (a URL-only host's
+/// probe has run: a second or so on a real server, its seats held), as smg is used only once its
+/// `/readiness` counts every worker healthy: a gateway starts well before its traffic. Gives up
+/// after 20 s with a line saying so; the run goes on.
+fn ready(server: &Server) {
+    let gw = server.gateway();
+    let hosts: Vec<String> = gw.config().hosts.keys().cloned().collect();
+    let known = |h: &String| {
+        gw.health.healthy(h) && gw.learned.similarity(h).is_some() && gw.learned.ram(h).is_some()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !hosts.iter().all(known) {
+        if std::time::Instant::now() > deadline {
+            println!("#   crossbar: not every host probed within 20 s; the run starts anyway");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

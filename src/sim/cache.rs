@@ -159,7 +159,8 @@ impl Pool {
         // less than half of it survives; one chosen by LRU always is; RAM is searched after a save.
         Some(match by_prefix {
             Some(i) => (i, self.keeps_less_than_half(i, prompt)),
-            None => (idle().min_by_key(|(_, s)| s.last_used)?.0, true),
+            // Of slots used equally long ago (never, at start) llama-server takes the last.
+            None => (idle().rev().min_by_key(|(_, s)| s.last_used)?.0, true),
         })
     }
 

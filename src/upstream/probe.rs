@@ -5,7 +5,11 @@
 //!
 //! Two slots or more (`n_predict` 1, `cache_prompt` on, each prompt ~100 tokens of words that no
 //! client sends, two prompts sharing nothing):
-//! 1. Q pinned to slot 0; 2. P pinned to slot 1;
+//! 0. W left to the host: whichever slot it takes, llama-server then saves every idle slot's
+//!    state to its RAM cache (when it has one), so the pinned steps after it, which on a host
+//!    with similarity off save nothing they displace, lose no conversation's last turn;
+//! 1. Q pinned to slot 0; 2. P pinned to slot 1, and a prompt of its own pinned to each slot
+//!    after it (up to [`MOST_SLOTS`]), so that slot 0 is the least recently used;
 //! 3. P plus a few words, left to the host: similarity takes slot 1 (it holds P), the least
 //!    recently used choice slot 0;
 //! 4. the RAM test. Similarity on: an unrelated prompt pinned to slot 0, then Q plus a few words
@@ -34,15 +38,22 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 const ANSWER: u64 = 64 * 1024;
 /// Words in a probe prompt (about 100 tokens on a llama-3 tokenizer).
 const WORDS: usize = 60;
+/// Slots the probe uses, whatever a host reports (it says how many, so it is bounded here): on a
+/// host with more, the least recently used slot may be another than 0, which reads as unknown.
+pub const MOST_SLOTS: u64 = 16;
 
 /// Runs the probe on `host`, which has `slots` slots; `nonce` makes its prompts its own.
 pub fn run(side: &Side, host: &Host, slots: u64, nonce: u64) -> Result<ProbeAnswers, String> {
     let say = |tag: &str| prompt(tag, nonce);
     let ask = |prompt: &str, slot: Option<u64>| step(side, host, prompt, slot);
     if slots >= 2 {
+        ask(&say("w"), None)?;
         let (q, p) = (say("q"), say("p"));
         let first = ask(&q, Some(0))?;
         ask(&p, Some(1))?;
+        for slot in 2..slots.min(MOST_SLOTS) {
+            ask(&say(&format!("s{slot}")), Some(slot))?;
+        }
         let choice = ask(&format!("{p} tango uniform"), None)?;
         let on = choice.0.slot == Some(1);
         let ram = if on {

@@ -43,6 +43,79 @@ fn a_host_given_only_its_url_serves_with_the_slots_it_reports_issue_47() {
     assert_eq!(answer.header("X-Crossbar-Host"), Some("box"));
 }
 
+/// A crossbar restarted beside a warm host probes it again. With similarity off llama-server
+/// saves nothing a slot asked for by id displaces, so the probe's pinned steps would lose the
+/// last turn of a conversation not yet copied to RAM; its first step, left to the host, has every
+/// idle slot copied as it starts, and the conversation's next turn gets its history back.
+#[test]
+fn the_probe_loses_no_conversations_last_turn_on_a_host_with_similarity_off_issue_47() {
+    let sim = crossbar::sim::Sim::start(SimConfig {
+        slots: 2,
+        slot_prompt_similarity: 0.0,
+        ram_cache_tokens: 100_000,
+        ..SimConfig::default()
+    });
+    let agent = ureq::Agent::new_with_defaults();
+    let complete = |prompt: &str| -> Value {
+        let body = serde_json::json!({"prompt": prompt, "n_predict": 4, "cache_prompt": true});
+        let mut answer = (agent.post(format!("{}/completion", sim.url())))
+            .send(body.to_string())
+            .expect("the sim answers");
+        let text = answer.body_mut().read_to_string().expect("an answer");
+        serde_json::from_str(&text).expect("a JSON answer")
+    };
+    let x = "x: a conversation the sim holds in a slot and in RAM. ".repeat(20);
+    let y = "y: the last turn before the restart, in a slot alone. ".repeat(20);
+    complete(&x);
+    let first = complete(&y);
+    // y's state is in a slot, not yet copied to RAM: the next start on the host copies it.
+    let slot_of_y = first["id_slot"].as_u64();
+    let config = crossbar::config::Config::from_toml(&format!(
+        "[hosts.box]\nurl = \"{}\"\n[routes.projA]\nhosts = [\"box\"]\nmodel = \"m\"\n",
+        sim.url()
+    ))
+    .expect("a valid config");
+    let side = crossbar::upstream::Side::new(agent.clone());
+    let answers =
+        crossbar::upstream::probe::run(&side, &config.hosts["box"], 2, 7).expect("probed");
+    assert_eq!(
+        crossbar::learn::read_probe(&answers),
+        (Some(false), Some(true)),
+        "the probe still reads the host"
+    );
+    let next = complete(&format!("{y} and the next turn"));
+    let history = first["timings"]["cache_n"].as_u64().unwrap()
+        + first["timings"]["prompt_n"].as_u64().unwrap();
+    assert!(
+        next["timings"]["cache_n"].as_u64().unwrap() >= history,
+        "y's history back (it was in slot {slot_of_y:?}): {next}"
+    );
+}
+
+/// llama-server's automatic `-np` gives four slots; slots never used are the least recently used,
+/// so the probe uses every slot before its choice step, or a host with similarity off would read
+/// as unknown.
+#[test]
+fn a_host_with_four_slots_is_read_as_one_with_two_issue_47() {
+    for (similarity, read) in [(0.0, Some(false)), (0.1, Some(true))] {
+        let sim = crossbar::sim::Sim::start(SimConfig {
+            slots: 4,
+            slot_prompt_similarity: similarity,
+            ram_cache_tokens: 100_000,
+            ..SimConfig::default()
+        });
+        let config = crossbar::config::Config::from_toml(&format!(
+            "[hosts.box]\nurl = \"{}\"\n[routes.projA]\nhosts = [\"box\"]\nmodel = \"m\"\n",
+            sim.url()
+        ))
+        .expect("a valid config");
+        let side = crossbar::upstream::Side::new(ureq::Agent::new_with_defaults());
+        let answers = crossbar::upstream::probe::run(&side, &config.hosts["box"], 4, 9);
+        let answers = answers.expect("probed");
+        assert_eq!(crossbar::learn::read_probe(&answers), (read, Some(true)));
+    }
+}
+
 #[test]
 fn a_host_is_probed_at_first_contact_for_what_no_endpoint_says_issue_47() {
     let off = SimConfig {
@@ -82,7 +155,7 @@ fn a_host_is_probed_at_first_contact_for_what_no_endpoint_says_issue_47() {
     let probes = (h.sim("off").requests().iter())
         .filter(|r| r.path == "/completion")
         .count();
-    assert_eq!(probes, 4, "Q, P, P+ and Q+");
+    assert_eq!(probes, 5, "W, Q, P, P+ and Q+");
     assert!(h.rows().is_empty(), "the probe is not a client's request");
     // A poll later, nothing is asked again.
     let before = polls(&h, "off");
@@ -90,7 +163,7 @@ fn a_host_is_probed_at_first_contact_for_what_no_endpoint_says_issue_47() {
     let again = (h.sim("off").requests().iter())
         .filter(|r| r.path == "/completion")
         .count();
-    assert_eq!(again, 4, "asked once per host and build");
+    assert_eq!(again, 5, "asked once per host and build");
 }
 
 #[test]
