@@ -109,13 +109,14 @@ class Gateway:
 
     def served(self, api, preflight=False):
         """Whether the requests since the mark include a 200 for `api` (with the key's name when
-        keyed) and no refusal; with `preflight`, but for one without a route (Claude Code's
-        start-up `HEAD /projA`, sent without its key: 404, or 401 with keys)."""
+        keyed) and no refusal; with `preflight`, but for one answered before routing (Claude Code's
+        start-up `HEAD /projA`, sent without its key: 404, or 401 with keys; issue 46 logs such
+        refusals as `answered before routing`, without a row)."""
         new = self.lines_since_mark()
         want = [l for l in new if f" api={api} " in l and " status=200 " in l
                 and (not self.key or " key=laptop" in l)]
         refused = [l for l in new if (" status=4" in l or " status=5" in l)
-                   and not (preflight and " route=- " in l
+                   and not (preflight and "answered before routing" in l
                             and (" status=404 " in l or " status=401 " in l))]
         return bool(want) and not refused, "\n".join(new) or "no request reached crossbar"
 
