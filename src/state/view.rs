@@ -38,6 +38,7 @@ pub(super) struct View {
     pub(super) drains: Arc<Drains>,
     pub(super) holdings: Arc<Holdings>,
     pub(super) learned: Arc<crate::learn::Learned>,
+    pub(super) slots: crate::slots::Slots,
 }
 
 impl lease::HostView for View {
@@ -157,7 +158,11 @@ impl View {
         let capacity = capacity(&self.health, host, model, parallel);
         // Unknown until the host is probed: llama-server's default (on) until then.
         let similarity = self.learned.similarity(name).unwrap_or(true);
-        let pinned = super::hosts::pinning(host, &self.health, &self.learned, now);
+        // Pinned now, not just pinning: while a request there goes unpinned, so does every other
+        // (the real agents run with `exclusive` on llama-server's defaults: 109 of 168 requests
+        // unpinned, a family gathered on one host, 1.66 × the oracle's prefill).
+        let pinned = super::hosts::pinning(host, &self.health, &self.learned, now)
+            && self.slots.pins_now(name, model);
         let learned = self.learned.get(name);
         let colds = learned.as_ref().map_or(0, |l| l.recent_colds(now));
         // Unknown: as without one, the KV alone.
@@ -180,8 +185,8 @@ impl View {
             family_tokens: facts.family_tokens,
             family_size: facts.family_size,
             // Siblings take each other's slots where llama-server picks them by similarity and
-            // crossbar does not pin them (issue 23's agents benchmark): a family gathers there
-            // only while no sibling is live (`choose::Info::warm_tokens`).
+            // crossbar does not pin them now (issue 23's agents benchmark): a family gathers
+            // there only while no sibling is live (`choose::Info::warm_tokens`).
             kept_apart: similarity && !pinned,
             ram,
             colds,
