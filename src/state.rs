@@ -129,7 +129,6 @@ impl Gateway {
                 val(&crate::logfmt::chain(&err))
             ),
         }
-        let slots = crate::slots::Slots::default();
         let view = Arc::new(View {
             config: config.clone(),
             health: health.clone(),
@@ -137,7 +136,6 @@ impl Gateway {
             drains: drains.clone(),
             holdings: holdings.clone(),
             learned: learned.clone(),
-            slots: slots.clone(),
         });
         let metrics = Arc::new(Metrics::default());
         let persister = Arc::new(LeaseStore {
@@ -185,7 +183,7 @@ impl Gateway {
                 crate::keys::WINDOW_MS,
                 crate::keys::PEERS,
             ),
-            slots,
+            slots: crate::slots::Slots::default(),
             last_prompt: Mutex::new(HashMap::default()),
             upstream,
             learned,

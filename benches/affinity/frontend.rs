@@ -152,6 +152,14 @@ fn placements(server: &Server) -> String {
             format!("{h} {}", tps.map_or("-".into(), |t| format!("{t:.0}")))
         })
         .collect();
+    // What the probe (or the config) told crossbar of each host: placement leans on it.
+    let word = |v: Option<bool>| v.map_or("?", |on| if on { "on" } else { "off" });
+    let learned: Vec<String> = (config.hosts.keys())
+        .map(|h| {
+            let (sim, ram) = (gateway.learned.similarity(h), gateway.learned.ram(h));
+            format!("{h} similarity {} ram {}", word(sim), word(ram))
+        })
+        .collect();
     let reasons = rusqlite::Connection::open(&config.db)
         .and_then(|db| {
             let mut q = db.prepare(
@@ -191,8 +199,9 @@ fn placements(server: &Server) -> String {
         String::new()
     };
     format!(
-        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}{holds}{pinned}",
-        speeds.join(", ")
+        "#   crossbar: placed (not sticky) {reasons}; prefill tokens/s {}{holds}{pinned}; {}",
+        speeds.join(", "),
+        learned.join(", ")
     )
 }
 
