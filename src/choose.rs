@@ -72,9 +72,8 @@ pub struct Info {
     /// The request's family's size in tokens, warm there or not (0: no family). What prefilling
     /// it costs the fleet again where it is cold while another candidate holds it warm.
     pub family_size: u64,
-    /// Slots there are picked by prompt similarity (llama-server's default): a new sibling takes
-    /// a live sibling's idle slot and wipes its history, and where crossbar pins, a returning one
-    /// pinned to a sibling's slot prefills its own history (neither is saved or reloaded there).
+    /// Slots there are picked by prompt similarity (llama-server's default) and crossbar does not
+    /// pin them: a new sibling takes a live sibling's idle slot and wipes its history.
     pub kept_apart: bool,
     /// Its RAM prompt cache gives an evicted conversation its history back: what its slots
     /// cannot hold still lasts there, so a warm family is not judged against the KV alone.

@@ -382,6 +382,17 @@ impl Slots {
         }
     }
 
+    /// Whether a request for `host`+`model` that can be pinned would be now: its mirror is made,
+    /// no slot is in doubt, and no request there goes unpinned (while one does, none is pinned:
+    /// [`Slots::take`]). Placement reads it (issue 47): a family gathers on a host whose slots are
+    /// picked by similarity only while its siblings keep their slots there.
+    pub fn pins_now(&self, host: &str, model: &str) -> bool {
+        let table = self.shared.lock();
+        (table.pairs.get(&(host.to_string(), model.to_string()))).is_some_and(|pair| {
+            pair.unpinned == 0 && pair.slots.iter().all(|s| s.doubtful_since.is_none())
+        })
+    }
+
     /// Whether any slot of `host` is in doubt.
     pub fn doubtful(&self, host: &str) -> bool {
         let table = self.shared.lock();

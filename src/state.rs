@@ -129,6 +129,7 @@ impl Gateway {
                 val(&crate::logfmt::chain(&err))
             ),
         }
+        let slots = crate::slots::Slots::default();
         let view = Arc::new(View {
             config: config.clone(),
             health: health.clone(),
@@ -136,6 +137,7 @@ impl Gateway {
             drains: drains.clone(),
             holdings: holdings.clone(),
             learned: learned.clone(),
+            slots: slots.clone(),
         });
         let metrics = Arc::new(Metrics::default());
         let persister = Arc::new(LeaseStore {
@@ -183,7 +185,7 @@ impl Gateway {
                 crate::keys::WINDOW_MS,
                 crate::keys::PEERS,
             ),
-            slots: crate::slots::Slots::default(),
+            slots,
             last_prompt: Mutex::new(HashMap::default()),
             upstream,
             learned,

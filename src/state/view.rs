@@ -38,6 +38,7 @@ pub(super) struct View {
     pub(super) drains: Arc<Drains>,
     pub(super) holdings: Arc<Holdings>,
     pub(super) learned: Arc<crate::learn::Learned>,
+    pub(super) slots: crate::slots::Slots,
 }
 
 impl lease::HostView for View {
@@ -157,6 +158,12 @@ impl View {
         let capacity = capacity(&self.health, host, model, parallel);
         // Unknown until the host is probed: llama-server's default (on) until then.
         let similarity = self.learned.similarity(name).unwrap_or(true);
+        // Pinned now, not just pinning: while a request there goes unpinned, so does every other,
+        // and under steady load that lasts. Real agents on llama-server's defaults, `exclusive`,
+        // families gathered: 0.63 × the oracle's prefill with 2 s pauses (167 of 168 pinned);
+        // without pauses, gathering whatever the pins did, 2.17 × (114 unpinned).
+        let pinned = super::hosts::pinning(host, &self.health, &self.learned, now)
+            && self.slots.pins_now(name, model);
         let learned = self.learned.get(name);
         let colds = learned.as_ref().map_or(0, |l| l.recent_colds(now));
         // Unknown: as without one, the KV alone.
@@ -178,14 +185,10 @@ impl View {
             weight: host.weight,
             family_tokens: facts.family_tokens,
             family_size: facts.family_size,
-            // Siblings take each other's slots where llama-server picks them by similarity (issue
-            // 23's agents benchmark): a family gathers there only while no sibling is live
-            // (`choose::Info::warm_tokens`). Pinned too (issue 47): a returning conversation
-            // pinned to a sibling's slot that keeps most of it is neither saved nor reloaded
-            // there, so it prefills its history. On three real llama-servers with their defaults,
-            // `exclusive` gathering the agents' families: 1.16 x the oracle's prefill; kept
-            // apart, 0.92 x (url-only, unpinned: 0.88 x).
-            kept_apart: similarity,
+            // Siblings take each other's slots where llama-server picks them by similarity and
+            // crossbar does not pin them now (issue 23's agents benchmark): a family gathers
+            // there only while no sibling is live (`choose::Info::warm_tokens`).
+            kept_apart: similarity && !pinned,
             ram,
             colds,
             reserved,

@@ -256,12 +256,13 @@ fn pinning(name: &'static str) -> HostSpec {
     }
 }
 
-/// Pinning does not change it (issue 47): pinned to a sibling's slot that keeps most of what it
-/// holds, a returning conversation keeps the family's prefix and prefills its own history, as
-/// llama-server neither saves nor reloads that slot. On an `exclusive` host with similarity on,
-/// a family is kept apart as on any other.
+/// Where crossbar pins slots, siblings keep their own on a host that picks slots by similarity,
+/// and a family gathers there; but while a request crossbar cannot pin runs there (a Messages
+/// stream), none is pinned and a sibling would take a live one's slot: the family goes elsewhere
+/// then (issue 47: on real llama-servers with their defaults, `exclusive` ran 109 of 168 agent
+/// turns unpinned, their family gathered on one host, at 1.66 times the oracle's prefill).
 #[test]
-fn on_pinning_hosts_whose_slots_share_prompts_a_family_is_not_gathered_issue_47() {
+fn a_family_gathers_on_a_pinning_host_only_while_it_pins_issue_47() {
     let h = Harness::start(vec![pinning("a"), pinning("b")], "");
     let gw = h.server().gateway().clone();
     wait_until("the first /slots polls", || {
@@ -271,13 +272,35 @@ fn on_pinning_hosts_whose_slots_share_prompts_a_family_is_not_gathered_issue_47(
     let first = h.post(CHAT, &agent(&coder, "fix the parser", 0, false));
     assert_eq!(first.header("X-Crossbar-Host"), Some("a"));
     let sibling = h.post(CHAT, &agent(&coder, "write the docs", 0, false));
-    assert_eq!(sibling.header("X-Crossbar-Host"), Some("b"));
-    assert_eq!(sibling.header("X-Crossbar-Placement"), Some("least-loaded"));
-    // Both were pinned: the hosts' sims saw an id_slot in each.
-    for host in ["a", "b"] {
-        let pinned = (h.sim(host).requests().iter())
-            .filter(|r| r.method == "POST")
-            .any(|r| String::from_utf8_lossy(&r.body).contains("\"id_slot\""));
-        assert!(pinned, "no pinned request at {host}");
-    }
+    assert_eq!(sibling.header("X-Crossbar-Host"), Some("a"));
+    assert_eq!(sibling.header("X-Crossbar-Placement"), Some("family"));
+    assert!(gw.slots.pins_now("a", "m"));
+    // A Messages stream, which crossbar never pins, held at `a` (`b` drained meanwhile).
+    let drain = |on: bool| {
+        let body = json!({"host": "b", "on": on}).to_string();
+        let admin = h.server().admin_addr();
+        let answer = crate::support::request(admin, "POST", "/admin/drain", &[], body.as_bytes());
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    };
+    drain(true);
+    h.sim("a").set_lockstep(true);
+    let messages = json!({"model": "m", "max_tokens": 4, "stream": true, "system": "You plan.",
+        "messages": [{"role": "user", "content": "plan the release"}]});
+    let held = h.open_chat("/projA/v1/messages", &messages);
+    wait_until("the Messages stream at a", || {
+        gw.limiter.in_flight("a", "m") == 1
+    });
+    drain(false);
+    assert!(!gw.slots.pins_now("a", "m"));
+    let third = h.post(CHAT, &agent(&coder, "review the tests", 0, false));
+    assert_eq!(third.status, 200, "{}", third.text());
+    assert_eq!(third.header("X-Crossbar-Host"), Some("b"));
+    h.sim("a").set_lockstep(false);
+    drop(held);
+    // Pinning again once it ended: the family is warm on both hosts, and the next sibling joins
+    // it where fewer siblings are.
+    wait_until("nothing unpinned at a", || gw.slots.pins_now("a", "m"));
+    let fourth = h.post(CHAT, &agent(&coder, "update the changelog", 0, false));
+    assert_eq!(fourth.header("X-Crossbar-Host"), Some("b"));
+    assert_eq!(fourth.header("X-Crossbar-Placement"), Some("family"));
 }
