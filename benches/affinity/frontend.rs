@@ -121,15 +121,21 @@ impl Drop for Running {
     }
 }
 
-/// Until every host is up and crossbar knows its similarity and RAM cache (a URL-only host's
-/// probe has run: a second or so on a real server, its seats held), as smg is used only once its
+/// Until every host is up, crossbar knows its similarity and RAM cache (a URL-only host's probe
+/// has run: a second or so on a real server, its seats held) and a poll has shown an exclusive
+/// host's slots idle since, as smg is used only once its
 /// `/readiness` counts every worker healthy: a gateway starts well before its traffic. Gives up
 /// after 20 s with a line saying so; the run goes on.
 fn ready(server: &Server) {
     let gw = server.gateway();
     let hosts: Vec<String> = gw.config().hosts.keys().cloned().collect();
+    // An exclusive host's slots are in doubt after the probe until a poll shows them idle: a
+    // request sent before that goes unpinned.
     let known = |h: &String| {
-        gw.health.healthy(h) && gw.learned.similarity(h).is_some() && gw.learned.ram(h).is_some()
+        gw.health.healthy(h)
+            && gw.learned.similarity(h).is_some()
+            && gw.learned.ram(h).is_some()
+            && !gw.slots.doubtful(h)
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !hosts.iter().all(known) {
