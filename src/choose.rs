@@ -194,14 +194,14 @@ impl Info {
         self.prefill_ms(prompt - self.warm_tokens(prompt)) + self.wait_ms()
     }
 
-    /// Tokens of the host's leases against its capacity, per unit of weight (a heavier host takes
-    /// proportionally more); tokens per unit of weight when the capacity is unknown.
-    fn held_share(&self) -> f64 {
+    /// Tokens of the host's leases against its capacity (`by_capacity`), per unit of weight (a
+    /// heavier host takes proportionally more); tokens per unit of weight otherwise.
+    fn held_share(&self, by_capacity: bool) -> f64 {
         let weight = f64::from(self.weight.max(1));
-        if self.capacity == 0 {
-            self.leased as f64 / weight
-        } else {
+        if by_capacity {
             self.leased as f64 / self.capacity as f64 / weight
+        } else {
+            self.leased as f64 / weight
         }
     }
 }
@@ -249,13 +249,17 @@ fn tie_break(a: &Info, b: &Info) -> Ordering {
     let per_seat = |n: usize, other: &Info| n as u64 * other.seats.max(1) as u64;
     // Siblings count where they would take each other's slots.
     let siblings = |i: &Info| if i.kept_apart { i.siblings } else { 0 };
+    // Shares of capacity only when both capacities are known: a share against raw tokens would
+    // send every conversation to whichever host's `/props` was read last.
+    let by_capacity = a.capacity > 0 && b.capacity > 0;
+    let held = |i: &Info| i.held_share(by_capacity);
     a.inherited
         .cmp(&b.inherited)
         .then(per_weight(siblings(b), a).cmp(&per_weight(siblings(a), b)))
         .then(per_seat(b.colds, a).cmp(&per_seat(a.colds, b)))
         .then(b.reserved.cmp(&a.reserved))
         .then(per_seat(b.live, a).cmp(&per_seat(a.live, b)))
-        .then(b.held_share().total_cmp(&a.held_share()))
+        .then(held(b).total_cmp(&held(a)))
         .then(a.free.cmp(&b.free))
         .then(b.queued.cmp(&a.queued))
         .then(per_weight(b.leases, a).cmp(&per_weight(a.leases, b)))

@@ -151,6 +151,23 @@ fn each_tie_breaker_decides_when_the_ones_before_it_tie() {
             "four slots",
         ),
         (
+            "held tokens as a share of capacity only when both are known, else as tokens",
+            vec![
+                Info {
+                    leased: 50_000,
+                    capacity: 100_000,
+                    free: 1,
+                    ..host("known")
+                },
+                Info {
+                    leased: 10_000,
+                    free: 1,
+                    ..host("unknown")
+                },
+            ],
+            "unknown",
+        ),
+        (
             "then the most free slots for this model",
             vec![
                 Info {
