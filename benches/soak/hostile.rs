@@ -60,20 +60,20 @@ pub struct Tally {
 
 /// Starts the hostile clients; each waits for its window and stops at its end or the run's.
 pub fn start(run: &Arc<Run>, windows: Windows, tally: &Arc<Tally>) -> Vec<JoinHandle<()>> {
+    type Client = fn(&Run, (Instant, Instant), &Tally, usize);
+    let kinds: [(&str, usize, (Instant, Instant), Client); 2] = [
+        ("filler", FILLERS, windows.filler, filler),
+        ("flood", FLOODERS, windows.flood, flood),
+    ];
     let mut threads = Vec::new();
-    for i in 0..FILLERS {
-        let (run, tally) = (run.clone(), tally.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("filler-{i}"))
-            .spawn(move || filler(&run, windows.filler, &tally, i));
-        threads.push(spawned.expect("spawn a filler"));
-    }
-    for i in 0..FLOODERS {
-        let (run, tally) = (run.clone(), tally.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("flood-{i}"))
-            .spawn(move || flood(&run, windows.flood, &tally, i));
-        threads.push(spawned.expect("spawn a flooder"));
+    for (kind, count, window, client) in kinds {
+        for i in 0..count {
+            let (run, tally) = (run.clone(), tally.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("{kind}-{i}"))
+                .spawn(move || client(&run, window, &tally, i));
+            threads.push(spawned.expect("spawn a hostile client"));
+        }
     }
     threads
 }

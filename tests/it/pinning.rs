@@ -24,8 +24,8 @@ pub(crate) fn turn(system: &str, task: &str, turns: usize) -> Value {
     json!({"model": "m", "messages": messages, "max_tokens": 4})
 }
 
-/// One host, two slots, llama-server's default similarity, a RAM cache; `pin_slots` or not.
-fn one_host(pin: bool) -> HostSpec {
+/// Host `name`: two slots, llama-server's default similarity, a RAM cache; `exclusive` or not.
+pub(crate) fn ram_host(name: &'static str, pin: bool) -> HostSpec {
     HostSpec {
         sim: SimConfig {
             slots: 2,
@@ -33,11 +33,11 @@ fn one_host(pin: bool) -> HostSpec {
             ..SimConfig::default()
         },
         config: if pin { "exclusive = true" } else { "" },
-        ..host("a", 2)
+        ..host(name, 2)
     }
 }
 
-/// crossbar in front of [`one_host`], once its first `/slots` poll has cleared the doubt every
+/// crossbar in front of [`ram_host`] `a`, once its first `/slots` poll has cleared the doubt every
 /// slot starts in (a crossbar before it may have left a generation running).
 pub(crate) fn started(pin: bool) -> Harness {
     started_with(pin, "")
@@ -45,7 +45,7 @@ pub(crate) fn started(pin: bool) -> Harness {
 
 /// [`started`] with `extra` lines for the global config.
 fn started_with(pin: bool, extra: &str) -> Harness {
-    let h = Harness::start(vec![one_host(pin)], extra);
+    let h = Harness::start(vec![ram_host("a", pin)], extra);
     let gw = h.server().gateway().clone();
     wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
     h
