@@ -302,3 +302,79 @@ fn a_restarted_host_has_what_it_held_forgotten_issue_47() {
         "the first family is no longer believed warm there"
     );
 }
+
+/// A reused lease whose answer finds its cache lost keeps nothing worth staying for: the turn
+/// after it is placed again as if new (placement `cold`). Here the host's one slot went to
+/// another conversation between two turns, and it has no RAM cache to give it back. Placed again
+/// on the only host, the lease stays: a `cold` lease event is written only when it moves.
+#[test]
+fn a_reused_lease_that_came_back_cold_is_placed_again_issue_47() {
+    let h = Harness::start(vec![crate::support::host("a", 1)], "");
+    // Over 64 tokens: shorter turns are never judged cold.
+    let task = "my long task, with plenty to read. ".repeat(20);
+    let mine = |turns| h.post(CHAT, &chat(&task, turns, false));
+    assert_eq!(mine(0).header("X-Crossbar-Lease"), Some("new"));
+    assert_eq!(mine(1).header("X-Crossbar-Placement"), Some("sticky"));
+    // Another conversation takes the one slot; this one's next answer finds its history gone.
+    let other = h.post(CHAT, &chat("somebody else's business entirely", 0, false));
+    assert_eq!(other.status, 200, "{}", other.text());
+    assert_eq!(mine(2).header("X-Crossbar-Placement"), Some("sticky"));
+    let again = mine(3);
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.header("X-Crossbar-Placement"), Some("cold"));
+    assert_eq!(again.header("X-Crossbar-Lease"), Some("reused"));
+    // Placed once: the turn after is its lease's again.
+    assert_eq!(mine(4).header("X-Crossbar-Placement"), Some("sticky"));
+    let events = h.db().recent_events(100).unwrap();
+    assert!(
+        (events.iter()).all(|e| e.reason == crossbar::store::Reason::New),
+        "{events:#?}"
+    );
+}
+
+/// The same, where another host is better now: the conversation moves there, with lease event
+/// `cold` from the host that lost its cache.
+#[test]
+fn a_cold_lease_placed_again_moves_where_it_is_answered_sooner_issue_47() {
+    use crate::support::{drain, host};
+    // Turns that hold a slot 200 ms (4 tokens at 50 ms): a wait there is worth avoiding.
+    let slow = |name| HostSpec {
+        sim: SimConfig {
+            slots: 1,
+            decode_us_per_token: 50_000,
+            ..SimConfig::default()
+        },
+        ..host(name, 1)
+    };
+    let h = Harness::start(vec![slow("a"), slow("b")], "");
+    drain(&h, "b", true);
+    let task = "my long task, with plenty to read. ".repeat(20);
+    let mine = |turns| h.post(CHAT, &chat(&task, turns, false));
+    let theirs = "somebody else's business entirely";
+    assert_eq!(mine(0).header("X-Crossbar-Host"), Some("a"));
+    assert_eq!(mine(1).header("X-Crossbar-Host"), Some("a"));
+    assert_eq!(h.post(CHAT, &chat(theirs, 0, false)).status, 200);
+    assert_eq!(
+        mine(2).header("X-Crossbar-Host"),
+        Some("a"),
+        "came back cold"
+    );
+    drain(&h, "b", false);
+    // The other conversation's next turn holds a's one slot: b answers sooner.
+    h.sim("a").set_lockstep(true);
+    let held = h.open_chat(CHAT, &chat(theirs, 1, true));
+    let gw = h.server().gateway().clone();
+    wait_until("a's slot held", || gw.limiter.in_flight("a", "m") == 1);
+    let moved = mine(3);
+    assert_eq!(moved.status, 200, "{}", moved.text());
+    assert_eq!(moved.header("X-Crossbar-Placement"), Some("cold"));
+    assert_eq!(moved.header("X-Crossbar-Host"), Some("b"));
+    h.sim("a").set_lockstep(false);
+    drop(held);
+    let events = h.db().recent_events(100).unwrap();
+    let cold: Vec<_> = (events.iter())
+        .filter(|e| e.reason == crossbar::store::Reason::Cold)
+        .map(|e| (e.from_host.as_str(), e.to_host.as_str()))
+        .collect();
+    assert_eq!(cold, [("a", "b")], "{events:#?}");
+}

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crossbar::sim::SimConfig;
 
 use crate::pinning::ram_host;
-use crate::support::{host, wait_until, Harness, HostSpec};
+use crate::support::{drain, host, wait_until, Harness, HostSpec};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -265,13 +265,7 @@ fn a_family_gathers_on_a_pinning_host_only_while_it_pins_issue_47() {
     assert_eq!(sibling.header("X-Crossbar-Placement"), Some("family"));
     assert!(gw.slots.pins_now("a", "m"));
     // A Messages stream, which crossbar never pins, held at `a` (`b` drained meanwhile).
-    let drain = |on: bool| {
-        let body = json!({"host": "b", "on": on}).to_string();
-        let admin = h.server().admin_addr();
-        let answer = crate::support::request(admin, "POST", "/admin/drain", &[], body.as_bytes());
-        assert_eq!(answer.status, 200, "{}", answer.text());
-    };
-    drain(true);
+    drain(&h, "b", true);
     h.sim("a").set_lockstep(true);
     let messages = json!({"model": "m", "max_tokens": 4, "stream": true, "system": "You plan.",
         "messages": [{"role": "user", "content": "plan the release"}]});
@@ -279,7 +273,7 @@ fn a_family_gathers_on_a_pinning_host_only_while_it_pins_issue_47() {
     wait_until("the Messages stream at a", || {
         gw.limiter.in_flight("a", "m") == 1
     });
-    drain(false);
+    drain(&h, "b", false);
     assert!(!gw.slots.pins_now("a", "m"));
     let third = h.post(CHAT, &agent(&coder, "review the tests", 0, false));
     assert_eq!(third.status, 200, "{}", third.text());

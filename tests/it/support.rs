@@ -423,6 +423,20 @@ pub fn hold_slot(h: &Harness, host: &str) -> Conn {
     conn
 }
 
+/// Drains `host` (`on`) or undrains it through the admin API.
+#[track_caller]
+pub fn drain(h: &Harness, host: &str, on: bool) {
+    let body = serde_json::json!({"host": host, "on": on}).to_string();
+    let answer = request(
+        h.server().admin_addr(),
+        "POST",
+        "/admin/drain",
+        &[],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+}
+
 /// Waits until `cond` holds, polling a condition the code under test changes; fails after 10 s.
 #[track_caller]
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
