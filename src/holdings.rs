@@ -29,6 +29,9 @@ pub const ARRIVING_CAP: usize = 1024;
 /// An arrival that never reached its slot (its lease write failed, its request was refused) is
 /// forgotten after this long, unix ms.
 pub const ARRIVAL_TTL: i64 = 10_000;
+/// Most conversations remembered per host+model as ended since the last request was sent (more
+/// than a host has slots only when answers outpace requests).
+pub const UNSAVED_CAP: usize = 64;
 /// Prefills kept per host for its speed.
 pub const PREFILLS: usize = 32;
 /// Shorter prefills say more about per-request overhead than about a host's speed. llama-server
@@ -102,6 +105,11 @@ struct Pair {
     /// Answers the host gave for this model (issue 47: how many turns took its slots since a
     /// conversation's last one).
     turns: u64,
+    /// Conversations (`slots::conversation`) whose answer ended here since crossbar last sent
+    /// the host a request, oldest first, at most [`UNSAVED_CAP`]: each one's newest state is in an
+    /// idle slot that the host has not copied to its RAM cache yet (it copies idle slots as a
+    /// task starts). `proxy/stash.rs` has it copy them before such a conversation's next turn.
+    unsaved: Vec<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +136,8 @@ pub struct Served {
     /// A first turn placed where its family was warm: its `cache_n` measures the family.
     pub warm_first_turn: bool,
     pub cached: Option<u64>,
+    /// The conversation it answered (`slots::conversation`), if it was one.
+    pub conversation: Option<u64>,
 }
 
 impl Holdings {
@@ -199,7 +209,14 @@ impl Holdings {
         let mut inner = self.inner.lock();
         let tick = inner.next_tick();
         inner.host(host).failing = false;
-        inner.pair(host, model).turns += 1;
+        let pair = inner.pair(host, model);
+        pair.turns += 1;
+        if let Some(conversation) = served.conversation {
+            if pair.unsaved.len() == UNSAVED_CAP {
+                pair.unsaved.remove(0);
+            }
+            pair.unsaved.push(conversation);
+        }
         let (true, Some(family)) = (served.ok, served.family) else {
             return;
         };
@@ -210,6 +227,18 @@ impl Holdings {
             }
         }
         warm(inner.pair(host, model), family.id, tick);
+    }
+
+    /// A request of `conversation` is being sent to `host` for `model`, so the host will copy its
+    /// idle slots to its RAM cache as the task starts: returns whether that conversation's answer
+    /// ended there since the last request was sent (its newest state has no copy yet).
+    pub fn launch(&self, host: &str, model: &str, conversation: Option<u64>) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) else {
+            return false;
+        };
+        let unsaved = std::mem::take(&mut pair.unsaved);
+        conversation.is_some_and(|c| unsaved.contains(&c))
     }
 
     /// Answers `host` gave for `model` so far.

@@ -65,8 +65,9 @@ struct Inner {
     reloads: reload::Reloads,
 }
 
-/// One pinning host's requests: sent with a slot crossbar chose, and without one; of those
-/// without, the ones that waited for pins sent before them to start (`crate::slots`).
+/// One host's slot work. On a pinning host: requests sent with a slot crossbar chose, and
+/// without one; of those without, the ones that waited for pins sent before them to start
+/// (`crate::slots`).
 #[derive(Debug, Default, Clone, Copy)]
 struct SlotPins {
     pinned: u64,
@@ -78,6 +79,11 @@ struct SlotPins {
     /// Slots saved to RAM before a returning conversation was pinned there, and saves that failed.
     saved: u64,
     save_failed: u64,
+    /// Stashes sent before a request to a host that picks slots by age (`proxy/stash.rs`),
+    /// ones that failed, and the tokens the host prefilled for them.
+    stashed: u64,
+    stash_failed: u64,
+    stash_tokens: u64,
 }
 
 /// A map by (route, host), nested so that a request finds its entry by `&str`: a key is
@@ -276,6 +282,20 @@ impl Metrics {
         }
     }
 
+    /// A stash was sent to `host` before a request: `tokens` it prefilled, or `None` when it
+    /// failed.
+    pub fn observe_stash(&self, host: &str, tokens: Option<u64>) {
+        let mut inner = self.inner.lock();
+        let counts = at(&mut inner.slot_pins, host, SlotPins::default);
+        match tokens {
+            Some(tokens) => {
+                counts.stashed += 1;
+                counts.stash_tokens += tokens;
+            }
+            None => counts.stash_failed += 1,
+        }
+    }
+
     /// A request crossbar could not pin waited `waited` for the pinned ones sent before it to
     /// start (`settled`), or until its bound.
     pub fn observe_settle_wait(&self, host: &str, settled: bool, waited: Duration) {
@@ -304,6 +324,13 @@ impl Metrics {
         let inner = self.inner.lock();
         let c = inner.slot_pins.get(host).copied().unwrap_or_default();
         [c.pinned, c.unpinned, c.saved, c.save_failed]
+    }
+
+    /// `host`'s stashes so far: sent, failed, and the tokens it prefilled for them.
+    pub fn stashes(&self, host: &str) -> [u64; 3] {
+        let inner = self.inner.lock();
+        let c = inner.slot_pins.get(host).copied().unwrap_or_default();
+        [c.stashed, c.stash_failed, c.stash_tokens]
     }
 
     pub fn observe_row_lost(&self) {

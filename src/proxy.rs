@@ -28,6 +28,7 @@ mod plan;
 mod record;
 mod route;
 mod send;
+mod stash;
 
 use crate::api::Api;
 use crate::config::Config;
@@ -143,6 +144,7 @@ fn take_slot(
         return Err(ProxyError::ClientGone("client gone while queued"));
     }
     pin::pin(gw, plan);
+    stash::before(gw, plan);
     Ok(())
 }
 

@@ -192,12 +192,26 @@ fn placements(server: &Server) -> String {
         let counts = gateway.metrics.slot_pins(h);
         pins.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
     }
-    let pinned = if pins[0] + pins[1] > 0 {
+    let mut pinned = if pins[0] + pins[1] > 0 {
         let [yes, no, saved, failed] = pins;
         format!("; pinned {yes}, unpinned {no}, slots saved first {saved} ({failed} failed)")
     } else {
         String::new()
     };
+    let mut stashes = [0u64; 3];
+    for h in config.hosts.keys() {
+        let counts = gateway.metrics.stashes(h);
+        stashes
+            .iter_mut()
+            .zip(counts)
+            .for_each(|(sum, n)| *sum += n);
+    }
+    if stashes[0] + stashes[1] > 0 {
+        let [sent, failed, tokens] = stashes;
+        pinned.push_str(&format!(
+            "; stashes {sent} ({failed} failed, {tokens} tokens prefilled, not in the table)"
+        ));
+    }
     let holds = if held > 0 {
         let mean = waited.as_secs_f64() * 1e3 / held as f64;
         format!("; unpinned held {held} (mean {mean:.1} ms, {bound} at the bound)")

@@ -31,6 +31,7 @@ fn a_family_is_warm_from_its_placement_and_sized_by_its_warm_first_turns() {
         family: f,
         warm_first_turn,
         cached: Some(cached),
+        conversation: None,
     };
     h.served("a", "m", served(10, false));
     assert_eq!(h.facts("a", "m", f, 0).family_tokens, 1000);
@@ -168,4 +169,62 @@ fn a_restart_rebuilds_warm_families_and_sizes_from_rows() {
     assert_eq!(h.facts("a", "m", fam(6, 2000), 0).family_tokens, 0);
     h.placed("c", "m", fam(6, 2000), false, 0);
     assert_eq!(h.facts("a", "m", fam(6, 2000), 0).family_tokens, 500);
+}
+
+#[test]
+fn a_conversation_is_unsaved_from_its_answer_until_the_host_is_next_sent_a_request() {
+    let h = Holdings::default();
+    let answered = |conversation| Served {
+        ok: true,
+        conversation: Some(conversation),
+        ..Served::default()
+    };
+    // Nothing answered yet: nothing of it waits in an idle slot.
+    assert!(!h.launch("a", "m", Some(1)));
+    h.served("a", "m", answered(1));
+    h.served("a", "m", answered(2));
+    // Another conversation's request starts first: its start copies both idle slots.
+    assert!(!h.launch("a", "m", Some(3)));
+    assert!(!h.launch("a", "m", Some(1)));
+    // Conversation 1 answered and comes back before anything else was sent there.
+    h.served("a", "m", answered(1));
+    assert!(h.launch("a", "m", Some(1)));
+    assert!(!h.launch("a", "m", Some(1)), "that launch copied it");
+    // Another host or model keeps its own account; a request with no conversation clears too.
+    h.served("a", "m", answered(1));
+    assert!(!h.launch("b", "m", Some(1)));
+    assert!(!h.launch("a", "other", Some(1)));
+    assert!(!h.launch("a", "m", None));
+    assert!(!h.launch("a", "m", Some(1)));
+}
+
+#[test]
+fn the_unsaved_conversations_of_a_host_are_bounded() {
+    let h = Holdings::default();
+    for c in 0..(UNSAVED_CAP as u64 + 10) {
+        h.served(
+            "a",
+            "m",
+            Served {
+                ok: true,
+                conversation: Some(c),
+                ..Served::default()
+            },
+        );
+    }
+    // The oldest were dropped; the newest are still known.
+    let newest = UNSAVED_CAP as u64 + 9;
+    assert!(h.launch("a", "m", Some(newest)));
+    for c in 0..(UNSAVED_CAP as u64 + 10) {
+        h.served(
+            "a",
+            "m",
+            Served {
+                ok: true,
+                conversation: Some(c),
+                ..Served::default()
+            },
+        );
+    }
+    assert!(!h.launch("a", "m", Some(0)));
 }

@@ -168,6 +168,32 @@ impl Metrics {
         }
         header(
             &mut out,
+            "crossbar_slot_stashes_total",
+            "counter",
+            "Short requests sent before a request to a host that picks slots by age, so that it copies its idle slots to its RAM cache first (stashed=no: it failed and the request went on without it).",
+        );
+        for (host, counts) in &inner.slot_pins {
+            let name = "crossbar_slot_stashes_total";
+            yes_no(
+                &mut out,
+                name,
+                (host, "stashed"),
+                [counts.stashed, counts.stash_failed],
+            );
+        }
+        header(
+            &mut out,
+            "crossbar_slot_stash_tokens_total",
+            "counter",
+            "Prompt tokens hosts prefilled for stashes.",
+        );
+        for (host, counts) in &inner.slot_pins {
+            let labels = labels(&[("host", host)]);
+            let n = counts.stash_tokens;
+            let _ = writeln!(out, "crossbar_slot_stash_tokens_total{labels} {n}");
+        }
+        header(
+            &mut out,
             "crossbar_slot_settle_waits_total",
             "counter",
             "Requests crossbar could not pin held until the pinned ones sent before them to the same host had started (settled=yes), or sent at the wait's bound (settled=no).",

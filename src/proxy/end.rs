@@ -192,6 +192,8 @@ fn learn(ctx: &Ctx<'_>, plan: &Plan<'_>) {
         family: plan.family,
         warm_first_turn: plan.placed == Placed::Family,
         cached: row.cached_tokens.and_then(|c| u64::try_from(c).ok()),
+        conversation: (plan.lease != LeaseUse::Stateless && !plan.key.fp.is_empty())
+            .then(|| crate::slots::conversation(&plan.key.fp)),
     };
     ctx.gw
         .holdings

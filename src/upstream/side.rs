@@ -130,7 +130,41 @@ impl Side {
             (status, _) => Err(format!("status {status}")),
         }
     }
+
+    /// Has `host` copy its idle slots to its RAM cache: a short `/completion` left to the host's
+    /// choice of slot, which with similarity off is its least recently used idle one, saved first;
+    /// as the task starts, every other idle slot is copied too (`--cache-idle-slots`, on by
+    /// default). See `proxy/stash.rs` for when and why. Returns the tokens the host prefilled for
+    /// it (`timings.prompt_n`). At most [`SAVE_TIMEOUT`].
+    pub fn stash(&self, host: &Host) -> Result<u64, String> {
+        let body =
+            serde_json::json!({"prompt": STASH_PROMPT, "n_predict": 0, "cache_prompt": true});
+        let answer = (self.post_json(
+            host,
+            "/completion",
+            body.to_string().as_bytes(),
+            SAVE_TIMEOUT,
+        ))
+        .map_err(|e| e.to_string())?;
+        let status = answer.status().as_u16();
+        if status != 200 {
+            return Err(format!("status {status}"));
+        }
+        let read = (answer.into_body().into_with_config())
+            .limit(SAVE_ANSWER)
+            .read_to_vec()
+            .map_err(|e| e.to_string())?;
+        let answer: serde_json::Value = serde_json::from_slice(&read).map_err(|e| e.to_string())?;
+        Ok(answer["timings"]["prompt_n"].as_u64().unwrap_or(0))
+    }
 }
+
+/// What a stash asks the host to read: shares nothing with a chat template but the first token,
+/// and is long enough (about 16 tokens) that a new conversation given its slot later still loads
+/// a sibling's state from RAM (llama-server loads one only if it keeps a larger share of itself
+/// than the slot's own state keeps: 1 of 16 here, 1 of 2 for a one-word prompt).
+const STASH_PROMPT: &str =
+    "crossbar: keep every idle slot in the RAM prompt cache, then answer nothing.";
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {

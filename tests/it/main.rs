@@ -30,6 +30,7 @@ mod router;
 mod rows;
 mod signals;
 mod slot_save;
+mod stash;
 mod store;
 mod support;
 mod upstream;
