@@ -55,6 +55,8 @@ pub struct HostStatus {
     pub max_instances: Option<u64>,
     /// `/props` `build_info`, when it says.
     pub build: Option<String>,
+    /// A single-model host's training context (`/v1/models` `meta.n_ctx_train`), when it says.
+    pub ctx_train: Option<u64>,
     /// Times the host came back up after being down (a restart, perhaps: issue 47).
     pub ups: u64,
     /// Unix ms of the last poll applied; 0 before the first.
@@ -72,6 +74,7 @@ pub enum Poll {
         models: Vec<RouterModel>,
         max_instances: Option<u64>,
         build: Option<String>,
+        ctx_train: Option<u64>,
     },
     Down(DownReason),
 }
@@ -176,6 +179,20 @@ impl Health {
     }
 
     /// The slots `/props` reports for a single-model host; `None` for a router, or while unknown.
+    /// The KV cache `host` shares among its slots, when it looks like llama-server's automatic
+    /// `-np` (issue 47): four slots each reporting the model's training context, which is what
+    /// one unified KV cache of that size looks like (an explicit `-np 4` divides the context
+    /// among the slots). `/props` does not say it: a guess, which `kv_tokens` overrides.
+    pub fn unified_guess(&self, host: &str) -> Option<u64> {
+        let inner = self.inner.lock();
+        let entry = inner.hosts.get(host)?;
+        let status = &entry.status;
+        let automatic = !status.router && status.total_slots == Some(router::AUTO_SLOTS);
+        (automatic && entry.polled_ctx.is_some() && entry.polled_ctx == status.ctx_train)
+            .then_some(status.ctx_train)
+            .flatten()
+    }
+
     pub fn own_slots(&self, host: &str) -> Option<u64> {
         let inner = self.inner.lock();
         let status = &inner.hosts.get(host)?.status;
@@ -374,8 +391,10 @@ impl Health {
                 models,
                 max_instances,
                 build,
+                ctx_train,
             } => {
                 entry.status.build = build;
+                entry.status.ctx_train = ctx_train;
                 entry.polled_ctx = per_slot_ctx;
                 let status = &mut entry.status;
                 status.per_slot_ctx = entry.ctx_override.or(per_slot_ctx);

@@ -40,6 +40,9 @@ pub struct SimConfig {
     pub alias: String,
     /// Total context; each slot gets `n_ctx / slots` (the per-slot context the server reports).
     pub n_ctx: u64,
+    /// llama-server's automatic `-np` with `-c 0`: one KV cache of the model's training context
+    /// (`n_ctx`, reported as `n_ctx_train`) that every slot may fill, so each reports all of it.
+    pub unified_kv: bool,
     /// `total_slots` (llama-server `-np`).
     pub slots: usize,
     /// Simulated cost per prompt token that is not in the cache (0 = instant).
@@ -96,6 +99,7 @@ impl Default for SimConfig {
         SimConfig {
             alias: "sim-model".to_string(),
             n_ctx: 8192,
+            unified_kv: false,
             slots: 2,
             prefill_us_per_token: 0,
             prefill_shared: false,

@@ -41,6 +41,8 @@ pub struct Entry {
     pub aliases: Vec<String>,
     /// Present (router mode) whatever its shape: `{"value": …, "args": […]}` or a bare string.
     pub status: Option<Status>,
+    /// `meta.n_ctx_train`: the context the model was trained for, when the entry says.
+    pub ctx_train: Option<u64>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -76,6 +78,14 @@ struct RawEntry<'a> {
     aliases: Option<&'a RawValue>,
     #[serde(borrow)]
     status: Option<&'a RawValue>,
+    #[serde(borrow)]
+    meta: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawMeta<'a> {
+    #[serde(borrow)]
+    n_ctx_train: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -184,10 +194,14 @@ fn read_entry(raw: &str) -> Entry {
             args: Vec::new(),
         },
     });
+    let ctx_train = (entry.meta.and_then(fields::<RawMeta>))
+        .and_then(|m| m.n_ctx_train)
+        .and_then(count);
     Entry {
         id: entry.id.and_then(text),
         aliases: entry.aliases.map(texts).unwrap_or_default(),
         status,
+        ctx_train,
     }
 }
 

@@ -58,6 +58,7 @@ impl Entry {
                 models: Vec::new(),
                 max_instances: None,
                 build: None,
+                ctx_train: None,
                 ups: 0,
                 last_poll: 0,
             },

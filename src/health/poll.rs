@@ -238,6 +238,7 @@ fn poll_up(agent: &ureq::Agent, host: &config::Host) -> Result<Poll, DownReason>
         models: list.models,
         max_instances,
         build,
+        ctx_train: list.ctx_train,
     })
 }
 
@@ -273,6 +274,8 @@ struct ModelList {
     loaded: Vec<String>,
     router: bool,
     models: Vec<RouterModel>,
+    /// The first entry's training context (a single-model host lists one model).
+    ctx_train: Option<u64>,
 }
 
 /// A host's answer sizes nothing in crossbar beyond this many models.
@@ -288,10 +291,12 @@ fn parse_model_list(body: &str) -> Result<ModelList, ParseError> {
         loaded: Vec::new(),
         router: false,
         models: Vec::new(),
+        ctx_train: None,
     };
     // Names kept so far: one lookup per name, not a scan of `loaded` (quadratic over a listing).
     let mut seen = BTreeSet::new();
     answers::listing(body, &mut |entry| {
+        list.ctx_train = list.ctx_train.or(entry.ctx_train);
         if let Some(model) = RouterModel::of(&entry) {
             if list.models.len() < MAX_ROUTER_MODELS {
                 list.models.push(model);

@@ -32,6 +32,7 @@ fn up(ctx: Option<u64>, slots: Option<u64>, loaded: &[&str]) -> Poll {
         models: Vec::new(),
         max_instances: None,
         build: None,
+        ctx_train: None,
     }
 }
 
@@ -242,6 +243,7 @@ fn a_router_model_going_from_loaded_to_unloaded_is_counted_as_an_unload_issue_15
         models: vec![model("coder", coder), model("chat-7b", chat)],
         max_instances: Some(1),
         build: None,
+        ctx_train: None,
     };
     health.apply("box", poll("loaded", "unloaded"), 1);
     health.apply("box", poll("loaded", "unloaded"), 2);

@@ -106,6 +106,7 @@ mod tests {
             models: router,
             max_instances: None,
             build: None,
+            ctx_train: None,
             ups: 0,
             last_poll: 1,
         }

@@ -216,11 +216,17 @@ fn props(sh: &Shared) -> Value {
 fn models(sh: &Shared) -> Value {
     let cfg = &sh.cfg;
     let created = unix_now();
+    // A model trained for more than the sim runs, unless the sim plays `-c 0` (the whole of it).
+    let train = if cfg.unified_kv {
+        cfg.n_ctx
+    } else {
+        cfg.n_ctx.max(131072)
+    };
     json!({
         "object": "list",
         "data": [{
             "id": cfg.alias, "object": "model", "owned_by": "llamacpp", "created": created,
-            "meta": {"n_ctx": sh.per_slot_ctx(), "n_ctx_train": cfg.n_ctx.max(131072),
+            "meta": {"n_ctx": sh.per_slot_ctx(), "n_ctx_train": train,
                      "vocab_type": 2, "n_vocab": 32000, "n_embd": 64, "n_params": 1000000,
                      "size": 4000000},
         }],

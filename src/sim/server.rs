@@ -149,6 +149,9 @@ impl Drop for SlotLease<'_> {
 
 impl Shared {
     pub(super) fn per_slot_ctx(&self) -> u64 {
+        if self.cfg.unified_kv {
+            return self.cfg.n_ctx;
+        }
         self.cfg.n_ctx / self.cfg.slots.max(1) as u64
     }
 

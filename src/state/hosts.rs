@@ -104,6 +104,15 @@ impl Gateway {
             }
         }
         notes.extend(self.learned.notes(&host.name));
+        if let (None, Some(ctx)) = (host.kv_tokens, self.health.unified_guess(&host.name)) {
+            notes.push(format!(
+                "kv cache guessed: the host runs 4 slots that each report the model's training \
+                 context ({ctx} tokens), as llama-server's automatic -np does, sharing one KV cache \
+                 of {ctx} tokens; crossbar counts {ctx} in all. Start it with an explicit -np, or \
+                 set hosts.{}.kv_tokens",
+                host.name
+            ));
+        }
         notes
     }
 

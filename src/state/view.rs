@@ -252,8 +252,8 @@ fn live<'c>(
 
 /// How many tokens `host`'s KV cache holds for `model`: its `kv_tokens`, else its slots times the
 /// per-slot context it reports (0 while unknown). With unified KV (llama-server's automatic `-np`)
-/// every slot reports the whole pool, so this is too high by the slot count: `kv_tokens` fixes it
-/// (docs/OPERATIONS.md).
+/// every slot reports the whole pool: where the host looks like that (`Health::unified_guess`),
+/// the pool once, a guess the status shows; `kv_tokens` overrides (docs/OPERATIONS.md).
 pub(super) fn capacity(
     health: &Health,
     host: &crate::config::Host,
@@ -261,6 +261,9 @@ pub(super) fn capacity(
     parallel: usize,
 ) -> u64 {
     host.kv_tokens.unwrap_or_else(|| {
+        if let Some(pool) = health.unified_guess(&host.name) {
+            return pool;
+        }
         let per_slot = health.ctx_for(&host.name, model).unwrap_or(0);
         per_slot.saturating_mul(parallel as u64)
     })

@@ -236,6 +236,7 @@ fn a_host_whose_context_is_unknown_lets_every_prompt_through() {
         models: Vec::new(),
         max_instances: None,
         build: None,
+        ctx_train: None,
     };
     gw.health.apply("mystery", old_build, polled.last_poll);
     assert_eq!(gw.health.per_slot_ctx("mystery"), None);

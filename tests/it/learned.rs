@@ -43,6 +43,49 @@ fn a_host_given_only_its_url_serves_with_the_slots_it_reports_issue_47() {
     assert_eq!(answer.header("X-Crossbar-Host"), Some("box"));
 }
 
+/// llama-server's automatic `-np` (no `-np`, `-c 0`) runs four slots sharing one KV cache, each
+/// reporting all of it; `/props` does not say so. crossbar counts the pool once where a host looks
+/// like that, and says it guessed; `kv_tokens` overrides, and an explicit `-np 4` (each slot a
+/// quarter) is counted as four slots.
+#[test]
+fn the_kv_cache_of_llama_servers_automatic_slots_is_a_guess_said_in_the_status_issue_47() {
+    let sim = |unified_kv| SimConfig {
+        slots: 4,
+        n_ctx: 8192,
+        unified_kv,
+        ..SimConfig::default()
+    };
+    let h = Harness::start(
+        vec![
+            url_only("auto", sim(true), ""),
+            url_only("set", sim(true), "kv_tokens = 4096"),
+            url_only("four", sim(false), ""),
+        ],
+        "",
+    );
+    let gw = h.server().gateway().clone();
+    wait_until("every host's slots read", || {
+        ["auto", "set", "four"]
+            .iter()
+            .all(|host| gw.limiter.load(host, "m").parallel == 4)
+    });
+    assert_eq!(gw.held("auto", "m").1, 8192, "the pool once, not 4 x 8192");
+    assert_eq!(gw.held("set", "m").1, 4096, "kv_tokens wins");
+    assert_eq!(gw.held("four", "m").1, 8192, "4 slots of 2048");
+    wait_until("the guess noted", || !gw.host_notes("auto").is_empty());
+    let notes = gw.host_notes("auto").join(" ");
+    assert!(notes.contains("kv cache guessed"), "{notes}");
+    assert!(notes.contains("hosts.auto.kv_tokens"), "{notes}");
+    let quiet = |host| !gw.host_notes(host).iter().any(|n| n.contains("kv cache"));
+    assert!(quiet("set") && quiet("four"));
+    let status = request(h.server().admin_addr(), "GET", "/admin/status", &[], b"");
+    assert!(
+        status.text().contains("kv cache guessed"),
+        "{}",
+        status.text()
+    );
+}
+
 /// A crossbar restarted beside a warm host probes it again. With similarity off llama-server
 /// saves nothing a slot asked for by id displaces, so the probe's pinned steps would lose the
 /// last turn of a conversation not yet copied to RAM; its first step, left to the host, has every

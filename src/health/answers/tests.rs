@@ -48,11 +48,18 @@ fn issue12_a_field_of_the_wrong_shape_reads_as_absent() {
         Entry {
             id: None,
             aliases: vec![],
-            status: Some(Status::default())
+            status: Some(Status::default()),
+            ctx_train: None,
         }
     );
     assert_eq!(got[5].id.as_deref(), Some("a"));
     assert_eq!(got[5].aliases, ["b"]);
+    // A training context is a count, or nothing.
+    let got = entries(
+        r#"[{"id":"a","meta":{"n_ctx_train":131072}},{"id":"b","meta":{"n_ctx_train":"x"}},{"id":"c","meta":3}]"#,
+    );
+    let trained: Vec<Option<u64>> = got.iter().map(|e| e.ctx_train).collect();
+    assert_eq!(trained, [Some(131072), None, None]);
     let got =
         props(r#"{"default_generation_settings":[1,2],"total_slots":-3,"max_instances":2.5}"#);
     assert_eq!(got.unwrap(), Props::default());

@@ -182,6 +182,7 @@ fn a_good_host_is_up_with_its_context_slots_and_models_and_gets_the_key() {
         models: Vec::new(),
         max_instances: None,
         build: Some("b11434-0123abc".into()),
+        ctx_train: Some(32768),
     };
     assert_eq!(poll, want);
     let hits: Vec<Hit> = server.hits.try_iter().collect();
@@ -208,6 +209,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             models: router_models(),
             max_instances: None,
             build: Some("b11434-0123abc".into()),
+            ctx_train: None,
         },
     );
     // When /v1/models already carries statuses, /models is not asked.
@@ -226,6 +228,7 @@ fn a_router_tells_on_models_which_are_loaded() {
             models: router_models(),
             max_instances: None,
             build: None,
+            ctx_train: None,
         },
     );
     let paths: Vec<String> = server.hits.try_iter().map(|(p, _)| p).collect();
