@@ -9,6 +9,10 @@
 //!   `[cache_n, n_prompt)` overlaps the history `[0, prev_prompt)` by `prev_prompt - cache_n` (at least
 //!   0, at most `prompt_n`). New tokens of a turn — the reply it appended and its new message — are
 //!   never counted.
+//! - floor: the fewest tokens any router could have had prefilled for the same turns — every
+//!   turn's new tokens once, and a system prompt several conversations share once in all (its size
+//!   as the hosts count it: the largest `cache_n` of a sharer's first turn). 0 where no sharer's
+//!   first turn found it warm (the size is unknown then).
 
 /// One run's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -23,6 +27,7 @@ pub struct Figures {
     pub prefilled: u64,
     pub cached: u64,
     pub history_reprefilled: u64,
+    pub floor: u64,
     pub ttfb_mean_ms: f64,
     pub ttfb_p95_ms: f64,
     /// Successful turns per second of wall time.
@@ -52,6 +57,24 @@ pub struct TurnFacts {
     pub prev_prompt: u64,
     /// Served by another host than the conversation's previous successful turn.
     pub moved: bool,
+    /// Its conversation's system prompt is one other conversations share.
+    pub shared_system: bool,
+}
+
+/// See the module: each successful turn's tokens beyond its conversation's previous prompt, less
+/// the shared system prompt of every sharer but one.
+pub fn floor(turns: &[TurnFacts]) -> u64 {
+    let ok = || turns.iter().filter(|t| t.ok);
+    let new_tokens: u64 = ok()
+        .map(|t| (t.prompt_n + t.cache_n).saturating_sub(t.prev_prompt))
+        .sum();
+    let first = || ok().filter(|t| t.prev_prompt == 0 && t.shared_system);
+    let shared = first().map(|t| t.cache_n).max().unwrap_or(0);
+    if shared == 0 {
+        return 0;
+    }
+    let sharers = first().count() as u64;
+    new_tokens.saturating_sub(sharers.saturating_sub(1) * shared)
 }
 
 /// Prefilled tokens of a turn that repeat the conversation's earlier prompt.
@@ -80,6 +103,7 @@ pub fn figures(turns: &[TurnFacts], host_prompt_n: u64, host_cache_n: u64, wall_
         prefilled: host_prompt_n,
         cached: host_cache_n,
         history_reprefilled: turns.iter().map(history_reprefilled).sum(),
+        floor: floor(turns),
         ttfb_mean_ms: mean,
         ttfb_p95_ms: percentile(&ttfb, 95.0),
         turns_per_s: if wall_s > 0.0 {

@@ -95,6 +95,11 @@ pub fn ratios(rows: &[Row]) -> Vec<String> {
             s.name,
             show_ratio(ratio(cb.prefilled, oracle.prefilled))
         );
+        // The fewest any router could prefill, from the oracle's own turns (see `figures.rs`).
+        if oracle.floor > 0 {
+            let floor = show_ratio(ratio(oracle.floor, oracle.prefilled));
+            let _ = write!(text, "  floor/oracle {floor}");
+        }
         for k in [Kind::RoundRobin, Kind::LeastConn, Kind::Smg] {
             if let Some(f) = get(k) {
                 let _ = write!(

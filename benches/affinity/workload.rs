@@ -195,6 +195,7 @@ fn converse(
         let (path, body) = shape.api.request(&messages, shape.reply_tokens);
         let mut record = TurnFacts {
             prev_prompt,
+            shared_system: conv.is_multiple_of(2),
             ..TurnFacts::default()
         };
         for _ in 0..ATTEMPTS {

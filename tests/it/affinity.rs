@@ -5,7 +5,7 @@
 mod figures;
 
 use crate::support::{chat, host, wait_until, Harness, HostSpec};
-use figures::{figures, history_reprefilled, ratio, show_ratio, TurnFacts};
+use figures::{figures, floor, history_reprefilled, ratio, show_ratio, TurnFacts};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -146,6 +146,29 @@ fn history_re_prefilled_counts_only_tokens_sent_in_an_earlier_turn() {
         0,
         "a lost turn prefilled nothing it reports"
     );
+}
+
+#[test]
+fn the_floor_counts_new_tokens_once_and_a_shared_system_prompt_once_in_all() {
+    let sharer = |prev, prompt_n, cache_n| TurnFacts {
+        shared_system: true,
+        ..turn(prev, prompt_n, cache_n)
+    };
+    let turns = [
+        // Two conversations share a 1,000-token system prompt: the second found it warm.
+        sharer(0, 1100, 0),
+        sharer(0, 150, 1000),
+        // Their second turns append 200 each, one found cold (its history prefilled again).
+        sharer(1100, 200, 1100),
+        sharer(1150, 1350, 0),
+        // A conversation of its own: 400, then 100 more.
+        turn(0, 400, 0),
+        turn(400, 100, 400),
+    ];
+    // 1,100 + 150 + 200 + 200 + 400 + 100, the shared prompt counted once.
+    assert_eq!(floor(&turns), 2150);
+    // Nobody found it warm: its size is unknown, and so is the floor.
+    assert_eq!(floor(&[sharer(0, 1100, 0), sharer(0, 1150, 0)]), 0);
 }
 
 #[test]
