@@ -36,9 +36,10 @@
 //! sent, but not yet seen started at the host (its answer's head, a `/slots` poll that shows its
 //! slot at work, or its end). llama-server might otherwise launch the unpinned one first, into
 //! the pinned one's slot, and the pin would then reload a state under its generation (`settle.rs`).
-//! crossbar must be the host's only client. With similarity off llama-server
-//! never saves or reloads a slot asked for by id, so only a conversation's own slot is asked for
-//! there (`choose_own`). Pinning assumes the RAM cache (`--cache-ram`, on by default) and no
+//! crossbar must be the host's only client. A host with similarity off is not pinned: there
+//! llama-server never saves or reloads a slot asked for by id, and crossbar keeps each
+//! conversation's last turn in its RAM cache instead (`proxy/stash.rs`), which measured better
+//! (docs/BENCHMARKS.md). Pinning assumes the RAM cache (`--cache-ram`, on by default) and no
 //! unified KV (an explicit `-np`: with unified KV idle slots are cleared, and an empty slot asked
 //! for by id reloads nothing).
 
@@ -58,7 +59,7 @@ mod shown;
 
 pub use body::{insert_id, pinnable, remove_id};
 pub use claim::{Claim, End, Pin};
-pub(crate) use pick::{choose, choose_own, kept_whole};
+pub(crate) use pick::{choose, kept_whole};
 pub use polled::{parse_slots, Polled};
 pub use shown::{Mirror, Shown};
 
@@ -118,9 +119,6 @@ struct Pair {
     /// its tokens (a body's bytes ÷ 4 undercounts by half on the tiny test model's tokenizer).
     tokens: u64,
     bytes: u64,
-    /// The host runs with `slot_prompt_similarity = 0`: a slot asked for by id is neither saved
-    /// nor reloaded there, so only a conversation's own slot is worth asking for (`pick.rs`).
-    similarity_off: bool,
     /// Conversations whose last state crossbar believes is in the host's RAM cache, oldest
     /// first, at most [`MAX_IN_RAM`]: copied there while idle, or saved when their slot went to
     /// another. A belief: the cache drops its oldest states unseen.
@@ -177,9 +175,6 @@ pub(crate) struct Slot {
     /// A pinned request taken here at this time ([`now_us`]) is not yet seen started at the host
     /// (`settle.rs`): nothing unpinned is sent meanwhile.
     pub(crate) unsettled_since: Option<i64>,
-    /// An unpinned request may have taken it since (similarity off: llama-server chose a slot
-    /// crossbar cannot see), so what crossbar last left there may be gone.
-    pub(crate) foreign: bool,
     /// Its state is in the host's RAM cache: llama-server's `--cache-idle-slots` (on with the
     /// RAM cache) copies every idle slot there each time a task starts.
     pub(crate) saved: bool,
@@ -257,24 +252,12 @@ impl Slots {
         }
         let at = want.filter(|_| pair.unpinned == 0).and_then(|want| {
             let family_tokens = pair.tokens_of(want.family_bytes);
-            let at = if pair.similarity_off {
-                choose_own(&pair.slots, want)
-            } else {
-                choose(&pair.slots, want, family_tokens)
-            }?;
+            let at = choose(&pair.slots, want, family_tokens)?;
             Some((want, at, kept_whole(&pair.slots[at], want, family_tokens)))
         });
         let end = End::new(self.shared.clone(), key);
         let Some((want, at, kept)) = at else {
             pair.unpinned += 1;
-            if pair.similarity_off {
-                // llama-server gives it its least recently used idle slot, saving what that held
-                // and loading the request's own state from RAM: which slot is not known here, so
-                // no free slot surely holds what crossbar left in it.
-                for slot in pair.slots.iter_mut().filter(|s| !s.busy) {
-                    slot.foreign = true;
-                }
-            }
             return Claim::Unpinned(end);
         };
         // A returning conversation whose state is in RAM, sent to a sibling's slot that would
@@ -283,7 +266,6 @@ impl Slots {
         let before = &pair.slots[at];
         let save_first = kept
             && !want.first_turn
-            && !pair.similarity_off
             && before.holder != Some(want.conversation)
             && pair.in_ram.contains(&want.conversation);
         // What the slot held stays in RAM when it was copied there, or when llama-server saves it
@@ -312,7 +294,6 @@ impl Slots {
             doubtful_since: None,
             unsettled_since: Some(now),
             saved: false,
-            foreign: false,
             last_used: tick,
         };
         Claim::Pinned(Pin::new(end, at, want.bytes, save_first))
@@ -326,15 +307,8 @@ impl Slots {
     }
 
     /// Makes the mirror of a pinning host's model when it has none yet, `count` slots each in
-    /// doubt from `now` until a `/slots` poll started later shows it idle; and says whether the
-    /// host runs with similarity off (learned, and it may change).
-    pub(crate) fn prepare_pair(
-        &self,
-        (host, model): (&str, &str),
-        count: usize,
-        similarity_off: bool,
-        now: i64,
-    ) {
+    /// doubt from `now` until a `/slots` poll started later shows it idle.
+    pub(crate) fn prepare_pair(&self, (host, model): (&str, &str), count: usize, now: i64) {
         let mut table = self.shared.lock();
         let key = (host.to_string(), model.to_string());
         if !table.pairs.contains_key(&key) && table.pairs.len() >= MAX_PAIRS {
@@ -349,7 +323,6 @@ impl Slots {
             // The host's slots are known now, or changed: nothing known holds.
             pair.slots = vec![Slot::doubtful(now); count];
         }
-        pair.similarity_off = similarity_off;
     }
 
     /// A `/slots` poll of `host` that started at `started` ([`now_us`]) saw what `seen` says: the

@@ -46,32 +46,3 @@ fn sibling(s: &Slot, want: &Want) -> bool {
 pub(crate) fn kept_whole(s: &Slot, want: &Want, family_tokens: u64) -> bool {
     sibling(s, want) && s.tokens < family_tokens.saturating_mul(2)
 }
-
-/// [`choose`] for a host with similarity off, where a slot asked for by id is neither saved nor
-/// reloaded: a returning conversation gets its own slot, never anyone else's (left to the host,
-/// it gets the least recently used slot, whose occupant is saved, and its own state from RAM),
-/// and not one an unpinned request may have taken since (`foreign`); a first turn gets a
-/// sibling's slot whose state is already in RAM (the family's prefix is kept in place), else a
-/// slot holding nothing crossbar knows of or whose state is in RAM, else one an unpinned request
-/// may have taken (what that request left is lost, once: the way pinning comes back after
-/// requests it could not pin), the least recently used of a kind.
-pub(crate) fn choose_own(slots: &[Slot], want: &Want) -> Option<usize> {
-    let free = || (slots.iter().enumerate()).filter(|(_, s)| s.free());
-    if !want.first_turn {
-        return free()
-            .find(|(_, s)| !s.foreign && s.holder == Some(want.conversation))
-            .map(|(at, _)| at);
-    }
-    let rank = |s: &Slot| match (s.foreign, s.holder.is_none(), s.saved) {
-        // The family's prefix is there to keep, and the sibling's state is in RAM.
-        (false, false, true) if sibling(s, want) => 0,
-        (false, true, _) => 1,
-        (false, false, true) => 1,
-        (true, _, _) => 2,
-        (false, false, false) => 3,
-    };
-    free()
-        .filter(|(_, s)| rank(s) < 3)
-        .min_by_key(|(_, s)| (rank(s), s.last_used))
-        .map(|(at, _)| at)
-}

@@ -25,7 +25,6 @@ fn slot(holder: u64, family: Option<u32>, tokens: u64, saved: bool, last_used: u
         doubtful_since: None,
         unsettled_since: None,
         saved,
-        foreign: false,
         last_used,
     }
 }
@@ -319,89 +318,6 @@ fn the_status_shows_each_slot_as_the_mirror_holds_it() {
         "pinned: 1 busy, 1 free, 1 in doubt; 1 unpinned running"
     );
     running.finish(None);
-}
-
-/// With similarity off a slot asked for by id is neither saved nor reloaded: a conversation is
-/// pinned to its own slot or not at all, a first turn to a slot that loses nothing unsaved.
-#[test]
-fn with_similarity_off_only_a_conversations_own_slot_is_asked_for() {
-    let mut slots = [
-        slot(1, Some(FAMILY), P + 400, false, 5),
-        slot(2, Some(FAMILY), P + 300, false, 4),
-        Slot::default(),
-    ];
-    assert_eq!(choose_own(&slots, &want(1, false)), Some(0));
-    assert_eq!(
-        choose_own(&slots, &want(3, false)),
-        None,
-        "no slot of its own"
-    );
-    assert_eq!(choose_own(&slots, &want(3, true)), Some(2), "the empty one");
-    slots[2].busy = true;
-    assert_eq!(
-        choose_own(&slots, &want(3, true)),
-        None,
-        "both would lose a history"
-    );
-    slots[1].saved = true;
-    assert_eq!(
-        choose_own(&slots, &want(3, true)),
-        Some(1),
-        "2's history is in RAM"
-    );
-    // A sibling's slot whose state is in RAM goes before an empty one: the prefix is there.
-    slots[2].busy = false;
-    assert_eq!(
-        choose_own(&slots, &want(3, true)),
-        Some(1),
-        "the family's prefix"
-    );
-    let stranger = Want {
-        family: Some(FAMILY + 1),
-        ..want(3, true)
-    };
-    assert_eq!(
-        choose_own(&slots, &stranger),
-        Some(2),
-        "no prefix to keep: the empty one"
-    );
-    slots[2].busy = true;
-    slots[0].busy = true;
-    assert_eq!(choose_own(&slots, &want(1, false)), None, "its own is busy");
-}
-
-/// A request crossbar could not pin on a host with similarity off took a slot crossbar cannot
-/// see: no conversation is sent back to what was its slot until a pin takes it again, and a
-/// first turn takes such a slot only when nothing else is free.
-#[test]
-fn with_similarity_off_an_unpinned_request_makes_every_free_slot_foreign() {
-    let slots = Slots::default();
-    slots.prepare_pair(HOST, 2, true, 10);
-    slots.saw("h", 11, &idle(&[0, 1]));
-    let a = slots.take(HOST, 2, Some(&want(1, true)), 20);
-    let own = a.index().expect("pinned to an empty slot");
-    a.finish(None);
-    let again = slots.take(HOST, 2, Some(&want(1, false)), 21);
-    assert_eq!(again.index(), Some(own));
-    again.finish(None);
-    let messages = slots.take(HOST, 2, None, 22);
-    assert_eq!(messages.index(), None);
-    messages.finish(None);
-    assert!(slots.of("h", "m").iter().all(|s| s.foreign));
-    let back = slots.take(HOST, 2, Some(&want(1, false)), 23);
-    assert_eq!(
-        back.index(),
-        None,
-        "its slot may hold the other request now: left to the host"
-    );
-    back.finish(None);
-    let newcomer = slots.take(HOST, 2, Some(&want(2, true)), 24);
-    assert!(
-        newcomer.index().is_some(),
-        "a first turn takes a foreign slot"
-    );
-    newcomer.finish(None);
-    assert_eq!(slots.of("h", "m").iter().filter(|s| !s.foreign).count(), 1);
 }
 
 mod save;

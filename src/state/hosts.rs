@@ -44,6 +44,7 @@ pub fn seats(config: &Config, health: &Health, host: &str, model: &str) -> usize
 pub(super) fn pinning(host: &Host, health: &Health, learned: &learn::Learned, now: i64) -> bool {
     host.exclusive
         && health.own_slots(&host.name).is_some()
+        && learned.similarity(&host.name) != Some(false)
         && learned.get(&host.name).is_none_or(|h| h.quiet(now))
 }
 
@@ -67,8 +68,9 @@ impl Gateway {
     }
 
     /// Whether crossbar picks `host`'s slots now: the host is declared `exclusive`, is a
-    /// single-model host whose slots `/props` told, and showed no task crossbar did not start
-    /// within the last [`learn::QUIET_MS`].
+    /// single-model host whose slots `/props` told, picks slots by similarity (or is not known
+    /// not to: with similarity off it is stashed instead, `proxy/stash.rs`), and showed no task
+    /// crossbar did not start within the last [`learn::QUIET_MS`].
     pub fn pinning(&self, host: &Host) -> bool {
         pinning(
             host,
@@ -191,15 +193,14 @@ impl Gateway {
     }
 
     /// The slot mirror of each model of an exclusive `host`: made (or resized to the host's slots)
-    /// with every slot in doubt since `since`, and told whether the host runs with similarity off.
+    /// with every slot in doubt since `since`.
     pub fn prepare_slots(&self, host: &Host, since: i64) {
         if !host.exclusive {
             return;
         }
-        let off = self.learned.similarity(&host.name) == Some(false);
         for model in host.models.keys() {
             let count = self.seats(&host.name, model);
-            (self.slots).prepare_pair((&host.name, model), count, off, since);
+            (self.slots).prepare_pair((&host.name, model), count, since);
         }
     }
 
@@ -225,6 +226,10 @@ impl Gateway {
             )
         } else if self.health.own_slots(&host.name).is_none() {
             "waiting: the host has not told its slots (a router is never pinned)".to_string()
+        } else if self.learned.similarity(&host.name) == Some(false) {
+            "off: the host picks slots by age; crossbar keeps each conversation's last turn in its \
+             RAM cache instead (stash)"
+                .to_string()
         } else {
             "on".to_string()
         }

@@ -146,14 +146,14 @@ fn a_conversation_whose_slot_went_to_a_sibling_gets_its_history_back_from_ram() 
 }
 
 /// With similarity off llama-server gives a returning conversation its least recently used
-/// idle slot, not its own, and reloads only what its RAM cache holds: a second turn right after
-/// the first (no task started between to copy the first slot to RAM) would prefill its history
-/// again. Pinned to its own slot it finds all of it, and a newcomer gets the empty slot; left to
-/// the host it finds all of it too, because crossbar first has the host copy its idle slots
-/// (`stash.rs` tells that story): one request more, which pinning does without.
+/// idle slot, not its own, and reloads only what its RAM cache holds; a slot asked for by id is
+/// neither saved nor reloaded there. crossbar does not pin such a host, `exclusive` or not: it has
+/// the host copy its idle slots to RAM before the turn that needs it (`stash.rs`), and the second
+/// turn finds all of the first either way. Measured on real servers, pinning there lost to it
+/// (docs/BENCHMARKS.md). The status says why it does not pin.
 #[test]
-fn with_similarity_off_a_conversation_is_pinned_to_its_own_slot() {
-    let second_turn = |pin: bool| {
+fn with_similarity_off_an_exclusive_host_is_stashed_not_pinned_issue_47() {
+    let second_turn = |exclusive: bool| {
         let h = Harness::start(
             vec![HostSpec {
                 sim: SimConfig {
@@ -162,7 +162,7 @@ fn with_similarity_off_a_conversation_is_pinned_to_its_own_slot() {
                     slot_prompt_similarity: 0.0,
                     ..SimConfig::default()
                 },
-                config: if pin {
+                config: if exclusive {
                     "exclusive = true\nslot_prompt_similarity = 0"
                 } else {
                     "slot_prompt_similarity = 0"
@@ -171,66 +171,46 @@ fn with_similarity_off_a_conversation_is_pinned_to_its_own_slot() {
             }],
             "",
         );
-        let gw = h.server().gateway().clone();
-        wait_until("the first /slots poll", || !gw.slots.doubtful("a"));
         let task = "Fix the parser: it fails on nested quotes in the config. ".repeat(7);
         let first = h.post(CHAT, &turn("You are the coder.", &task, 0));
         assert_eq!(first.status, 200, "{}", first.text());
         let back = h.post(CHAT, &turn("You are the coder.", &task, 1));
         assert_eq!(back.status, 200, "{}", back.text());
-        let other = h.post(CHAT, &turn("You are a poet.", "a poem about rain", 0));
-        assert_eq!(other.status, 200, "{}", other.text());
         let requests = h.sim("a").requests();
-        let slots: Vec<Option<i64>> = (requests.iter())
+        let pinned = (requests.iter())
             .filter(|r| r.path.ends_with("/chat/completions"))
-            .map(|r| serde_json::from_slice::<Value>(&r.body).expect("json")["id_slot"].as_i64())
-            .collect();
+            .filter(|r| serde_json::from_slice::<Value>(&r.body).expect("json")["id_slot"].is_u64())
+            .count();
         let stashes = (requests.iter())
             .filter(|r| r.path == "/completion")
             .count();
         let prompt = first.json()["usage"]["prompt_tokens"]
             .as_u64()
             .expect("usage");
-        (prompt, cached(&back), slots, stashes)
+        let status =
+            crate::support::request(h.server().admin_addr(), "GET", "/admin/status", &[], b"")
+                .json();
+        let shown = status["hosts"][0]["learned"]["pinning"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (prompt, cached(&back), pinned, stashes, shown)
     };
-    let (prompt, unpinned, sent, stashes) = second_turn(false);
-    assert_eq!(sent, [None, None, None]);
-    assert_eq!(
-        stashes, 1,
-        "the host copied its idle slots before the second turn"
-    );
-    assert!(
-        unpinned >= prompt - 1,
-        "{unpinned} of the first turn's {prompt}"
-    );
-    let (_, pinned, sent, stashes) = second_turn(true);
-    let own = sent[0].expect("the first turn pinned to an empty slot");
-    assert_eq!(sent, [Some(own), Some(own), Some(1 - own)]);
-    assert_eq!(stashes, 0, "pinned, it needs none");
-    assert_eq!(pinned, unpinned, "the whole first turn either way");
-}
-
-/// A client's own `id_slot` was kept (and its request counted as unpinned) until issue 46: now
-/// it is refused (`hostile::slots`). A Messages request, whose `id_slot` llama-server's
-/// conversion drops, goes unpinned.
-#[test]
-fn a_client_that_names_its_slot_is_refused_and_a_messages_request_goes_unpinned_issue_46() {
-    let h = started(true);
-    let mut body = turn("You are the coder.", "fix it", 0);
-    body["id_slot"] = json!(1);
-    assert_eq!(h.post(CHAT, &body).status, 400);
-    let messages = json!({"model": "m", "max_tokens": 4, "system": "You are the coder.",
-        "messages": [{"role": "user", "content": "fix it"}]});
-    assert_eq!(h.post("/projA/v1/messages", &messages).status, 200);
-    let metrics = crate::support::request(h.server().admin_addr(), "GET", "/metrics", &[], b"");
-    let unpinned = r#"crossbar_slot_pins_total{host="a",pinned="no"} 1"#;
-    assert!(metrics.text().contains(unpinned), "{}", metrics.text());
-    let seen: Vec<Value> = (h.sim("a").requests().iter())
-        .filter(|r| r.method == "POST")
-        .map(|r| serde_json::from_slice(&r.body).expect("json"))
-        .collect();
-    assert_eq!(seen.len(), 1);
-    assert!(seen[0].get("id_slot").is_none(), "{}", seen[0]);
+    for exclusive in [false, true] {
+        let (prompt, cached, pinned, stashes, shown) = second_turn(exclusive);
+        assert_eq!(pinned, 0, "exclusive: {exclusive}");
+        assert_eq!(
+            stashes, 1,
+            "the host copied its idle slots before the second turn"
+        );
+        assert!(
+            cached >= prompt - 1,
+            "{cached} of the first turn's {prompt}"
+        );
+        if exclusive {
+            assert!(shown.contains("picks slots by age"), "{shown}");
+        }
+    }
 }
 
 /// The attack on pinning: a client leaves mid-answer. llama-server may still be generating in

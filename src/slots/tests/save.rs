@@ -57,7 +57,7 @@ fn nothing_is_saved_first_for_its_own_slot_a_first_turn_or_a_state_not_in_ram() 
 }
 
 #[test]
-fn with_similarity_off_or_a_slot_not_kept_whole_nothing_is_saved_first() {
+fn a_slot_not_kept_whole_is_not_saved_first() {
     // A sibling's slot holding more than twice the prefix: llama-server saves it itself. (One
     // slot, so that the sibling's is the only one free.)
     let slots = polled(1);
@@ -78,17 +78,6 @@ fn with_similarity_off_or_a_slot_not_kept_whole_nothing_is_saved_first() {
     let two = slots.take(HOST, 1, Some(&want(2, false)), 40);
     assert_eq!(two.index(), Some(0));
     assert!(two.saves_first());
-    // With similarity off a slot asked for by id is never saved nor reloaded: only one's own.
-    let off = Slots::default();
-    off.prepare_pair(HOST, 2, true, 0);
-    off.saw("h", 1, &super::idle(&[0, 1]));
-    for conversation in [1, 2] {
-        off.take(HOST, 2, Some(&want(conversation, true)), 20)
-            .finish(Some(SHORT));
-    }
-    let back = off.take(HOST, 2, Some(&want(1, false)), 30);
-    assert_eq!(back.index(), Some(0));
-    assert!(!back.saves_first());
 }
 
 #[test]
