@@ -11,8 +11,9 @@
 //!   never counted.
 //! - floor: the fewest tokens any router could have had prefilled for the same turns — every
 //!   turn's new tokens once, and a system prompt several conversations share once in all (its size
-//!   as the hosts count it: the largest `cache_n` of a sharer's first turn). 0 where no sharer's
-//!   first turn found it warm (the size is unknown then).
+//!   as the hosts count it: the largest `cache_n` of a sharer's first turn, in this run or, through
+//!   [`Floor::with_shared`], another front end's of the same scenario). Unknown (`None`) where no
+//!   sharer's first turn found it warm.
 
 /// One run's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -27,7 +28,7 @@ pub struct Figures {
     pub prefilled: u64,
     pub cached: u64,
     pub history_reprefilled: u64,
-    pub floor: u64,
+    pub floor: Floor,
     pub ttfb_mean_ms: f64,
     pub ttfb_p95_ms: f64,
     /// Successful turns per second of wall time.
@@ -61,20 +62,46 @@ pub struct TurnFacts {
     pub shared_system: bool,
 }
 
-/// See the module: each successful turn's tokens beyond its conversation's previous prompt, less
-/// the shared system prompt of every sharer but one.
-pub fn floor(turns: &[TurnFacts]) -> u64 {
-    let ok = || turns.iter().filter(|t| t.ok);
-    let new_tokens: u64 = ok()
-        .map(|t| (t.prompt_n + t.cache_n).saturating_sub(t.prev_prompt))
-        .sum();
-    let first = || ok().filter(|t| t.prev_prompt == 0 && t.shared_system);
-    let shared = first().map(|t| t.cache_n).max().unwrap_or(0);
-    if shared == 0 {
-        return 0;
+/// What the floor (see the module) is made of in one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Floor {
+    /// Each successful turn's tokens beyond its conversation's previous prompt.
+    pub new_tokens: u64,
+    /// Conversations sharing a system prompt (their first turns that succeeded).
+    pub sharers: u64,
+    /// The shared system prompt's tokens, as far as a sharer's warm first turn showed them.
+    pub shared: u64,
+}
+
+impl Floor {
+    pub fn of(turns: &[TurnFacts]) -> Floor {
+        let ok = || turns.iter().filter(|t| t.ok);
+        let first = || ok().filter(|t| t.prev_prompt == 0 && t.shared_system);
+        Floor {
+            new_tokens: ok()
+                .map(|t| (t.prompt_n + t.cache_n).saturating_sub(t.prev_prompt))
+                .sum(),
+            sharers: first().count() as u64,
+            shared: first().map(|t| t.cache_n).max().unwrap_or(0),
+        }
     }
-    let sharers = first().count() as u64;
-    new_tokens.saturating_sub(sharers.saturating_sub(1) * shared)
+
+    /// The same run's floor, the shared prompt's size taken as `shared` where that is larger (a
+    /// front end that gathered the sharers saw it; one that spread them may not have).
+    pub fn with_shared(self, shared: u64) -> Floor {
+        Floor {
+            shared: self.shared.max(shared),
+            ..self
+        }
+    }
+
+    /// The floor in tokens, `None` while the shared prompt's size is unknown.
+    pub fn tokens(&self) -> Option<u64> {
+        (self.shared > 0 || self.sharers < 2).then(|| {
+            let repeats = self.sharers.saturating_sub(1) * self.shared;
+            self.new_tokens.saturating_sub(repeats)
+        })
+    }
 }
 
 /// Prefilled tokens of a turn that repeat the conversation's earlier prompt.
@@ -103,7 +130,7 @@ pub fn figures(turns: &[TurnFacts], host_prompt_n: u64, host_cache_n: u64, wall_
         prefilled: host_prompt_n,
         cached: host_cache_n,
         history_reprefilled: turns.iter().map(history_reprefilled).sum(),
-        floor: floor(turns),
+        floor: Floor::of(turns),
         ttfb_mean_ms: mean,
         ttfb_p95_ms: percentile(&ttfb, 95.0),
         turns_per_s: if wall_s > 0.0 {

@@ -95,9 +95,14 @@ pub fn ratios(rows: &[Row]) -> Vec<String> {
             s.name,
             show_ratio(ratio(cb.prefilled, oracle.prefilled))
         );
-        // The fewest any router could prefill, from the oracle's own turns (see `figures.rs`).
-        if oracle.floor > 0 {
-            let floor = show_ratio(ratio(oracle.floor, oracle.prefilled));
+        // The fewest any router could prefill, from the oracle's own turns, the shared prompt's
+        // size as any front end's turns showed it (see `figures.rs`).
+        let shared = (rows.iter().filter(|r| r.scenario == s.name))
+            .map(|r| r.figures.floor.shared)
+            .max()
+            .unwrap_or(0);
+        if let Some(floor) = oracle.floor.with_shared(shared).tokens() {
+            let floor = show_ratio(ratio(floor, oracle.prefilled));
             let _ = write!(text, "  floor/oracle {floor}");
         }
         for k in [Kind::RoundRobin, Kind::LeastConn, Kind::Smg] {

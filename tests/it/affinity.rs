@@ -5,7 +5,7 @@
 mod figures;
 
 use crate::support::{chat, host, wait_until, Harness, HostSpec};
-use figures::{figures, floor, history_reprefilled, ratio, show_ratio, TurnFacts};
+use figures::{figures, history_reprefilled, ratio, show_ratio, Floor, TurnFacts};
 
 const CHAT: &str = "/projA/v1/chat/completions";
 
@@ -166,9 +166,14 @@ fn the_floor_counts_new_tokens_once_and_a_shared_system_prompt_once_in_all() {
         turn(400, 100, 400),
     ];
     // 1,100 + 150 + 200 + 200 + 400 + 100, the shared prompt counted once.
-    assert_eq!(floor(&turns), 2150);
-    // Nobody found it warm: its size is unknown, and so is the floor.
-    assert_eq!(floor(&[sharer(0, 1100, 0), sharer(0, 1150, 0)]), 0);
+    assert_eq!(Floor::of(&turns).tokens(), Some(2150));
+    // Nobody found it warm: its size is unknown, and so is the floor, until another front end's
+    // run of the same turns shows it.
+    let spread = Floor::of(&[sharer(0, 1100, 0), sharer(0, 1150, 0)]);
+    assert_eq!(spread.tokens(), None);
+    assert_eq!(spread.with_shared(1000).tokens(), Some(2250 - 1000));
+    // No sharers: every new token once.
+    assert_eq!(Floor::of(&[turn(0, 400, 0)]).tokens(), Some(400));
 }
 
 #[test]
