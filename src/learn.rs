@@ -173,8 +173,12 @@ pub struct Host {
     pub foreign_at: Option<i64>,
     /// Cold answers on reused leases, most recent last (at most [`COLDS_KEPT`]), unix ms.
     pub colds: Vec<i64>,
-    /// Restarts seen (a poll that failed then answered, task ids going back, a new build).
+    /// Restarts seen (a poll that failed then answered, task ids going back, a new build,
+    /// reused conversations coming back cold that nothing displaced).
     pub restarts: u64,
+    /// Conversations whose reused turn came back cold though no other took their slot, since the
+    /// last warm one: at [`RESTART_COLDS`] of them, the host lost everything it held.
+    pub unexplained: Vec<u64>,
 }
 
 /// Cold answers kept per host.
@@ -184,6 +188,9 @@ pub const COLD_WINDOW_MS: i64 = 10 * 60_000;
 /// An exclusive host where crossbar saw a foreign task is pinned again after this long without
 /// seeing another.
 pub const QUIET_MS: i64 = 5 * 60_000;
+/// Reused conversations, each coming back cold with nothing to explain it (its slot not taken
+/// by others), none warm between: what a host that restarted unseen between two polls shows.
+pub const RESTART_COLDS: usize = 3;
 /// Passive evidence that revises a probe: this many restores against none lost, or lost
 /// against none restored.
 const REVISE_AFTER: u64 = 3;
@@ -203,6 +210,7 @@ impl Host {
             foreign_at: None,
             colds: Vec::new(),
             restarts: 0,
+            unexplained: Vec::new(),
         };
         host.configure((configured, configured_ram), now);
         host
@@ -255,6 +263,8 @@ pub struct Answered {
     pub displaced: bool,
     /// It came back with its history (cached at least half its previous prompt).
     pub warm: bool,
+    /// Which conversation it was (`slots::conversation`).
+    pub conversation: u64,
 }
 
 impl Learned {
@@ -317,6 +327,7 @@ impl Learned {
             entry.restarts += 1;
             entry.probe_due = true;
             entry.colds.clear();
+            entry.unexplained.clear();
             (entry.restored, entry.lost) = (0, 0);
         }
     }
@@ -345,20 +356,29 @@ impl Learned {
     /// A reused conversation's turn on `host` came back (see [`Answered`]). A displaced one that
     /// came back warm was restored from RAM; one that came back cold was not. Enough of one kind
     /// against none of the other revises the RAM belief. A cold one is also counted as a cold
-    /// answer ([`Host::recent_colds`]).
-    pub fn answered(&self, host: &str, answer: Answered, now: i64) {
+    /// answer ([`Host::recent_colds`]). Returns true when the host looks restarted: the
+    /// [`RESTART_COLDS`]th conversation in a row came back cold with its slot not displaced.
+    pub fn answered(&self, host: &str, answer: Answered, now: i64) -> bool {
         let mut table = self.hosts.lock();
         let Some(entry) = table.get_mut(host) else {
-            return;
+            return false;
         };
-        if !answer.warm {
+        if answer.warm {
+            entry.unexplained.clear();
+        } else {
             if entry.colds.len() == COLDS_KEPT {
                 entry.colds.remove(0);
             }
             entry.colds.push(now);
+            if !answer.displaced && !entry.unexplained.contains(&answer.conversation) {
+                entry.unexplained.push(answer.conversation);
+            }
+            if entry.unexplained.len() >= RESTART_COLDS {
+                return true;
+            }
         }
         if !answer.displaced {
-            return;
+            return false;
         }
         if answer.warm {
             entry.restored += 1;
@@ -366,7 +386,7 @@ impl Learned {
             entry.lost += 1;
         }
         if entry.configured_ram.is_some() {
-            return;
+            return false;
         }
         let revised = match entry.ram.value {
             Some(false) | None if entry.restored >= REVISE_AFTER && entry.lost == 0 => Some(true),
@@ -382,6 +402,7 @@ impl Learned {
             );
             entry.ram.set(Some(value), Source::Seen, now);
         }
+        false
     }
 
     /// What the evidence says against the config for `host`: a warning each, for the log, `check`

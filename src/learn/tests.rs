@@ -123,6 +123,7 @@ fn conversations_restored_after_losing_their_slot_revise_a_probe_that_found_no_r
     let restored = Answered {
         displaced: true,
         warm: true,
+        conversation: 1,
     };
     for at in 0..REVISE_AFTER as i64 - 1 {
         l.answered("h", restored, 20 + at);
@@ -141,6 +142,7 @@ fn conversations_restored_after_losing_their_slot_revise_a_probe_that_found_no_r
         let kept = Answered {
             displaced: false,
             warm: true,
+            conversation: 1,
         };
         l.answered("h", kept, 20 + at);
     }
@@ -153,6 +155,7 @@ fn cold_answers_count_for_a_while_and_a_restart_forgets_them() {
     let cold = Answered {
         displaced: false,
         warm: false,
+        conversation: 1,
     };
     l.answered("h", cold, 1_000);
     l.answered("h", cold, 2_000);
@@ -168,6 +171,36 @@ fn cold_answers_count_for_a_while_and_a_restart_forgets_them() {
     assert_eq!(l.get("h").unwrap().colds.len(), COLDS_KEPT, "bounded");
     l.restarted("h");
     assert_eq!(l.get("h").unwrap().recent_colds(4_000), 0);
+}
+
+/// A host restarted between two polls is seen by what comes back: conversations whose slots
+/// nothing took, each cold, none warm between. Displaced ones are explained (oversubscribed
+/// slots, a small RAM cache), and one conversation cold again and again is one.
+#[test]
+fn conversations_cold_with_their_slots_untouched_say_the_host_restarted() {
+    let l = learned(None);
+    let turn = |conversation, displaced, warm| Answered {
+        displaced,
+        warm,
+        conversation,
+    };
+    assert!(!l.answered("h", turn(1, false, false), 1));
+    assert!(!l.answered("h", turn(1, false, false), 2), "the same one");
+    assert!(!l.answered("h", turn(2, true, false), 3), "explained");
+    assert!(!l.answered("h", turn(3, false, false), 4));
+    assert!(
+        !l.answered("h", turn(4, false, true), 5),
+        "a warm one: nothing lost"
+    );
+    for (conversation, at) in [(5, 6), (6, 7)] {
+        assert!(!l.answered("h", turn(conversation, false, false), at));
+    }
+    assert!(l.answered("h", turn(7, false, false), 8), "three in a row");
+    l.restarted("h");
+    assert!(
+        !l.answered("h", turn(8, false, false), 9),
+        "counted from the restart"
+    );
 }
 
 #[test]

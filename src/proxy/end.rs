@@ -153,7 +153,15 @@ fn compare_turns(ctx: &Ctx<'_>, plan: &Plan<'_>) {
     // its slot went to one of them.
     let others = turn.turns.saturating_sub(previous.turns + 1);
     let displaced = others >= gw.seats(host, model).max(1) as u64;
-    gw.answered(host, crate::learn::Answered { displaced, warm });
+    let conversation = crate::slots::conversation(&plan.key.fp);
+    gw.answered(
+        host,
+        crate::learn::Answered {
+            displaced,
+            warm,
+            conversation,
+        },
+    );
     if warm {
         return;
     }

@@ -145,13 +145,13 @@ impl Gateway {
     }
 
     /// Forgets what `host` held (warm families, the slot mirror) and asks its facts again.
-    fn forget(&self, host: &Host, why: &str) {
-        self.holdings.forget_host(&host.name);
-        self.slots.forget_host(&host.name);
-        self.learned.restarted(&host.name);
+    fn forget(&self, host: &str, why: &str) {
+        self.holdings.forget_host(host);
+        self.slots.forget_host(host);
+        self.learned.restarted(host);
         log::info!(
             "host restarted host={} why={}: its warm families, slots and ram cache are forgotten",
-            val(&host.name),
+            val(host),
             val(why)
         );
     }
@@ -237,8 +237,15 @@ impl Gateway {
 
     /// A reused conversation's turn on `host` came back `warm` or not, its slot taken by others
     /// since its last turn or not: the passive checks' evidence (`learn::Learned::answered`).
+    /// Conversations coming back cold one after another with nothing to explain it say the host
+    /// restarted between two polls: what it held is forgotten.
     pub fn answered(&self, host: &str, answer: Answered) {
-        (self.learned).answered(host, answer, unix_ms(SystemTime::now()));
+        if (self.learned).answered(host, answer, unix_ms(SystemTime::now())) {
+            self.forget(
+                host,
+                "reused conversations came back cold with their slots untouched",
+            );
+        }
     }
 }
 
@@ -291,7 +298,7 @@ impl Gateway {
             return;
         }
         if let Some(why) = self.restart(host, seen) {
-            self.forget(host, why);
+            self.forget(&host.name, why);
         }
         let notes = self.contradictions(host);
         {

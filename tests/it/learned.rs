@@ -421,3 +421,44 @@ fn a_cold_lease_placed_again_moves_where_it_is_answered_sooner_issue_47() {
         .collect();
     assert_eq!(cold, [("a", "b")], "{events:#?}");
 }
+
+/// A host that restarted between two polls (here no poll comes for a minute) is seen by its
+/// answers: three conversations whose slots nothing else took come back cold one after another,
+/// none warm between. crossbar forgets what it believed the host held, as for a restart it saw.
+#[test]
+fn conversations_cold_with_their_slots_untouched_forget_a_host_restarted_unseen_issue_47() {
+    let spec = HostSpec {
+        name: "box",
+        sim: SimConfig {
+            slots: 3,
+            ..SimConfig::default()
+        },
+        parallel: 3,
+        weight: 1,
+        config: "",
+    };
+    let h = Harness::start(vec![spec], "health_interval = \"60s\"");
+    let gw = h.server().gateway().clone();
+    let tasks: Vec<String> = (0..3)
+        .map(|i| format!("task {i}: a long piece of work, with plenty to read. ").repeat(8))
+        .collect();
+    for turns in 0..2 {
+        for task in &tasks {
+            assert_eq!(h.post(CHAT, &chat(task, turns, false)).status, 200);
+        }
+    }
+    assert!(!gw.holdings.warm_on("box", "m").is_empty());
+    h.sim("box").restart();
+    for task in &tasks {
+        let answer = h.post(CHAT, &chat(task, 2, false));
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    wait_until("the restart read from the answers", || {
+        (gw.learned.get("box")).is_some_and(|l| l.restarts == 1)
+    });
+    assert!(
+        gw.holdings.warm_on("box", "m").is_empty(),
+        "nothing believed warm"
+    );
+    assert!(gw.learned.get("box").is_some_and(|l| l.probe_due));
+}
