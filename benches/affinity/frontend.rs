@@ -163,7 +163,14 @@ fn placements(server: &Server) -> String {
     let learned: Vec<String> = (config.hosts.keys())
         .map(|h| {
             let (sim, ram) = (gateway.learned.similarity(h), gateway.learned.ram(h));
-            format!("{h} similarity {} ram {}", word(sim), word(ram))
+            // A restart read during the run (none happens in the bench: one would be a false
+            // reading, and placement would forget what the host holds).
+            let restarts = (gateway.learned.get(h)).map_or(0, |l| l.restarts);
+            let restarts = match restarts {
+                0 => String::new(),
+                n => format!(" RESTARTS READ {n}"),
+            };
+            format!("{h} similarity {} ram {}{restarts}", word(sim), word(ram))
         })
         .collect();
     let reasons = rusqlite::Connection::open(&config.db)
