@@ -10,13 +10,14 @@
 //! conversation on a two-slot host does that every turn (real b11434: 5,818 tokens prefilled over
 //! 6 turns, against 2,944 with the stash).
 //!
-//! So before a request to such a host, when an answer ended there since crossbar last sent one
-//! (`Holdings::launch`), crossbar first sends a stash (`upstream::Side::stash`): a short prompt
-//! left to the host's choice of slot, whose start copies the idle slots to RAM. The request then
-//! finds its history whichever slot it is given. It costs the request a round trip and the host
-//! about one token of prefill; it fails quietly (the request goes on without it), and it never
-//! runs on a host whose slots crossbar pins, or that picks slots by similarity (there a slot
-//! chosen by prompt is not reloaded from RAM, and the stash would only evict it).
+//! So before a conversation's turn on such a host, when its own previous answer there ended after
+//! crossbar last sent the host a request (`Holdings::launch`), crossbar first sends a stash
+//! (`upstream::Side::stash`): a short prompt left to the host's choice of slot, whose start copies
+//! the idle slots to RAM. The turn then finds its history whichever slot it is given. It costs the
+//! turn a round trip (2–3 ms on an idle real server) and the host about two tokens of prefill.
+//! It fails quietly (the request goes on without it), and it never runs on a host that picks
+//! slots by similarity (there a slot chosen by prompt is not reloaded from RAM, and the stash
+//! would only evict it); a host that picks by age is never pinned (`Gateway::pinning`).
 
 use crate::logfmt::val;
 use crate::state::Gateway;

@@ -49,17 +49,15 @@ pub(super) fn pinning(host: &Host, health: &Health, learned: &learn::Learned, no
 }
 
 impl Gateway {
-    /// Whether crossbar has `host` copy its idle slots to RAM before a request when an answer
-    /// ended there since the last one (`proxy/stash.rs`): a single-model host of two slots or
-    /// more that picks a slot by age alone (similarity off) and whose RAM cache gives a history
-    /// back, as far as the config or the evidence says, and whose slots crossbar does not pick
-    /// itself (pinning saves what it needs).
+    /// Whether crossbar has `host` copy its idle slots to RAM before a conversation's turn that
+    /// needs it (`proxy/stash.rs`): a single-model host of two slots or more that picks a slot by
+    /// age alone (similarity off) and whose RAM cache gives a history back, as far as the config
+    /// or the evidence says. Such a host is never pinned ([`Gateway::pinning`]).
     pub fn stashes(&self, host: &Host) -> bool {
         let name = host.name.as_str();
         self.health.own_slots(name).is_some_and(|n| n >= 2)
             && self.learned.similarity(name) == Some(false)
             && self.learned.ram(name) == Some(true)
-            && !self.pinning(host)
     }
 
     /// Limiter seats of `host` for `model` now ([`seats`]).
