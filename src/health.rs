@@ -188,9 +188,7 @@ impl Health {
         let entry = inner.hosts.get(host)?;
         let status = &entry.status;
         let automatic = !status.router && status.total_slots == Some(router::AUTO_SLOTS);
-        (automatic && entry.polled_ctx.is_some() && entry.polled_ctx == status.ctx_train)
-            .then_some(status.ctx_train)
-            .flatten()
+        (entry.polled_ctx).filter(|ctx| automatic && status.ctx_train == Some(*ctx))
     }
 
     pub fn own_slots(&self, host: &str) -> Option<u64> {

@@ -237,8 +237,10 @@ impl Holdings {
         let Some(pair) = inner.pairs.get_mut(host).and_then(|m| m.get_mut(model)) else {
             return false;
         };
-        let unsaved = std::mem::take(&mut pair.unsaved);
-        conversation.is_some_and(|c| unsaved.contains(&c))
+        // Cleared, not taken: the list keeps its room for the next answers.
+        let unsaved = conversation.is_some_and(|c| pair.unsaved.contains(&c));
+        pair.unsaved.clear();
+        unsaved
     }
 
     /// Answers `host` gave for `model` so far.

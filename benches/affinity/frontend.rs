@@ -123,9 +123,9 @@ impl Drop for Running {
 
 /// Until every host is up, crossbar knows its similarity and RAM cache (a URL-only host's probe
 /// has run: a second or so on a real server, its seats held) and a poll has shown an exclusive
-/// host's slots idle since, as smg is used only once its
-/// `/readiness` counts every worker healthy: a gateway starts well before its traffic. Gives up
-/// after 20 s with a line saying so; the run goes on.
+/// host's slots idle since, as smg is used only once its `/readiness` counts every worker
+/// healthy: a gateway starts well before its traffic. Gives up after 20 s with a line saying so;
+/// the run goes on.
 fn ready(server: &Server) {
     let gw = server.gateway();
     let hosts: Vec<String> = gw.config().hosts.keys().cloned().collect();
@@ -194,25 +194,26 @@ fn placements(server: &Server) -> String {
         let (settled, timed_out, time) = gateway.metrics.settle_waits(h);
         (held, bound, waited) = (held + settled + timed_out, bound + timed_out, waited + time);
     }
-    let mut pins = [0u64; 4];
-    for h in config.hosts.keys() {
-        let counts = gateway.metrics.slot_pins(h);
-        pins.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
+    // A per-host counter, summed over the hosts.
+    fn summed<const N: usize>(hosts: Vec<&String>, count: impl Fn(&str) -> [u64; N]) -> [u64; N] {
+        let mut sums = [0u64; N];
+        for h in hosts {
+            sums.iter_mut().zip(count(h)).for_each(|(sum, n)| *sum += n);
+        }
+        sums
     }
+    let pins = summed(config.hosts.keys().collect(), |h| {
+        gateway.metrics.slot_pins(h)
+    });
     let mut pinned = if pins[0] + pins[1] > 0 {
         let [yes, no, saved, failed] = pins;
         format!("; pinned {yes}, unpinned {no}, slots saved first {saved} ({failed} failed)")
     } else {
         String::new()
     };
-    let mut stashes = [0u64; 3];
-    for h in config.hosts.keys() {
-        let counts = gateway.metrics.stashes(h);
-        stashes
-            .iter_mut()
-            .zip(counts)
-            .for_each(|(sum, n)| *sum += n);
-    }
+    let stashes = summed(config.hosts.keys().collect(), |h| {
+        gateway.metrics.stashes(h)
+    });
     if stashes[0] + stashes[1] > 0 {
         let [sent, failed, tokens] = stashes;
         pinned.push_str(&format!(

@@ -201,30 +201,20 @@ fn a_conversation_is_unsaved_from_its_answer_until_the_host_is_next_sent_a_reque
 #[test]
 fn the_unsaved_conversations_of_a_host_are_bounded() {
     let h = Holdings::default();
-    for c in 0..(UNSAVED_CAP as u64 + 10) {
-        h.served(
-            "a",
-            "m",
-            Served {
+    let answer_all = || {
+        for c in 0..(UNSAVED_CAP as u64 + 10) {
+            let served = Served {
                 ok: true,
                 conversation: Some(c),
                 ..Served::default()
-            },
-        );
-    }
-    // The oldest were dropped; the newest are still known.
-    let newest = UNSAVED_CAP as u64 + 9;
-    assert!(h.launch("a", "m", Some(newest)));
-    for c in 0..(UNSAVED_CAP as u64 + 10) {
-        h.served(
-            "a",
-            "m",
-            Served {
-                ok: true,
-                conversation: Some(c),
-                ..Served::default()
-            },
-        );
-    }
+            };
+            h.served("a", "m", served);
+        }
+    };
+    answer_all();
+    // The newest are still known...
+    assert!(h.launch("a", "m", Some(UNSAVED_CAP as u64 + 9)));
+    // ...and the oldest were dropped.
+    answer_all();
     assert!(!h.launch("a", "m", Some(0)));
 }

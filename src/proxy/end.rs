@@ -153,7 +153,8 @@ fn compare_turns(ctx: &Ctx<'_>, plan: &Plan<'_>) {
     // its slot went to one of them.
     let others = turn.turns.saturating_sub(previous.turns + 1);
     let displaced = others >= gw.seats(host, model).max(1) as u64;
-    let conversation = crate::slots::conversation(&plan.key.fp);
+    // (A lease without a fingerprint counts as one conversation, whichever it is.)
+    let conversation = plan.conversation().unwrap_or(0);
     gw.answered(
         host,
         crate::learn::Answered {
@@ -200,8 +201,7 @@ fn learn(ctx: &Ctx<'_>, plan: &Plan<'_>) {
         family: plan.family,
         warm_first_turn: plan.placed == Placed::Family,
         cached: row.cached_tokens.and_then(|c| u64::try_from(c).ok()),
-        conversation: (plan.lease != LeaseUse::Stateless && !plan.key.fp.is_empty())
-            .then(|| crate::slots::conversation(&plan.key.fp)),
+        conversation: plan.conversation(),
     };
     ctx.gw
         .holdings

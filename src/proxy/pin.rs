@@ -33,17 +33,17 @@ pub(super) fn pin(gw: &Gateway, plan: &mut Plan<'_>) {
     // the slots `/props` reports (`pinning` asks for them; a router, whose model swaps empty its
     // slots unseen, is never pinned).
     let count = gw.seats(&host.name, plan.model());
-    let pinnable = plan.api.keeps_id_slot()
-        && count > 0
-        && !plan.key.fp.is_empty()
-        && slots::pinnable(&plan.body);
-    let want = pinnable.then(|| Want {
-        conversation: slots::conversation(&plan.key.fp),
-        family: plan.family.map(|f| f.id),
-        family_bytes: plan.family.map_or(0, |f| f.bytes),
-        first_turn: plan.lease == LeaseUse::New,
-        bytes: plan.body.len() as u64,
-    });
+    let pinnable = plan.api.keeps_id_slot() && count > 0 && slots::pinnable(&plan.body);
+    let want = plan
+        .conversation()
+        .filter(|_| pinnable)
+        .map(|conversation| Want {
+            conversation,
+            family: plan.family.map(|f| f.id),
+            family_bytes: plan.family.map_or(0, |f| f.bytes),
+            first_turn: plan.lease == LeaseUse::New,
+            bytes: plan.body.len() as u64,
+        });
     let now = slots::now_us();
     let pair = (host.name.as_str(), plan.key.model.as_str());
     let mut taken = (gw.slots).take(pair, count.max(1), want.as_ref(), now);

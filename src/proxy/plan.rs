@@ -151,6 +151,13 @@ impl<'c> Plan<'c> {
         &self.key.model
     }
 
+    /// The conversation it belongs to, as the slot mirror and the holdings name it; `None` for a
+    /// stateless request or one without a fingerprint.
+    pub(super) fn conversation(&self) -> Option<u64> {
+        (self.lease != LeaseUse::Stateless && !self.key.fp.is_empty())
+            .then(|| crate::slots::conversation(&self.key.fp))
+    }
+
     /// The arrival a chooser's placement counts for this request, to give back with its slot.
     pub(super) fn arrive(&mut self, gw: &Gateway) {
         if self.placed.chosen() {

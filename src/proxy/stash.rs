@@ -28,8 +28,9 @@ use super::plan::{LeaseUse, Plan};
 /// module). Counts the request as sent either way.
 pub(super) fn before(gw: &Gateway, plan: &Plan<'_>) {
     let host = plan.host;
-    let conversation = (plan.lease == LeaseUse::Reused && !plan.key.fp.is_empty())
-        .then(|| crate::slots::conversation(&plan.key.fp));
+    let conversation = plan
+        .conversation()
+        .filter(|_| plan.lease == LeaseUse::Reused);
     let unsaved = gw.holdings.launch(&host.name, plan.model(), conversation);
     if !unsaved || !gw.stashes(host) {
         return;

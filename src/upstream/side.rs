@@ -118,17 +118,7 @@ impl Side {
     pub fn save_slot(&self, host: &Host, index: usize) -> Result<(), String> {
         let body =
             format!(r#"{{"prompt":"\n","n_predict":1,"id_slot":{index},"cache_prompt":true}}"#);
-        let answer = (self.post_json(host, "/completion", body.as_bytes(), SAVE_TIMEOUT))
-            .map_err(|e| e.to_string())?;
-        let status = answer.status().as_u16();
-        let read = (answer.into_body().into_with_config())
-            .limit(SAVE_ANSWER)
-            .read_to_vec();
-        match (status, read) {
-            (200, Ok(_)) => Ok(()),
-            (200, Err(e)) => Err(e.to_string()),
-            (status, _) => Err(format!("status {status}")),
-        }
+        self.complete(host, body.as_bytes()).map(drop)
     }
 
     /// Has `host` copy its idle slots to its RAM cache: a short `/completion` left to the host's
@@ -139,23 +129,25 @@ impl Side {
     pub fn stash(&self, host: &Host) -> Result<u64, String> {
         let body =
             serde_json::json!({"prompt": STASH_PROMPT, "n_predict": 0, "cache_prompt": true});
-        let answer = (self.post_json(
-            host,
-            "/completion",
-            body.to_string().as_bytes(),
-            SAVE_TIMEOUT,
-        ))
-        .map_err(|e| e.to_string())?;
+        let read = self.complete(host, body.to_string().as_bytes())?;
+        let answer: serde_json::Value = serde_json::from_slice(&read).map_err(|e| e.to_string())?;
+        Ok(answer["timings"]["prompt_n"].as_u64().unwrap_or(0))
+    }
+
+    /// One of crossbar's own short `/completion` requests to `host` (a slot save, a stash): its
+    /// whole 200 answer, at most [`SAVE_ANSWER`] bytes, the exchange bounded by [`SAVE_TIMEOUT`].
+    /// Reading the whole answer means the host has freed the slot it used.
+    fn complete(&self, host: &Host, body: &[u8]) -> Result<Vec<u8>, String> {
+        let answer =
+            (self.post_json(host, "/completion", body, SAVE_TIMEOUT)).map_err(|e| e.to_string())?;
         let status = answer.status().as_u16();
         if status != 200 {
             return Err(format!("status {status}"));
         }
-        let read = (answer.into_body().into_with_config())
+        (answer.into_body().into_with_config())
             .limit(SAVE_ANSWER)
             .read_to_vec()
-            .map_err(|e| e.to_string())?;
-        let answer: serde_json::Value = serde_json::from_slice(&read).map_err(|e| e.to_string())?;
-        Ok(answer["timings"]["prompt_n"].as_u64().unwrap_or(0))
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -427,16 +427,7 @@ fn a_cold_lease_placed_again_moves_where_it_is_answered_sooner_issue_47() {
 /// none warm between. crossbar forgets what it believed the host held, as for a restart it saw.
 #[test]
 fn conversations_cold_with_their_slots_untouched_forget_a_host_restarted_unseen_issue_47() {
-    let spec = HostSpec {
-        name: "box",
-        sim: SimConfig {
-            slots: 3,
-            ..SimConfig::default()
-        },
-        parallel: 3,
-        weight: 1,
-        config: "",
-    };
+    let spec = crate::support::host("box", 3);
     let h = Harness::start(vec![spec], "health_interval = \"60s\"");
     let gw = h.server().gateway().clone();
     let tasks: Vec<String> = (0..3)

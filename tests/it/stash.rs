@@ -97,15 +97,8 @@ fn a_turn_after_another_conversations_start_needs_no_stash_issue_47() {
 /// a slot chosen so is not reloaded from RAM: a stash would only push it out. None is sent.
 #[test]
 fn no_stash_where_the_host_picks_slots_by_prompt_issue_47() {
-    let spec = HostSpec {
-        sim: SimConfig {
-            slots: 2,
-            ram_cache_tokens: 100_000,
-            ..SimConfig::default()
-        },
-        ..host("a", 2)
-    };
-    let h = Harness::start(vec![spec], "");
+    // Two slots, llama-server's default similarity, a RAM cache.
+    let h = Harness::start(vec![crate::pinning::ram_host("a", false)], "");
     let task = "my long task, with plenty to read. ".repeat(20);
     for turns in 0..4 {
         let answer = h.post(CHAT, &chat(&task, turns, false));
